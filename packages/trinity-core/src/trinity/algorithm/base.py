@@ -1,0 +1,98 @@
+"""Interfaces of the algorithm functions: what training engines call and plugins implement.
+
+Every function object is built from its config args (``algorithm.<kind>_args``) merged
+over its ``default_args()``, and works on ``[B, R]`` response-aligned tensors of a
+``Batch``. All return a metrics dict of plain floats next to their result.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import Any, Optional
+
+import torch
+
+from trinity.common.batch import Batch
+
+Metrics = dict[str, float]
+
+
+class AlgorithmFn(ABC):
+    """Common base: construction from args, with defaults published by the class."""
+
+    def __init__(self, **args: Any) -> None:
+        unknown = set(args) - set(self.default_args())
+        if unknown:
+            raise TypeError(
+                f"{type(self).__name__} got unknown arguments {sorted(unknown)}; "
+                f"accepted: {sorted(self.default_args())}"
+            )
+        self.args = {**self.default_args(), **args}
+
+    @classmethod
+    def default_args(cls) -> dict[str, Any]:
+        return {}
+
+
+class AdvantageFn(AlgorithmFn):
+    """Fills ``batch.advantages`` (and ``batch.returns``) from rewards/values."""
+
+    @abstractmethod
+    def __call__(self, batch: Batch) -> tuple[Batch, Metrics]: ...
+
+
+class PolicyLossFn(AlgorithmFn):
+    """The actor's loss from current logprobs ``[B, R]`` and the batch."""
+
+    @abstractmethod
+    def __call__(self, logprobs: torch.Tensor, batch: Batch) -> tuple[torch.Tensor, Metrics]: ...
+
+
+class KLFn(AlgorithmFn):
+    """KL between current and reference logprobs: as a reward penalty or as a loss."""
+
+    @abstractmethod
+    def apply_to_reward(self, batch: Batch) -> tuple[Batch, Metrics]:
+        """Subtract ``kl_coef * kl`` from token-level rewards (``kl_penalty_fn``)."""
+
+    @abstractmethod
+    def calculate_kl_loss(self, logprobs: torch.Tensor, batch: Batch) -> tuple[torch.Tensor, Metrics]:
+        """``kl_coef * aggregated kl`` as a loss term (``kl_loss_fn``)."""
+
+
+class EntropyLossFn(AlgorithmFn):
+    """A loss term from per-token entropy ``[B, R]`` (negative coef * entropy to encourage it)."""
+
+    @abstractmethod
+    def __call__(self, entropy: torch.Tensor, batch: Batch) -> tuple[torch.Tensor, Metrics]: ...
+
+
+class SampleStrategy(AlgorithmFn):
+    """Trainer side: turns experiences read from the buffer into the training batch."""
+
+    @abstractmethod
+    def sample(self, experiences: list, step: int, current_version: int) -> tuple[Batch, Metrics]: ...
+
+
+@dataclass(frozen=True)
+class AlgorithmType:
+    """An algorithm: defaults for the functions above and what it needs to run."""
+
+    name: str
+    advantage_fn: str = "ppo"
+    policy_loss_fn: str = "ppo"
+    kl_penalty_fn: str = "none"
+    kl_loss_fn: str = "none"
+    entropy_loss_fn: str = "default"
+    sample_strategy: str = "default"
+    use_critic: bool = False
+    use_reference: bool = False
+    can_balance_batch: bool = True
+    requires_repeat_times_gt_1: bool = False
+    repeat_times: Optional[int] = None
+    """Forced repeat_times (``dpo`` uses 2), or None to keep the config's."""
+    data_schema: str = "rollout"
+    """``rollout`` (explorer experiences), ``dpo`` (chosen/rejected) or ``sft`` (prompt/response)."""
+    compute_advantage_in_trainer: bool = True
+    """False: the explorer computes group advantages before writing experiences."""

@@ -1,0 +1,65 @@
+"""The ``trinity`` command line."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import click
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="trinity-core")
+def main() -> None:
+    """trinity: reinforcement fine-tuning of language models."""
+
+
+@main.command()
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON list of {kind, name, target, distribution}.")
+def plugins(as_json: bool) -> None:
+    """List every registered plugin name: kind, name, target and owning distribution."""
+    from trinity.plugins.manager import get_registry
+
+    registry = get_registry()
+    rows = [
+        {"kind": e.kind.value, "name": e.name, "target": e.target_path, "distribution": e.distribution}
+        for e in registry.all_entries()
+    ]
+    if as_json:
+        click.echo(json.dumps(rows, indent=2))
+    else:
+        widths = {key: max([len(key)] + [len(r[key]) for r in rows]) for key in ("kind", "name", "distribution")}
+        header = ("kind", "name", "distribution", "target")
+        click.echo("  ".join(h.ljust(widths.get(h, 0)) for h in header).rstrip())
+        for r in rows:
+            click.echo("  ".join(r[h].ljust(widths.get(h, 0)) for h in header).rstrip())
+    for failure in registry.failures:
+        click.echo(f"warning: plugin {failure.plugin} ({failure.distribution}) failed to load: {failure.error}", err=True)
+
+
+@main.group()
+def config() -> None:
+    """Check and convert configuration files."""
+
+
+@config.command("check")
+@click.argument("config_file", type=click.Path(dir_okay=False))
+@click.argument("overrides", nargs=-1)
+def config_check(config_file: str, overrides: tuple[str, ...]) -> None:
+    """Load CONFIG_FILE with OVERRIDES (dotlist: buffer.batch_size=8), validate, print the result.
+
+    Exits 0 and prints the resolved config as YAML, or exits 2 and prints every error
+    found, each with its dotted path.
+    """
+    from trinity.config import ConfigError, load_config, to_yaml
+
+    try:
+        cfg = load_config(config_file, list(overrides))
+    except ConfigError as exc:
+        click.echo(str(exc), err=True)
+        sys.exit(2)
+    click.echo(to_yaml(cfg), nl=False)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,130 @@
+"""The padded training batch every training engine and algorithm function works on.
+
+Layout (the one verl uses): prompts left-padded to ``P`` tokens, responses right-padded
+to ``R`` tokens; ``input_ids = [prompts | responses]`` of width ``P + R``. Every
+per-token tensor the algorithm functions see (logprobs, advantages, masks, values) is
+``[B, R]`` and aligned with ``responses``. DPO experiences expand into two rows each,
+chosen at even and rejected at odd positions.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields, replace
+from typing import Optional, Sequence
+
+import torch
+
+from trinity.common.experience import Experience
+
+_FROM_EXPERIENCE = ("old_logprobs", "advantages", "returns", "token_level_rewards")
+
+
+@dataclass
+class Batch:
+    """Padded tensors for ``B`` samples; optional fields are filled along the pipeline."""
+
+    input_ids: torch.Tensor  # [B, P + R] long
+    attention_mask: torch.Tensor  # [B, P + R] long, 0 on padding
+    position_ids: torch.Tensor  # [B, P + R] long
+    responses: torch.Tensor  # [B, R] long
+    response_mask: torch.Tensor  # [B, R] float, 1 on tokens that train
+    rewards: torch.Tensor  # [B] float, sequence reward
+    group_ids: torch.Tensor  # [B] long: samples of one task share an id (GRPO group)
+    model_versions: torch.Tensor  # [B] long: rollout model version
+    old_logprobs: Optional[torch.Tensor] = None  # [B, R] rollout (or recomputed) logprobs
+    ref_logprobs: Optional[torch.Tensor] = None  # [B, R] reference model logprobs
+    values: Optional[torch.Tensor] = None  # [B, R] critic values
+    advantages: Optional[torch.Tensor] = None  # [B, R]
+    returns: Optional[torch.Tensor] = None  # [B, R]
+    token_level_rewards: Optional[torch.Tensor] = None  # [B, R]
+    is_expert: Optional[torch.Tensor] = None  # [B] bool: expert (SFT) data in a mix batch
+    sample_weights: Optional[torch.Tensor] = None  # [B] float: e.g. staleness down-weighting
+
+    @property
+    def batch_size(self) -> int:
+        return int(self.responses.shape[0])
+
+    @property
+    def prompt_width(self) -> int:
+        return int(self.input_ids.shape[1] - self.responses.shape[1])
+
+    def __len__(self) -> int:
+        return self.batch_size
+
+    def select(self, index: torch.Tensor | slice | Sequence[int]) -> "Batch":
+        """Rows ``index`` of every tensor (a micro-batch, a filtered batch)."""
+        if not isinstance(index, (slice, torch.Tensor)):
+            index = torch.as_tensor(list(index), dtype=torch.long)
+        values = {f.name: getattr(self, f.name) for f in fields(self)}
+        return Batch(**{k: (v[index] if v is not None else None) for k, v in values.items()})
+
+    def to(self, device: torch.device | str) -> "Batch":
+        values = {f.name: getattr(self, f.name) for f in fields(self)}
+        return Batch(**{k: (v.to(device) if v is not None else None) for k, v in values.items()})
+
+    def with_fields(self, **changes: Optional[torch.Tensor]) -> "Batch":
+        return replace(self, **changes)
+
+    @classmethod
+    def from_experiences(cls, experiences: Sequence[Experience], pad_token_id: int = 0) -> "Batch":
+        """Collate experiences (DPO ones expand to chosen/rejected row pairs)."""
+        if not experiences:
+            raise ValueError("cannot build a batch from no experiences")
+        rows = []
+        for exp in experiences:
+            if exp.chosen is not None or exp.rejected is not None:
+                if exp.chosen is None or exp.rejected is None:
+                    raise ValueError(f"DPO experience {exp.eid.uid} needs both chosen and rejected")
+                prompt = exp.tokens[: exp.prompt_length]
+                rows.append((exp, prompt, exp.chosen, 1.0))
+                rows.append((exp, prompt, exp.rejected, 0.0))
+            else:
+                rows.append((exp, exp.prompt_tokens, exp.response_tokens, exp.reward))
+        n = len(rows)
+        prompt_width = max(int(p.numel()) for _, p, _, _ in rows)
+        response_width = max(max(int(r.numel()) for _, _, r, _ in rows), 1)
+        input_ids = torch.full((n, prompt_width + response_width), pad_token_id, dtype=torch.long)
+        attention_mask = torch.zeros((n, prompt_width + response_width), dtype=torch.long)
+        response_mask = torch.zeros((n, response_width), dtype=torch.float32)
+        per_token: dict[str, Optional[torch.Tensor]] = dict.fromkeys(_FROM_EXPERIENCE)
+        group_index: dict[str, int] = {}
+        group_ids = torch.empty(n, dtype=torch.long)
+        rewards = torch.zeros(n, dtype=torch.float32)
+        versions = torch.empty(n, dtype=torch.long)
+        for i, (exp, prompt, response, reward) in enumerate(rows):
+            p, r = int(prompt.numel()), int(response.numel())
+            input_ids[i, prompt_width - p : prompt_width] = prompt
+            input_ids[i, prompt_width : prompt_width + r] = response
+            attention_mask[i, prompt_width - p : prompt_width + r] = 1
+            mask = exp.action_mask if exp.action_mask is not None and exp.chosen is None else None
+            response_mask[i, :r] = mask[:r].float() if mask is not None else 1.0
+            rewards[i] = float(reward) if reward is not None else 0.0
+            group_ids[i] = group_index.setdefault(exp.eid.group, len(group_index))
+            versions[i] = exp.model_version
+            if exp.chosen is not None:
+                continue
+            for name, value in (
+                ("old_logprobs", exp.logprobs),
+                ("advantages", exp.advantages),
+                ("returns", exp.returns),
+                ("token_level_rewards", exp.token_level_reward),
+            ):
+                if value is not None:
+                    if per_token[name] is None:
+                        per_token[name] = torch.zeros((n, response_width), dtype=torch.float32)
+                    per_token[name][i, : min(r, value.numel())] = value[:r].float()
+        position_ids = (attention_mask.cumsum(dim=1) - 1).clamp(min=0)
+        return cls(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            position_ids=position_ids,
+            responses=input_ids[:, prompt_width:].clone(),
+            response_mask=response_mask,
+            rewards=rewards,
+            group_ids=group_ids,
+            model_versions=versions,
+            old_logprobs=per_token["old_logprobs"],
+            advantages=per_token["advantages"],
+            returns=per_token["returns"],
+            token_level_rewards=per_token["token_level_rewards"],
+        )

@@ -1,0 +1,101 @@
+"""Tasks the explorer works on and the experiences it produces.
+
+An Experience is one trajectory: prompt + response token ids, response logprobs, reward
+and identity (``EID``). A DPO experience carries ``chosen`` and ``rejected`` responses
+instead of one. Experiences become training batches through ``Batch.from_experiences``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+import torch
+
+
+@dataclass(frozen=True)
+class EID:
+    """Who an experience is: batch (explorer step or taskset name), task, run and step.
+
+    ``task`` identifies the group of runs on one task (the GRPO group); ``run`` is the
+    repeat index; ``step`` the turn within a multi-step workflow.
+    """
+
+    batch: str = ""
+    task: str = ""
+    run: int = 0
+    step: int = 0
+    suffix: str = ""
+
+    @property
+    def group(self) -> str:
+        return f"{self.batch}/{self.task}"
+
+    @property
+    def uid(self) -> str:
+        text = f"{self.batch}/{self.task}/{self.run}/{self.step}"
+        return f"{text}/{self.suffix}" if self.suffix else text
+
+
+@dataclass
+class Experience:
+    """One trajectory, as the explorer wrote it and the trainer reads it."""
+
+    tokens: torch.Tensor
+    """Prompt + response token ids, 1-D long (DPO: the prompt only)."""
+    prompt_length: int
+    logprobs: Optional[torch.Tensor] = None
+    """Log-probabilities of the response tokens under the rollout model, 1-D float."""
+    reward: Optional[float] = None
+    token_level_reward: Optional[torch.Tensor] = None
+    advantages: Optional[torch.Tensor] = None
+    returns: Optional[torch.Tensor] = None
+    action_mask: Optional[torch.Tensor] = None
+    """1 for response tokens the model produced (multi-turn: 0 on tool/user turns)."""
+    eid: EID = field(default_factory=EID)
+    model_version: int = 0
+    truncate_status: Optional[str] = None
+    """None, ``"prompt_truncated"`` or ``"response_truncated"``."""
+    chosen: Optional[torch.Tensor] = None
+    """DPO: token ids of the preferred response."""
+    rejected: Optional[torch.Tensor] = None
+    """DPO: token ids of the rejected response."""
+    messages: Optional[list[dict[str, Any]]] = None
+    metrics: dict[str, float] = field(default_factory=dict)
+    info: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def response_length(self) -> int:
+        return int(self.tokens.numel()) - self.prompt_length
+
+    @property
+    def prompt_tokens(self) -> torch.Tensor:
+        return self.tokens[: self.prompt_length]
+
+    @property
+    def response_tokens(self) -> torch.Tensor:
+        return self.tokens[self.prompt_length :]
+
+
+@dataclass
+class Task:
+    """One row of a taskset, ready for a workflow."""
+
+    workflow_type: str
+    raw: dict[str, Any]
+    """The dataset row as read."""
+    reward_fn_type: Optional[str] = None
+    workflow_args: dict[str, Any] = field(default_factory=dict)
+    reward_fn_args: dict[str, Any] = field(default_factory=dict)
+    rollout_args: dict[str, Any] = field(default_factory=dict)
+    format: dict[str, Any] = field(default_factory=dict)
+    """The taskset's ``format`` section (prompt_key, response_key, ...)."""
+    repeat_times: int = 1
+    taskset_name: str = ""
+    index: int = 0
+    """Row position in the taskset (stable across epochs)."""
+    is_eval: bool = False
+
+    @property
+    def task_id(self) -> str:
+        return f"{self.taskset_name}:{self.index}"

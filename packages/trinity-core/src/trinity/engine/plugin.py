@@ -1,0 +1,13 @@
+"""trinity-core's reference engines: transformers rollout and torch training (CPU or one GPU)."""
+
+from trinity.plugins import hookimpl
+
+
+@hookimpl
+def trinity_register_rollout_engines(register):
+    register("transformers", "trinity.engine.transformers_rollout:TransformersRolloutEngine")
+
+
+@hookimpl
+def trinity_register_trainer_engines(register):
+    register("torch", "trinity.engine.torch_trainer:TorchTrainingEngine")

@@ -1,0 +1,1 @@
+"""trinity-monitors: TensorBoard, Weights & Biases and MLflow monitors for trinity."""

@@ -1,0 +1,1 @@
+"""trinity-verl: the verl FSDP training engine for trinity (``trainer.trainer_type: verl``)."""

@@ -1,0 +1,8 @@
+"""Registers the verl training engine."""
+
+from trinity.plugins import hookimpl
+
+
+@hookimpl
+def trinity_register_trainer_engines(register):
+    register("verl", "trinity_verl.engine:VerlTrainingEngine")

@@ -1,0 +1,1 @@
+"""trinity-vllm: the vLLM rollout engine and NCCL weight sync for trinity."""

@@ -1,0 +1,1 @@
+"""trinity-workflows: the workflow and reward-function catalogue for trinity."""
