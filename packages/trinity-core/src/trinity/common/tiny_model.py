@@ -1,0 +1,107 @@
+"""A tiny Qwen2-architecture model built locally, for tests and the quickstart (no downloads).
+
+The tokenizer is a byte-level BPE trained with ``tokenizers`` on ``tiny_corpus.txt`` with
+the exact pipeline ``Qwen2Tokenizer`` rebuilds on load (NFC, Qwen's regex split, ByteLevel
+without its own regex), so ids round-trip through ``AutoTokenizer``. The default shape
+(hidden 128, 4 heads -> head_dim 32, 2 KV heads) is one vLLM's CPU backend accepts.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
+
+CORPUS = Path(__file__).with_name("tiny_corpus.txt")
+SPECIAL_TOKENS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")
+QWEN_SPLIT_REGEX = (
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+)
+# ChatML; ``enable_thinking=False`` prefills an empty think block (as Qwen3 does), otherwise
+# the flag changes nothing.
+CHAT_TEMPLATE = (
+    "{%- for message in messages %}"
+    "{{- '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n' }}"
+    "{%- endfor %}"
+    "{%- if add_generation_prompt %}"
+    "{{- '<|im_start|>assistant\\n' }}"
+    "{%- if enable_thinking is defined and enable_thinking is false %}"
+    "{{- '<think>\\n\\n</think>\\n\\n' }}"
+    "{%- endif %}"
+    "{%- endif %}"
+)
+
+
+def _train_tokenizer(vocab_size: int) -> Tokenizer:
+    tokenizer = Tokenizer(models.BPE())
+    tokenizer.normalizer = normalizers.NFC()
+    tokenizer.pre_tokenizer = pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.Split(Regex(QWEN_SPLIT_REGEX), behavior="isolated"),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+        ]
+    )
+    tokenizer.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=list(SPECIAL_TOKENS),
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tokenizer.train([str(CORPUS)], trainer)
+    return tokenizer
+
+
+def build_tiny_model(
+    out_dir: str | Path,
+    hidden_size: int = 128,
+    num_layers: int = 2,
+    num_heads: int = 4,
+    num_kv_heads: int = 2,
+    intermediate_size: int = 256,
+    vocab_size: int = 512,
+    seed: int = 0,
+) -> Path:
+    """Write a randomly initialised Qwen2 model and its tokenizer to ``out_dir``.
+
+    Deterministic for a given ``seed`` (global RNG state is left untouched). The tokenizer
+    pads on the left, ends turns with ``<|im_end|>`` (the EOS) and pads with ``<|endoftext|>``.
+    """
+    from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
+
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    raw = _train_tokenizer(vocab_size)
+    tokenizer = PreTrainedTokenizerFast(
+        tokenizer_object=raw,
+        eos_token="<|im_end|>",
+        pad_token="<|endoftext|>",
+        unk_token="<|endoftext|>",
+        padding_side="left",
+        chat_template=CHAT_TEMPLATE,
+        model_max_length=4096,
+    )
+    tokenizer.add_special_tokens({"additional_special_tokens": ["<|im_start|>"]})
+    ids = {token: raw.token_to_id(token) for token in SPECIAL_TOKENS}
+    config = Qwen2Config(
+        vocab_size=raw.get_vocab_size(),
+        hidden_size=hidden_size,
+        intermediate_size=intermediate_size,
+        num_hidden_layers=num_layers,
+        num_attention_heads=num_heads,
+        num_key_value_heads=num_kv_heads,
+        max_position_embeddings=4096,
+        tie_word_embeddings=True,
+        bos_token_id=ids["<|endoftext|>"],
+        eos_token_id=ids["<|im_end|>"],
+        pad_token_id=ids["<|endoftext|>"],
+    )
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = Qwen2ForCausalLM(config)
+    model.generation_config.eos_token_id = [ids["<|im_end|>"], ids["<|endoftext|>"]]
+    model.generation_config.pad_token_id = ids["<|endoftext|>"]
+    model.save_pretrained(out)
+    tokenizer.save_pretrained(out)
+    return out
