@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any
 
 import torch
 
@@ -18,7 +18,7 @@ from trinity.common.batch import Batch
 Metrics = dict[str, float]
 
 
-class AlgorithmFn(ABC):
+class AlgorithmFn(ABC):  # noqa: B024 - the abstract methods live on each kind
     """Common base: construction from args, with defaults published by the class."""
 
     def __init__(self, **args: Any) -> None:
@@ -90,7 +90,7 @@ class AlgorithmType:
     use_reference: bool = False
     can_balance_batch: bool = True
     requires_repeat_times_gt_1: bool = False
-    repeat_times: Optional[int] = None
+    repeat_times: int | None = None
     """Forced repeat_times (``dpo`` uses 2), or None to keep the config's."""
     data_schema: str = "rollout"
     """``rollout`` (explorer experiences), ``dpo`` (chosen/rejected) or ``sft`` (prompt/response)."""

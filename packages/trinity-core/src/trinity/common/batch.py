@@ -39,6 +39,9 @@ class Batch:
     token_level_rewards: Optional[torch.Tensor] = None  # [B, R]
     is_expert: Optional[torch.Tensor] = None  # [B] bool: expert (SFT) data in a mix batch
     sample_weights: Optional[torch.Tensor] = None  # [B] float: e.g. staleness down-weighting
+    run_ids: Optional[torch.Tensor] = None  # [B] long: one id per (task group, run) trajectory
+    step_ids: Optional[torch.Tensor] = None  # [B] long: turn of the row within its run
+    reward_baselines: Optional[torch.Tensor] = None  # [B] float: e.g. ReMax greedy reward
 
     @property
     def batch_size(self) -> int:
@@ -88,7 +91,11 @@ class Batch:
         response_mask = torch.zeros((n, response_width), dtype=torch.float32)
         per_token: dict[str, Optional[torch.Tensor]] = dict.fromkeys(_FROM_EXPERIENCE)
         group_index: dict[str, int] = {}
+        run_index: dict[tuple[str, int], int] = {}
         group_ids = torch.empty(n, dtype=torch.long)
+        run_ids = torch.empty(n, dtype=torch.long)
+        step_ids = torch.empty(n, dtype=torch.long)
+        baselines = [exp.info.get("reward_baseline") for exp, _, _, _ in rows]
         rewards = torch.zeros(n, dtype=torch.float32)
         versions = torch.empty(n, dtype=torch.long)
         for i, (exp, prompt, response, reward) in enumerate(rows):
@@ -100,6 +107,8 @@ class Batch:
             response_mask[i, :r] = mask[:r].float() if mask is not None else 1.0
             rewards[i] = float(reward) if reward is not None else 0.0
             group_ids[i] = group_index.setdefault(exp.eid.group, len(group_index))
+            run_ids[i] = run_index.setdefault((exp.eid.group, exp.eid.run), len(run_index))
+            step_ids[i] = exp.eid.step
             versions[i] = exp.model_version
             if exp.chosen is not None:
                 continue
@@ -127,4 +136,9 @@ class Batch:
             advantages=per_token["advantages"],
             returns=per_token["returns"],
             token_level_rewards=per_token["token_level_rewards"],
+            run_ids=run_ids,
+            step_ids=step_ids,
+            reward_baselines=(
+                torch.tensor([float(b) for b in baselines]) if all(b is not None for b in baselines) else None
+            ),
         )

@@ -1,0 +1,100 @@
+"""Vectorised tensor helpers shared by the algorithm functions.
+
+Conventions: masks are ``[B, R]`` with 1 on tokens that count; a row of zeros (an empty
+response) contributes nothing and never yields NaN; statistics run in float32 or wider.
+"""
+
+from __future__ import annotations
+
+import torch
+
+LOSS_AGG_MODES = ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm")
+
+
+def masked_sum(values: torch.Tensor, mask: torch.Tensor, dim: int | None = None) -> torch.Tensor:
+    """Sum of ``values`` where ``mask`` is set; NaN/inf outside the mask are ignored."""
+    kept = torch.where(mask.bool(), values, torch.zeros_like(values)) * mask
+    return kept.sum() if dim is None else kept.sum(dim)
+
+
+def masked_mean(values: torch.Tensor, mask: torch.Tensor, dim: int | None = None) -> torch.Tensor:
+    """Mean of ``values`` over ``mask``; 0 where the mask is empty."""
+    count = mask.sum() if dim is None else mask.sum(dim)
+    return masked_sum(values, mask, dim) / count.clamp(min=1)
+
+
+def masked_whiten(values: torch.Tensor, mask: torch.Tensor, epsilon: float = 1e-8) -> torch.Tensor:
+    """``(x - mean) / sqrt(var + eps)`` with mean and unbiased variance over the mask (verl's
+    ``masked_whiten``); with fewer than two masked elements the variance is the biased one
+    instead of an error."""
+    mean = masked_mean(values, mask)
+    count = mask.sum()
+    var = masked_sum((values - mean) ** 2, mask) / (count - 1).clamp(min=1)
+    return (values - mean) * torch.rsqrt(var + epsilon)
+
+
+def agg_loss(loss_mat: torch.Tensor, mask: torch.Tensor, mode: str, norm: float | None = None) -> torch.Tensor:
+    """Aggregate a ``[B, R]`` per-token loss to a scalar (verl's ``agg_loss``, one micro-batch).
+
+    - ``token-mean``: sum(l * m) / sum(m)
+    - ``seq-mean-token-sum``: mean over non-empty rows of sum_t(l * m)
+    - ``seq-mean-token-mean``: mean over non-empty rows of sum_t(l * m) / sum_t(m)
+    - ``seq-mean-token-sum-norm``: sum(l * m) / n_rows / ``norm`` (default R, Dr. GRPO)
+
+    Empty rows are left out of the sequence means; an all-empty batch gives 0.
+    """
+    token_sums = masked_sum(loss_mat, mask, dim=-1)
+    lengths = mask.sum(-1)
+    rows = (lengths > 0).to(loss_mat.dtype).sum().clamp(min=1)
+    if mode == "token-mean":
+        return token_sums.sum() / lengths.sum().clamp(min=1)
+    if mode == "seq-mean-token-sum":
+        return token_sums.sum() / rows
+    if mode == "seq-mean-token-mean":
+        return (token_sums / lengths.clamp(min=1)).sum() / rows
+    if mode == "seq-mean-token-sum-norm":
+        return token_sums.sum() / rows / (norm if norm is not None else loss_mat.shape[-1])
+    raise ValueError(f"unknown loss_agg_mode {mode!r}; choose one of {LOSS_AGG_MODES}")
+
+
+def reverse_scan(coef: torch.Tensor, term: torch.Tensor) -> torch.Tensor:
+    """Solve ``x_t = term_t + coef_t * x_{t+1}`` (``x_R = 0``) along the last dim.
+
+    Log-depth doubling (Hillis-Steele) over affine maps: ``ceil(log2 R)`` vectorised steps,
+    each composing every position with the one ``s`` ahead. Only products of the
+    coefficients are formed (no division by powers), so discounts near 0 or sequences of
+    thousands of tokens stay exact to rounding.
+    """
+    x, a = term.clone(), coef.clone()
+    length, step = x.shape[-1], 1
+    while step < length:
+        x[..., :-step] += a[..., :-step] * x[..., step:]
+        a[..., :-step] = a[..., :-step] * a[..., step:]
+        step *= 2
+    return x
+
+
+def group_index(group_ids: torch.Tensor) -> tuple[torch.Tensor, int]:
+    """Dense group index ``[B]`` in ``0..G-1`` and ``G`` for arbitrary integer ids."""
+    unique, inverse = torch.unique(group_ids, return_inverse=True)
+    return inverse, int(unique.numel())
+
+
+def group_sum(values: torch.Tensor, index: torch.Tensor, n_groups: int) -> torch.Tensor:
+    """Per-group sum ``[G]`` of ``values [B]`` by ``index_add``."""
+    return torch.zeros(n_groups, dtype=values.dtype, device=values.device).index_add_(0, index, values)
+
+
+def group_stats(values: torch.Tensor, group_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Per-sample group size, mean and unbiased std (0 for groups of one), each ``[B]``."""
+    index, n_groups = group_index(group_ids)
+    count = group_sum(torch.ones_like(values), index, n_groups)
+    mean = group_sum(values, index, n_groups) / count
+    var = group_sum((values - mean[index]) ** 2, index, n_groups) / (count - 1).clamp(min=1)
+    return count[index], mean[index], var.sqrt()[index]
+
+
+def last_token_index(mask: torch.Tensor) -> torch.Tensor:
+    """Index ``[B]`` of the last masked token of each row (0 for an empty row)."""
+    positions = torch.arange(1, mask.shape[-1] + 1, device=mask.device, dtype=torch.float32)
+    return (mask.float() * positions).argmax(-1)
