@@ -1,0 +1,180 @@
+"""Bad configs: every error is reported, each with its dotted path and a way out."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from trinity.config import ConfigError, load_config
+
+BASE = """
+project: demo
+name: run
+checkpoint_root_dir: {root}
+algorithm: {{algorithm_type: grpo, repeat_times: 4}}
+model: {{model_path: /models/tiny, max_prompt_tokens: 64, max_response_tokens: 32}}
+cluster: {{node_num: 1, gpu_per_node: 0}}
+explorer: {{rollout_model: {{engine_type: transformers}}}}
+trainer: {{trainer_type: torch}}
+buffer:
+  batch_size: 4
+  explorer_input:
+    taskset: {{path: /data/tasks.jsonl, default_workflow_type: math_workflow}}
+"""
+
+
+def write(tmp_path: Path, extra: str = "", base: str = BASE) -> Path:
+    path = tmp_path / "config.yaml"
+    path.write_text(base.format(root=tmp_path / "ckpt") + textwrap.dedent(extra))
+    return path
+
+
+def issues_of(path: Path, overrides: list[str] | None = None) -> dict[str, str]:
+    with pytest.raises(ConfigError) as err:
+        load_config(path, overrides)
+    return {issue.path: issue.message for issue in err.value.issues}
+
+
+def test_base_config_is_valid_and_derives(tmp_path):
+    cfg = load_config(write(tmp_path))
+    assert cfg.buffer.train_batch_size == 16
+    assert cfg.synchronizer.sync_method == "memory"  # mode both, reference rollout engine
+    assert cfg.model.max_model_len == 96
+    assert cfg.algorithm.policy_loss_fn == "ppo" and "clip_range" in cfg.algorithm.policy_loss_fn_args
+
+
+def test_unknown_advantage_fn_names_key_suggestion_and_installed(tmp_path):
+    found = issues_of(write(tmp_path), ["algorithm.advantage_fn=grpoo"])
+    message = found["algorithm.advantage_fn"]
+    assert "'grpoo'" in message and "did you mean 'grpo'" in message
+    assert "rloo" in message and "reinforceplusplus" in message
+
+
+def test_cli_prints_every_error_and_exits_2(tmp_path):
+    path = write(tmp_path, "monitor: {monitor_typ: console}\n")
+    result = subprocess.run(
+        [sys.executable, "-m", "trinity.cli", "config", "check", str(path), "algorithm.advantage_fn=grpoo", "buffer.batch_size=abc"],
+        capture_output=True,
+        text=True,
+    )
+    assert result.returncode == 2
+    assert "3 errors" in result.stderr
+    assert "monitor.monitor_typ: unknown key; did you mean 'monitor.monitor_type'?" in result.stderr
+    assert "buffer.batch_size: expected int, got str 'abc'" in result.stderr
+    assert "algorithm.advantage_fn:" in result.stderr
+
+
+def test_cli_prints_resolved_yaml(tmp_path):
+    result = subprocess.run(
+        [sys.executable, "-m", "trinity.cli", "config", "check", str(write(tmp_path)), "buffer.batch_size=8"],
+        capture_output=True,
+        text=True,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "train_batch_size: 32" in result.stdout
+    assert f"checkpoint_job_dir: {tmp_path / 'ckpt' / 'demo' / 'run'}" in result.stdout
+
+
+def test_nested_unknown_key_and_list_index_in_path(tmp_path):
+    found = issues_of(write(tmp_path), ["explorer.auxiliary_models=[{model_path: /judge, tensor_paralel_size: 2}]"])
+    assert found["explorer.auxiliary_models[0].tensor_paralel_size"] == (
+        "unknown key; did you mean 'explorer.auxiliary_models[0].tensor_parallel_size'?"
+    )
+
+
+def test_missing_environment_variable_names_the_key(tmp_path, monkeypatch):
+    monkeypatch.delenv("NO_SUCH_TRINITY_VAR", raising=False)
+    found = issues_of(write(tmp_path), ["model.model_path=${oc.env:NO_SUCH_TRINITY_VAR}"])
+    assert "NO_SUCH_TRINITY_VAR" in found["model.model_path"]
+
+
+def test_interpolation_and_env_default(tmp_path, monkeypatch):
+    monkeypatch.delenv("TRINITY_CHECKPOINT_ROOT_DIR", raising=False)
+    cfg = load_config(
+        write(tmp_path),
+        ["model.critic_model_path=${model.model_path}", f"checkpoint_root_dir=${{oc.env:TRINITY_CHECKPOINT_ROOT_DIR,{tmp_path}/x}}"],
+    )
+    assert cfg.model.critic_model_path == "/models/tiny"
+    assert cfg.checkpoint_job_dir == str(tmp_path / "x" / "demo" / "run")
+
+
+def test_gpu_allocation_error_shows_the_arithmetic(tmp_path):
+    found = issues_of(
+        write(tmp_path),
+        ["cluster.gpu_per_node=4", "explorer.rollout_model.engine_num=2", "explorer.rollout_model.tensor_parallel_size=2"],
+    )
+    assert found["cluster"] == (
+        "no GPU left for the trainer: rollout_model 2 engines x TP 2 = 4 = 4 GPUs for the explorer, "
+        "of node_num 1 x gpu_per_node 4 = 4, leaves 0"
+    )
+
+
+def test_sync_method_must_suit_the_mode(tmp_path):
+    found = issues_of(write(tmp_path), ["mode=train", "synchronizer.sync_method=memory"])
+    assert "mode 'train' runs them apart: use checkpoint" in found["synchronizer.sync_method"]
+
+
+def test_queue_buffer_gets_a_file_when_processes_are_apart(tmp_path):
+    cfg = load_config(write(tmp_path), ["mode=explore"])
+    assert cfg.synchronizer.sync_method == "checkpoint"
+    assert cfg.buffer.trainer_input.experience_buffer.path == str(
+        tmp_path / "ckpt" / "demo" / "run" / "buffer" / "experience_buffer.db"
+    )
+
+
+def test_eval_interval_rounds_up_to_a_sync_multiple(tmp_path):
+    cfg = load_config(write(tmp_path), ["synchronizer.sync_interval=4", "explorer.eval_interval=10"])
+    assert cfg.explorer.eval_interval == 12
+
+
+def test_timestamp_rename_when_not_continuing(tmp_path):
+    job = tmp_path / "ckpt" / "demo" / "run"
+    job.mkdir(parents=True)
+    (job / "something").write_text("old run")
+    cfg = load_config(write(tmp_path), ["continue_from_checkpoint=false"])
+    assert cfg.name.startswith("run_") and len(cfg.name) == len("run_20260101120000")
+    assert cfg.checkpoint_job_dir == str(job.with_name(cfg.name))
+    assert load_config(write(tmp_path)).checkpoint_job_dir == str(job)  # continuing keeps the name
+
+
+def test_token_limits(tmp_path):
+    found = issues_of(write(tmp_path), ["model.max_model_len=80", "model.min_response_tokens=40"])
+    assert found["model.max_model_len"] == "max_prompt_tokens 64 + max_response_tokens 32 = 96 exceeds max_model_len 80"
+    assert found["model.min_response_tokens"] == "40 must be less than max_response_tokens 32"
+    found = issues_of(write(tmp_path), ["model.max_prompt_tokens=null"])
+    assert "set it, or both model.max_prompt_tokens and model.max_response_tokens" in found["model.max_model_len"]
+
+
+def test_repeat_times_and_forced_values(tmp_path):
+    found = issues_of(write(tmp_path), ["algorithm.repeat_times=1"])
+    assert "set repeat_times > 1" in found["algorithm.repeat_times"]
+    cfg = load_config(write(tmp_path), ["algorithm.algorithm_type=dpo", "algorithm.repeat_times=1", "mode=train"])
+    assert cfg.algorithm.repeat_times == 2
+
+
+def test_unknown_function_argument(tmp_path):
+    found = issues_of(write(tmp_path), ["algorithm.kl_loss_fn=k2", "algorithm.kl_loss_fn_args.kl_cof=0.1"])
+    assert "takes no argument 'kl_cof'" in found["algorithm.kl_loss_fn_args.kl_cof"]
+    assert "kl_coef" in found["algorithm.kl_loss_fn_args.kl_cof"]
+
+
+def test_stage_sections_are_checked(tmp_path):
+    path = write(tmp_path, "stages:\n  - {stage_name: warm, algorithm: {algorithm_typ: sft}}\n  - {stage_name: warm}\n")
+    found = issues_of(path)
+    assert found["stages[0].algorithm.algorithm_typ"] == "unknown key; did you mean 'stages[0].algorithm.algorithm_type'?"
+    assert "used twice" in found["stages[1].stage_name"]
+
+
+def test_missing_file_and_bad_yaml(tmp_path):
+    with pytest.raises(ConfigError, match="config file not found"):
+        load_config(tmp_path / "nope.yaml")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("project: [unclosed\n")
+    with pytest.raises(ConfigError, match="not valid YAML"):
+        load_config(bad)
+    with pytest.raises(ConfigError, match="is not key=value"):
+        load_config(write(tmp_path), ["buffer.batch_size"])
