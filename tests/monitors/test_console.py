@@ -8,7 +8,7 @@ import sys
 
 import numpy as np
 import pytest
-from conftest import CONFIG, NAME, PROJECT, ROWS
+from monitor_testdata import CONFIG, NAME, PROJECT, ROWS
 
 from trinity.monitor.base import CONSOLE, Monitor, MonitorError, MonitorGroup, create_monitors, monitor_names
 from trinity.monitor.console import ConsoleMonitor, read_jsonl
