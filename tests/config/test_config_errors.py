@@ -57,7 +57,16 @@ def test_unknown_advantage_fn_names_key_suggestion_and_installed(tmp_path):
 def test_cli_prints_every_error_and_exits_2(tmp_path):
     path = write(tmp_path, "monitor: {monitor_typ: console}\n")
     result = subprocess.run(
-        [sys.executable, "-m", "trinity.cli", "config", "check", str(path), "algorithm.advantage_fn=grpoo", "buffer.batch_size=abc"],
+        [
+            sys.executable,
+            "-m",
+            "trinity.cli",
+            "config",
+            "check",
+            str(path),
+            "algorithm.advantage_fn=grpoo",
+            "buffer.batch_size=abc",
+        ],
         capture_output=True,
         text=True,
     )
@@ -96,7 +105,10 @@ def test_interpolation_and_env_default(tmp_path, monkeypatch):
     monkeypatch.delenv("TRINITY_CHECKPOINT_ROOT_DIR", raising=False)
     cfg = load_config(
         write(tmp_path),
-        ["model.critic_model_path=${model.model_path}", f"checkpoint_root_dir=${{oc.env:TRINITY_CHECKPOINT_ROOT_DIR,{tmp_path}/x}}"],
+        [
+            "model.critic_model_path=${model.model_path}",
+            f"checkpoint_root_dir=${{oc.env:TRINITY_CHECKPOINT_ROOT_DIR,{tmp_path}/x}}",
+        ],
     )
     assert cfg.model.critic_model_path == "/models/tiny"
     assert cfg.checkpoint_job_dir == str(tmp_path / "x" / "demo" / "run")
@@ -105,7 +117,11 @@ def test_interpolation_and_env_default(tmp_path, monkeypatch):
 def test_gpu_allocation_error_shows_the_arithmetic(tmp_path):
     found = issues_of(
         write(tmp_path),
-        ["cluster.gpu_per_node=4", "explorer.rollout_model.engine_num=2", "explorer.rollout_model.tensor_parallel_size=2"],
+        [
+            "cluster.gpu_per_node=4",
+            "explorer.rollout_model.engine_num=2",
+            "explorer.rollout_model.tensor_parallel_size=2",
+        ],
     )
     assert found["cluster"] == (
         "no GPU left for the trainer: rollout_model 2 engines x TP 2 = 4 = 4 GPUs for the explorer, "
@@ -165,7 +181,9 @@ def test_unknown_function_argument(tmp_path):
 def test_stage_sections_are_checked(tmp_path):
     path = write(tmp_path, "stages:\n  - {stage_name: warm, algorithm: {algorithm_typ: sft}}\n  - {stage_name: warm}\n")
     found = issues_of(path)
-    assert found["stages[0].algorithm.algorithm_typ"] == "unknown key; did you mean 'stages[0].algorithm.algorithm_type'?"
+    assert (
+        found["stages[0].algorithm.algorithm_typ"] == "unknown key; did you mean 'stages[0].algorithm.algorithm_type'?"
+    )
     assert "used twice" in found["stages[1].stage_name"]
 
 

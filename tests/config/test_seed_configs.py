@@ -75,7 +75,10 @@ def test_verl_guide_fragments_are_valid_sections(tmp_path, fragment):
         with pytest.raises(ConfigError) as err:
             load_config(path)
         # The only complaint is the user's own reward function, which a plugin would provide.
-        assert [i.path for i in err.value.issues] == ["buffer.explorer_input.tasksets[0].default_reward_fn_type"]
+        assert [i.path for i in err.value.issues] == [
+            "buffer.explorer_input.tasksets[0].default_reward_fn_type",
+            "buffer.explorer_input.eval_tasksets[0].default_reward_fn_type",
+        ]
         assert "custom_reward" in str(err.value)
         return
     cfg = load_config(path)
@@ -128,10 +131,13 @@ def test_configuration_guide_sections(tmp_path):
 
 
 def test_configuration_guide_verl_block_as_trainer_config_path():
-    cfg = load_config(SEEDS / "verl_grpo_example.yaml", [
-        "trainer.trainer_config=null",
-        f"trainer.trainer_config_path={SEEDS / 'configuration_guide_verl_trainer.yaml'}",
-    ])
+    cfg = load_config(
+        SEEDS / "verl_grpo_example.yaml",
+        [
+            "trainer.trainer_config=null",
+            f"trainer.trainer_config_path={SEEDS / 'configuration_guide_verl_trainer.yaml'}",
+        ],
+    )
     verl = cfg.trainer.trainer_config
     assert verl["actor_rollout_ref"]["actor"]["ppo_micro_batch_size_per_gpu"] == 4
     assert verl["critic"]["cliprange_value"] == 0.5
@@ -143,5 +149,7 @@ def test_guide_backticks_give_a_clear_yaml_error(tmp_path):
     text = (SEEDS / "configuration_guide.yaml").read_text().replace("'plaintext'", "`plaintext`")
     path = tmp_path / "backticks.yaml"
     path.write_text(text)
-    with pytest.raises(ConfigError, match=r"not valid YAML.*line \d+"):
+    with pytest.raises(
+        ConfigError, match=r"not valid YAML at line 70, column 22: found character that cannot start any token"
+    ):
         load_config(path)

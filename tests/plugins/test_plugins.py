@@ -32,7 +32,7 @@ def test_every_hook_registers_into_its_kind():
     for kind in Kind:
 
         def impl(register, _kind=kind):
-            register(f"test_{_kind.value}", f"collections:OrderedDict")
+            register(f"test_{_kind.value}", "collections:OrderedDict")
 
         setattr(plugin, kind.hook_name, hookimpl(impl, specname=kind.hook_name))
     registry = build_registry(extra_plugins=[("every_hook", plugin)])
@@ -119,7 +119,9 @@ def test_allowlist_keeps_core_and_named_plugins_only(monkeypatch):
 
 def test_duplicate_names_are_refused_naming_both_owners():
     plugin = types.ModuleType("dup")
-    plugin.trinity_register_advantage_fns = hookimpl(lambda register: register("grpo", "x:y"), specname="trinity_register_advantage_fns")
+    plugin.trinity_register_advantage_fns = hookimpl(
+        lambda register: register("grpo", "x:y"), specname="trinity_register_advantage_fns"
+    )
     with pytest.raises(DuplicatePluginError) as err:
         build_registry(extra_plugins=[("dup", plugin)])
     message = str(err.value)
@@ -175,11 +177,24 @@ def third_party(tmp_path_factory) -> Path:
             register("echo_reward", "echo_plugin.plugin:EchoWorkflow")
         """,
     )
-    broken = _write_distribution(root, "trinity-broken-plugin", "broken_plugin", "raise RuntimeError('boom at import')\n")
+    broken = _write_distribution(
+        root, "trinity-broken-plugin", "broken_plugin", "raise RuntimeError('boom at import')\n"
+    )
     target = root / "site"
     for src in (good, broken):
         subprocess.run(
-            [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation", "--target", str(target), str(src)],
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "install",
+                "--quiet",
+                "--no-deps",
+                "--no-build-isolation",
+                "--target",
+                str(target),
+                str(src),
+            ],
             check=True,
             capture_output=True,
         )
@@ -207,7 +222,12 @@ def test_third_party_plugin_resolves_from_config(third_party, tmp_path):
     assert result.returncode == 0, result.stderr
     assert "default_workflow_type: echo_workflow" in result.stdout
     listing = json.loads(run_cli("plugins", "--json", env=env).stdout)
-    assert {"kind": "workflow", "name": "echo_workflow", "target": "echo_plugin.plugin:EchoWorkflow", "distribution": "trinity-echo-plugin"} in listing
+    assert {
+        "kind": "workflow",
+        "name": "echo_workflow",
+        "target": "echo_plugin.plugin:EchoWorkflow",
+        "distribution": "trinity-echo-plugin",
+    } in listing
 
 
 def test_broken_plugin_is_reported_and_the_rest_keep_working(third_party):
@@ -239,7 +259,18 @@ def test_third_party_duplicate_of_a_core_name_is_refused(tmp_path):
     )
     target = tmp_path / "site"
     subprocess.run(
-        [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation", "--target", str(target), str(dup)],
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--no-deps",
+            "--no-build-isolation",
+            "--target",
+            str(target),
+            str(dup),
+        ],
         check=True,
         capture_output=True,
     )

@@ -34,7 +34,9 @@ def plugins(as_json: bool) -> None:
         for r in rows:
             click.echo("  ".join(r[h].ljust(widths.get(h, 0)) for h in header).rstrip())
     for failure in registry.failures:
-        click.echo(f"warning: plugin {failure.plugin} ({failure.distribution}) failed to load: {failure.error}", err=True)
+        click.echo(
+            f"warning: plugin {failure.plugin} ({failure.distribution}) failed to load: {failure.error}", err=True
+        )
 
 
 @main.group()

@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 import yaml
 
@@ -35,6 +35,8 @@ SAVE_STRATEGIES = ("single_thread", "single_process", "single_node", "unrestrict
 SAVE_HF = ("last", "always", "never")
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 DEFAULT_EXPERIENCE_BUFFER = "experience_buffer"
+DEFAULT_WORKFLOW = "math_workflow"
+"""The workflow of a taskset that names none at any level, as in the Trinity-RFT examples."""
 
 # The algorithm functions: config field -> plugin kind.
 _ALGORITHM_FNS = {
@@ -100,7 +102,7 @@ def check_monitor(config: Config, issues: IssueCollector) -> None:
         _plugin_ok(issues, Kind.MONITOR, name, "monitor.monitor_type" + (f"[{i}]" if len(names) > 1 else ""))
 
 
-def _fn_args(kind: Kind, name: str, args: Optional[dict], path: str, issues: IssueCollector) -> dict:
+def _fn_args(kind: Kind, name: str, args: dict | None, path: str, issues: IssueCollector) -> dict:
     """The function's default args updated with ``args``; unknown args are issues."""
     fn = _plugin(issues, kind, name, path.removesuffix("_args"))
     if fn is None:
@@ -134,7 +136,11 @@ def check_algorithm(config: Config, issues: IssueCollector) -> None:
         path = f"algorithm.{field_name}"
         if _plugin_ok(issues, kind, name, path):
             args_field = f"{field_name}_args"
-            setattr(algo_cfg, args_field, _fn_args(kind, name, getattr(algo_cfg, args_field), f"algorithm.{args_field}", issues))
+            setattr(
+                algo_cfg,
+                args_field,
+                _fn_args(kind, name, getattr(algo_cfg, args_field), f"algorithm.{args_field}", issues),
+            )
 
 
 def check_model(config: Config, issues: IssueCollector) -> None:
@@ -204,7 +210,9 @@ def _gpus(model: InferenceModelConfig) -> int:
 def check_cluster(config: Config, issues: IssueCollector) -> None:
     cluster = config.cluster
     if cluster.node_num < 1 or cluster.gpu_per_node < 0:
-        issues.add("cluster", f"node_num must be >= 1 and gpu_per_node >= 0 (got {cluster.node_num}, {cluster.gpu_per_node})")
+        issues.add(
+            "cluster", f"node_num must be >= 1 and gpu_per_node >= 0 (got {cluster.node_num}, {cluster.gpu_per_node})"
+        )
         return
     total = cluster.node_num * cluster.gpu_per_node
     if total == 0:  # CPU run: engines share the CPU
@@ -277,7 +285,10 @@ def check_explorer(config: Config, issues: IssueCollector) -> None:
         if _explorer_runs(config):
             _plugin_ok(issues, Kind.ROLLOUT_ENGINE, model.engine_type, f"{path}.engine_type")
         if model.engine_num < 1 or model.tensor_parallel_size < 1:
-            issues.add(path, f"engine_num and tensor_parallel_size must be >= 1 (got {model.engine_num}, {model.tensor_parallel_size})")
+            issues.add(
+                path,
+                f"engine_num and tensor_parallel_size must be >= 1 (got {model.engine_num}, {model.tensor_parallel_size})",
+            )
     for key in ("runner_per_model", "max_timeout"):
         if getattr(explorer, key) < 1:
             issues.add(f"explorer.{key}", f"must be at least 1, got {getattr(explorer, key)}")
@@ -305,7 +316,9 @@ def check_buffer(config: Config, issues: IssueCollector) -> None:
             path = f"buffer.explorer_input.{group}[{i}]"
             storage.name = storage.name or f"{'eval_' if is_eval else ''}taskset_{i}"
             if storage.name in seen:
-                issues.add(f"{path}.name", f"'{storage.name}' is also the name of {seen[storage.name]}; names must be unique")
+                issues.add(
+                    f"{path}.name", f"'{storage.name}' is also the name of {seen[storage.name]}; names must be unique"
+                )
             seen[storage.name] = path
             _fill_taskset(config, storage, is_eval, path, issues)
     trainer_input = buffer.trainer_input
@@ -316,11 +329,15 @@ def check_buffer(config: Config, issues: IssueCollector) -> None:
     if experience.storage_type == "queue" and not experience.path and config.mode in ("train", "explore"):
         # Explorer and trainer run as separate processes: they meet through this file.
         experience.path = str(Path(config.checkpoint_job_dir) / "buffer" / f"{experience.name}.db")
-    _plugin_ok(issues, Kind.BUFFER_STORAGE, experience.storage_type, "buffer.trainer_input.experience_buffer.storage_type")
+    _plugin_ok(
+        issues, Kind.BUFFER_STORAGE, experience.storage_type, "buffer.trainer_input.experience_buffer.storage_type"
+    )
     experience.batch_size = buffer.train_batch_size
     for key, aux in trainer_input.auxiliary_buffers.items():
         aux.name = aux.name or key
-        _plugin_ok(issues, Kind.BUFFER_STORAGE, aux.storage_type, f"buffer.trainer_input.auxiliary_buffers.{key}.storage_type")
+        _plugin_ok(
+            issues, Kind.BUFFER_STORAGE, aux.storage_type, f"buffer.trainer_input.auxiliary_buffers.{key}.storage_type"
+        )
 
 
 def _fill_taskset(config: Config, storage: StorageConfig, is_eval: bool, path: str, issues: IssueCollector) -> None:
@@ -343,9 +360,9 @@ def _fill_taskset(config: Config, storage: StorageConfig, is_eval: bool, path: s
     if not _explorer_runs(config):
         return
     if storage.default_workflow_type is None:
-        issues.add(f"{path}.default_workflow_type", "no workflow: set it here or buffer.explorer_input.default_workflow_type")
-    else:
-        _plugin_ok(issues, Kind.WORKFLOW, storage.default_workflow_type, f"{path}.default_workflow_type")
+        storage.default_workflow_type = DEFAULT_WORKFLOW
+        logger.info("%s names no workflow: using %s", path, DEFAULT_WORKFLOW)
+    _plugin_ok(issues, Kind.WORKFLOW, storage.default_workflow_type, f"{path}.default_workflow_type")
     if storage.default_reward_fn_type is not None:
         _plugin_ok(issues, Kind.REWARD_FN, storage.default_reward_fn_type, f"{path}.default_reward_fn_type")
 

@@ -53,7 +53,9 @@ class IssueCollector:
         self.issues: list[ConfigIssue] = []
 
     def add(self, path: str, message: str) -> None:
-        self.issues.append(ConfigIssue(path, message))
+        """Record an issue; the first one at a path wins (no cascades of one cause)."""
+        if not path or all(issue.path != path for issue in self.issues):
+            self.issues.append(ConfigIssue(path, message))
 
     def raise_if_any(self, source: str = "") -> None:
         if self.issues:
@@ -72,7 +74,10 @@ def read_yaml(path: str | Path, overrides: list[str] | None = None) -> DictConfi
     try:
         raw = OmegaConf.load(path)
     except yaml.YAMLError as exc:
-        raise ConfigError([ConfigIssue("", f"not valid YAML: {exc}")], str(path)) from None
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(exc, "problem", None) or str(exc)
+        raise ConfigError([ConfigIssue("", f"not valid YAML{where}: {problem}")], str(path)) from None
     if not isinstance(raw, DictConfig):
         raise ConfigError([ConfigIssue("", "the top level must be a mapping of sections")], str(path))
     if overrides:

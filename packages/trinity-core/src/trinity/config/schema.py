@@ -8,7 +8,7 @@ unchanged. ``None`` means "derive it" (see ``trinity.config.check``). Free-form 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any
 
 
 @dataclass
@@ -18,16 +18,16 @@ class FormatConfig:
     prompt_type: str = "plaintext"  # plaintext | messages
     prompt_key: str = "prompt"
     response_key: str = "response"
-    system_prompt_key: Optional[str] = None
-    system_prompt: Optional[str] = None
+    system_prompt_key: str | None = None
+    system_prompt: str | None = None
     messages_key: str = "messages"
     tools_key: str = "tools"
     chosen_key: str = "chosen"
     rejected_key: str = "rejected"
-    workflow_key: Optional[str] = None
-    reward_fn_key: Optional[str] = None
+    workflow_key: str | None = None
+    reward_fn_key: str | None = None
     enable_concatenated_multi_turn: bool = False
-    chat_template: Optional[str] = None
+    chat_template: str | None = None
     skip_bad_rows: bool = False
 
 
@@ -35,13 +35,13 @@ class FormatConfig:
 class GenerationConfig:
     """Sampling settings of a taskset (``rollout_args``); unset ones come from ``model``."""
 
-    temperature: Optional[float] = None
-    top_p: Optional[float] = None
-    top_k: Optional[int] = None
-    logprobs: Optional[int] = None
-    max_tokens: Optional[int] = None
-    n: Optional[int] = None
-    stop: Optional[list[str]] = None
+    temperature: float | None = None
+    top_p: float | None = None
+    top_k: int | None = None
+    logprobs: int | None = None
+    max_tokens: int | None = None
+    n: int | None = None
+    stop: list[str] | None = None
 
 
 @dataclass
@@ -57,15 +57,15 @@ class StorageConfig:
 
     name: str = ""
     storage_type: str = "file"  # file | queue | sql (or a plugin's)
-    path: Optional[str] = None
-    subset_name: Optional[str] = None
+    path: str | None = None
+    subset_name: str | None = None
     split: str = "train"
-    repeat_times: Optional[int] = None
+    repeat_times: int | None = None
     format: FormatConfig = field(default_factory=FormatConfig)
     rollout_args: GenerationConfig = field(default_factory=GenerationConfig)
-    default_workflow_type: Optional[str] = None
-    default_eval_workflow_type: Optional[str] = None
-    default_reward_fn_type: Optional[str] = None
+    default_workflow_type: str | None = None
+    default_eval_workflow_type: str | None = None
+    default_reward_fn_type: str | None = None
     workflow_args: dict[str, Any] = field(default_factory=dict)
     reward_fn_args: dict[str, Any] = field(default_factory=dict)
     task_selector: TaskSelectorConfig = field(default_factory=TaskSelectorConfig)
@@ -74,30 +74,30 @@ class StorageConfig:
     capacity: int = 10000
     max_read_timeout: float = 1800
     use_priority_queue: bool = False
-    reuse_cooldown_time: Optional[float] = None
+    reuse_cooldown_time: float | None = None
     replay_buffer_kwargs: dict[str, Any] = field(default_factory=dict)
     # filled by the config pass from buffer / algorithm
-    batch_size: Optional[int] = None
-    total_epochs: Optional[int] = None
-    total_steps: Optional[int] = None
+    batch_size: int | None = None
+    total_epochs: int | None = None
+    total_steps: int | None = None
     is_eval: bool = False
 
 
 @dataclass
 class ExplorerInput:
-    taskset: Optional[StorageConfig] = None
+    taskset: StorageConfig | None = None
     tasksets: list[StorageConfig] = field(default_factory=list)
     eval_tasksets: list[StorageConfig] = field(default_factory=list)
-    default_workflow_type: Optional[str] = None
-    default_eval_workflow_type: Optional[str] = None
-    default_reward_fn_type: Optional[str] = None
-    system_prompt: Optional[str] = None
-    reply_prefix: Optional[str] = None
+    default_workflow_type: str | None = None
+    default_eval_workflow_type: str | None = None
+    default_reward_fn_type: str | None = None
+    system_prompt: str | None = None
+    reply_prefix: str | None = None
 
 
 @dataclass
 class TrainerInput:
-    experience_buffer: Optional[StorageConfig] = None
+    experience_buffer: StorageConfig | None = None
     auxiliary_buffers: dict[str, StorageConfig] = field(default_factory=dict)
 
 
@@ -106,11 +106,11 @@ class BufferConfig:
     batch_size: int = 1
     train_batch_size: int = 0
     total_epochs: int = 1
-    total_steps: Optional[int] = None
+    total_steps: int | None = None
     explorer_input: ExplorerInput = field(default_factory=ExplorerInput)
     trainer_input: TrainerInput = field(default_factory=TrainerInput)
-    default_workflow_type: Optional[str] = None
-    default_reward_fn_type: Optional[str] = None
+    default_workflow_type: str | None = None
+    default_reward_fn_type: str | None = None
     seed: int = 42
 
 
@@ -134,18 +134,18 @@ class AlgorithmConfig:
     algorithm_type: str = "ppo"
     repeat_times: int = 1
     optimizer: OptimizerConfig = field(default_factory=OptimizerConfig)
-    sample_strategy: Optional[str] = None
-    sample_strategy_args: Optional[dict[str, Any]] = None
-    advantage_fn: Optional[str] = None
-    advantage_fn_args: Optional[dict[str, Any]] = None
-    kl_penalty_fn: Optional[str] = None
-    kl_penalty_fn_args: Optional[dict[str, Any]] = None
-    kl_loss_fn: Optional[str] = None
-    kl_loss_fn_args: Optional[dict[str, Any]] = None
-    policy_loss_fn: Optional[str] = None
-    policy_loss_fn_args: Optional[dict[str, Any]] = None
-    entropy_loss_fn: Optional[str] = None
-    entropy_loss_fn_args: Optional[dict[str, Any]] = None
+    sample_strategy: str | None = None
+    sample_strategy_args: dict[str, Any] | None = None
+    advantage_fn: str | None = None
+    advantage_fn_args: dict[str, Any] | None = None
+    kl_penalty_fn: str | None = None
+    kl_penalty_fn_args: dict[str, Any] | None = None
+    kl_loss_fn: str | None = None
+    kl_loss_fn_args: dict[str, Any] | None = None
+    policy_loss_fn: str | None = None
+    policy_loss_fn_args: dict[str, Any] | None = None
+    entropy_loss_fn: str | None = None
+    entropy_loss_fn_args: dict[str, Any] | None = None
     loss_agg_mode: str = "token-mean"
 
 
@@ -153,14 +153,14 @@ class AlgorithmConfig:
 class ModelConfig:
     model_path: str = ""
     critic_model_path: str = ""
-    custom_chat_template: Optional[str] = None
-    chat_template_path: Optional[str] = None
-    max_model_len: Optional[int] = None
-    max_prompt_tokens: Optional[int] = None
-    max_response_tokens: Optional[int] = None
+    custom_chat_template: str | None = None
+    chat_template_path: str | None = None
+    max_model_len: int | None = None
+    max_prompt_tokens: int | None = None
+    max_response_tokens: int | None = None
     min_response_tokens: int = 1
     enable_prompt_truncation: bool = True
-    enable_thinking: Optional[bool] = None
+    enable_thinking: bool | None = None
     temperature: float = 1.0
     top_p: float = 1.0
     top_k: int = -1
@@ -173,7 +173,7 @@ class InferenceModelConfig:
     """A rollout model (``explorer.rollout_model``) or an auxiliary model."""
 
     model_path: str = ""
-    name: Optional[str] = None
+    name: str | None = None
     engine_type: str = "vllm"
     engine_num: int = 1
     tensor_parallel_size: int = 1
@@ -184,18 +184,18 @@ class InferenceModelConfig:
     enable_prefix_caching: bool = False
     enable_chunked_prefill: bool = False
     use_v1: bool = True
-    chat_template: Optional[str] = None
+    chat_template: str | None = None
     enable_thinking: bool = False
     enable_history: bool = False
     enable_openai_api: bool = False
     enable_auto_tool_choice: bool = False
-    tool_call_parser: Optional[str] = None
-    reasoning_parser: Optional[str] = None
+    tool_call_parser: str | None = None
+    reasoning_parser: str | None = None
     openai_api_host: str = "127.0.0.1"
-    max_model_len: Optional[int] = None
-    max_prompt_tokens: Optional[int] = None
-    max_response_tokens: Optional[int] = None
-    min_response_tokens: Optional[int] = None
+    max_model_len: int | None = None
+    max_prompt_tokens: int | None = None
+    max_response_tokens: int | None = None
+    min_response_tokens: int | None = None
     engine_args: dict[str, Any] = field(default_factory=dict)
 
 
@@ -218,21 +218,21 @@ class TrainerConfig:
     name: str = "trainer"
     trainer_type: str = "verl"
     save_interval: int = 0
-    total_steps: Optional[int] = None
+    total_steps: int | None = None
     save_strategy: str = "unrestricted"  # single_thread | single_process | single_node | unrestricted
     save_hf_checkpoint: str = "last"  # last | always | never
     grad_clip: float = 1.0
     use_dynamic_bsz: bool = True
-    max_token_len_per_gpu: Optional[int] = None
+    max_token_len_per_gpu: int | None = None
     micro_batch_size_per_gpu: int = 4
     ulysses_sequence_parallel_size: int = 1
-    trainer_config: Optional[dict[str, Any]] = None
+    trainer_config: dict[str, Any] | None = None
     trainer_config_path: str = ""
 
 
 @dataclass
 class SynchronizerConfig:
-    sync_method: Optional[str] = None  # derived per mode when unset
+    sync_method: str | None = None  # derived per mode when unset
     sync_style: str = "fixed"  # fixed | dynamic_by_explorer | dynamic_by_trainer
     sync_interval: int = 1
     sync_offset: int = 0
@@ -255,14 +255,14 @@ class ClusterConfig:
 
 @dataclass
 class DataJuicerServiceConfig:
-    server_url: Optional[str] = None
+    server_url: str | None = None
     auto_start: bool = False
     port: int = 5005
 
 
 @dataclass
 class ServiceConfig:
-    data_juicer: Optional[DataJuicerServiceConfig] = None
+    data_juicer: DataJuicerServiceConfig | None = None
 
 
 @dataclass
@@ -287,8 +287,8 @@ class ExperiencePipelineConfig:
 
 @dataclass
 class DataProcessorConfig:
-    task_pipeline: Optional[TaskPipelineConfig] = None
-    experience_pipeline: Optional[ExperiencePipelineConfig] = None
+    task_pipeline: TaskPipelineConfig | None = None
+    experience_pipeline: ExperiencePipelineConfig | None = None
 
 
 @dataclass
@@ -302,11 +302,11 @@ class StageConfig:
     """One stage of ``stages``: overrides of the global sections for this stage only."""
 
     stage_name: str = ""
-    mode: Optional[str] = None
-    algorithm: Optional[dict[str, Any]] = None
-    buffer: Optional[dict[str, Any]] = None
-    explorer: Optional[dict[str, Any]] = None
-    trainer: Optional[dict[str, Any]] = None
+    mode: str | None = None
+    algorithm: dict[str, Any] | None = None
+    buffer: dict[str, Any] | None = None
+    explorer: dict[str, Any] | None = None
+    trainer: dict[str, Any] | None = None
 
 
 @dataclass

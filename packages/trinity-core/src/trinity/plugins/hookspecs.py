@@ -16,7 +16,8 @@ Hooks return nothing; a name registered twice (by any two plugins) is refused.
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import pluggy
 

@@ -70,10 +70,7 @@ _SIBLINGS = {
 }
 
 KNOWN_PROVIDERS: dict[tuple[Kind, str], str] = {
-    (kind, name): extra
-    for extra, kinds in _SIBLINGS.items()
-    for kind, names in kinds.items()
-    for name in names
+    (kind, name): extra for extra, kinds in _SIBLINGS.items() for kind, names in kinds.items() for name in names
 }
 
 

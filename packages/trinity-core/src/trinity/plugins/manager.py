@@ -14,10 +14,11 @@ import difflib
 import importlib
 import logging
 import os
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from importlib.metadata import entry_points
 from types import ModuleType
-from typing import Any, Iterable
+from typing import Any
 
 import pluggy
 
@@ -124,7 +125,9 @@ class PluginRegistry:
 
     def add(self, kind: Kind, name: str, target: Any, plugin: str, distribution: str) -> None:
         if not isinstance(name, str) or not name:
-            raise PluginError(f"plugin {plugin} ({distribution}) registered a {kind.label} with an empty or non-string name")
+            raise PluginError(
+                f"plugin {plugin} ({distribution}) registered a {kind.label} with an empty or non-string name"
+            )
         existing = self.entries[kind].get(name)
         if existing is not None:
             raise DuplicatePluginError(
