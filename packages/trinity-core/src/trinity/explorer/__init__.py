@@ -1,1 +1,1 @@
-"""explorer"""
+"""The explorer: workflows, model wrappers and the rollout loop."""
