@@ -9,7 +9,6 @@ responses with its reward function and returns experiences. Workflows are plugin
 from __future__ import annotations
 
 import asyncio
-from abc import ABC
 from collections.abc import Callable, Sequence
 from typing import Any, ClassVar
 
@@ -24,7 +23,7 @@ The reward is the sum of the components; each component also becomes a metric.
 """
 
 
-class Workflow(ABC):
+class Workflow:
     """One run of a task: ask the model, score, return experiences.
 
     ``can_repeat``: the workflow itself asks for ``task.repeat_times`` samples (``n``) and
