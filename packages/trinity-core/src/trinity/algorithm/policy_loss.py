@@ -155,6 +155,7 @@ class CISPOPolicyLoss(_AggregatedLoss):
         log_ratio = (logprobs - old).clamp(-20.0, 20.0)
         ratio = torch.exp(log_ratio).detach()
         weight = ratio.clamp(1.0 - self.args["clip_range_low"], 1.0 + self.args["clip_range_high"])
+        weight = torch.where(mask.bool(), weight, torch.zeros_like(weight))  # a NaN weight off the mask x 0 grad
         loss = self.aggregate(-weight * advantages * logprobs, batch)
         return loss, {
             "pg_loss": loss.item(),

@@ -1,0 +1,58 @@
+"""Sample strategies on real Experience objects."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from trinity.algorithm.sample_strategy import DefaultSampleStrategy, MixSampleStrategy, StalenessControlSampleStrategy
+from trinity.common.experience import EID, Experience
+
+
+def experience(version: int, task: str = "t", run: int = 0, expert: bool = False) -> Experience:
+    return Experience(
+        tokens=torch.tensor([1, 2, 3, 4]),
+        prompt_length=2,
+        logprobs=torch.tensor([-0.5, -0.25]),
+        reward=1.0,
+        eid=EID(batch="0", task=task, run=run),
+        model_version=version,
+        info={"is_expert": True} if expert else {},
+    )
+
+
+VERSIONS = [5, 4, 3, 1]  # staleness at version 5: 0, 1, 2, 4
+
+
+def test_default_keeps_everything():
+    batch, metrics = DefaultSampleStrategy().sample([experience(v) for v in VERSIONS], step=1, current_version=5)
+    assert batch.batch_size == 4 and batch.sample_weights is None
+    assert metrics["staleness_mean"] == pytest.approx(7 / 4) and metrics["staleness_max"] == 4.0
+
+
+def test_staleness_drop():
+    fn = StalenessControlSampleStrategy(max_staleness=1)
+    batch, metrics = fn.sample([experience(v) for v in VERSIONS], step=1, current_version=5)
+    assert batch.model_versions.tolist() == [5, 4]
+    assert metrics["stale_fraction"] == 0.5 and metrics["experience_count"] == 2.0
+    batch, metrics = fn.sample([experience(0)], step=1, current_version=5)
+    assert batch.batch_size == 0 and metrics["experience_count"] == 0.0
+
+
+def test_staleness_downweight():
+    # excess staleness (0, 0, 1, 3) with decay 0.5: weights (1, 1, 0.5, 0.125)
+    fn = StalenessControlSampleStrategy(max_staleness=1, stale_action="downweight", decay=0.5)
+    batch, _ = fn.sample([experience(v) for v in VERSIONS], step=1, current_version=5)
+    torch.testing.assert_close(batch.sample_weights, torch.tensor([1.0, 1.0, 0.5, 0.125]))
+    with pytest.raises(ValueError, match="stale_action"):
+        StalenessControlSampleStrategy(stale_action="ignore").sample([experience(0)], 1, 0)
+
+
+def test_mix_marks_expert_rows():
+    fn = MixSampleStrategy(expert_data_ratio=0.25)
+    assert fn.expert_count(8) == 2
+    exps = [experience(3, run=i) for i in range(3)] + [experience(0, task="sft", expert=True)]
+    batch, metrics = fn.sample(exps, step=1, current_version=3)
+    assert batch.is_expert.tolist() == [False, False, False, True]
+    assert metrics["expert_fraction"] == 0.25 and metrics["staleness_max"] == 0.0  # expert rows excluded
+    assert batch.run_ids.tolist() == [0, 1, 2, 3] and batch.group_ids.tolist() == [0, 0, 0, 1]
