@@ -97,10 +97,10 @@ class MlflowMonitor(Monitor):
         if self.tracking_uri.startswith(("http://", "https://")):
             check_reachable(self.tracking_uri)
         artifacts = None if remote else (self.monitor_dir / "mlflow_artifacts").as_uri()
-        self._client = MlflowClient(tracking_uri=self.tracking_uri)
         run_name = f"{self.name}_{self.role}"
         try:
             with _file_lock(self.monitor_dir / "mlflow.lock"):
+                self._client = MlflowClient(tracking_uri=self.tracking_uri)  # creates a new store's schema
                 experiment_id = self._experiment_id(artifacts)
                 self.run_id = self._client.create_run(experiment_id, run_name=run_name).info.run_id
             params = [Param(mlflow_key(k), v) for k, v in flatten(self.config).items()]
