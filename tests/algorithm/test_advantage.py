@@ -118,6 +118,9 @@ def test_gae_by_hand(make_batch):
     mean = (0.10624 + 0.592 + 0.6 + 0.292 + 0.6) / 5
     var = sum((v - mean) ** 2 for v in (0.10624, 0.592, 0.6, 0.292, 0.6)) / 4
     torch.testing.assert_close(out.advantages, (raw - mean) / math.sqrt(var + 1e-8) * batch.response_mask)
+    # the first row alone has no holes in its mask (a shortcut path): same returns
+    alone, _ = GAEAdvantage(gamma=0.9, lam=0.8)(batch.select([0]))
+    torch.testing.assert_close(alone.returns, out.returns[:1])
     with pytest.raises(ValueError, match="values"):
         GAEAdvantage()(make_batch([[1]], [1.0], [0]))
 
@@ -130,6 +133,8 @@ def test_reinforce_plus_plus_by_hand(make_batch):
     returns = torch.tensor([[2.75, 3.5, 3.0], [2.5, 0.0, 3.0]])
     torch.testing.assert_close(out.returns, returns)
     torch.testing.assert_close(out.advantages, masked_whiten(returns, batch.response_mask) * batch.response_mask)
+    alone, _ = REINFORCEPlusPlusAdvantage(gamma=0.5)(batch.select([0]))  # no holes: the constant-discount path
+    torch.testing.assert_close(alone.returns, returns[:1])
 
 
 def test_remax_by_hand(make_batch):
@@ -182,6 +187,10 @@ def test_reverse_scan_matches_a_loop_on_long_sequences():
         carry = term[:, t] + coef[:, t] * carry
         expected[:, t] = carry
     torch.testing.assert_close(reverse_scan(coef, term), expected, rtol=1e-12, atol=1e-12)
+    constant = torch.full_like(coef, 0.3)
+    expected = reverse_scan(constant, term)
+    torch.testing.assert_close(reverse_scan(0.3, term), expected, rtol=1e-12, atol=1e-12)
+    assert expected[:, -1].equal(term[:, -1]) and expected[:, 0].ne(term[:, 0]).all()
 
 
 def test_unknown_args_are_refused():

@@ -22,7 +22,9 @@ from trinity.algorithm.utils import (
     group_index,
     group_stats,
     group_sum,
+    has_holes,
     last_token_index,
+    masked_discounted_sum,
     masked_mean,
     masked_whiten,
     reverse_scan,
@@ -95,11 +97,11 @@ class GAEAdvantage(AdvantageFn):
         mask = batch.response_mask.float()
         with torch.no_grad():
             values = batch.values.float()
-            # value of the next masked token (0 past the end), then the TD errors
-            carried = reverse_scan(1 - mask, mask * values)
+            # value of the next masked token (0 past the end); a plain shift unless the mask has holes
+            carried = reverse_scan(1 - mask, mask * values) if has_holes(mask) else mask * values
             next_values = torch.nn.functional.pad(carried[:, 1:], (0, 1))
             deltas = token_rewards(batch) + gamma * next_values - values
-            advantages = reverse_scan(1 - mask + mask * gamma * lam, mask * deltas)
+            advantages = masked_discounted_sum(deltas, mask, gamma * lam)
             returns = (advantages + values) * mask
             advantages = masked_whiten(advantages, mask) * mask
         return batch.with_fields(advantages=advantages, returns=returns), _metrics(
@@ -235,7 +237,7 @@ class REINFORCEPlusPlusAdvantage(AdvantageFn):
     def __call__(self, batch: Batch) -> tuple[Batch, Metrics]:
         mask = batch.response_mask.float()
         with torch.no_grad():
-            returns = reverse_scan(1 - mask + mask * float(self.args["gamma"]), mask * token_rewards(batch)) * mask
+            returns = masked_discounted_sum(token_rewards(batch), mask, float(self.args["gamma"])) * mask
             advantages = masked_whiten(returns, mask) * mask
         return batch.with_fields(advantages=advantages, returns=returns), _metrics(
             sequence_scores(batch), advantages, mask

@@ -12,8 +12,8 @@ LOSS_AGG_MODES = ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "se
 
 
 def masked_sum(values: torch.Tensor, mask: torch.Tensor, dim: int | None = None) -> torch.Tensor:
-    """Sum of ``values`` where ``mask`` is set; NaN/inf outside the mask are ignored."""
-    kept = torch.where(mask.bool(), values, torch.zeros_like(values)) * mask
+    """Sum of ``values`` where the 0/1 ``mask`` is set; NaN/inf outside the mask are ignored."""
+    kept = torch.where(mask.bool(), values, 0.0)
     return kept.sum() if dim is None else kept.sum(dim)
 
 
@@ -27,10 +27,11 @@ def masked_whiten(values: torch.Tensor, mask: torch.Tensor, epsilon: float = 1e-
     """``(x - mean) / sqrt(var + eps)`` with mean and unbiased variance over the mask (verl's
     ``masked_whiten``); with fewer than two masked elements the variance is the biased one
     instead of an error."""
-    mean = masked_mean(values, mask)
-    count = mask.sum()
-    var = masked_sum((values - mean) ** 2, mask) / (count - 1).clamp(min=1)
-    return (values - mean) * torch.rsqrt(var + epsilon)
+    valid = mask.bool()
+    count = valid.sum()
+    centred = values - torch.where(valid, values, 0.0).sum() / count.clamp(min=1)
+    var = torch.where(valid, centred.square(), 0.0).sum() / (count - 1).clamp(min=1)
+    return centred * torch.rsqrt(var + epsilon)
 
 
 def agg_loss(loss_mat: torch.Tensor, mask: torch.Tensor, mode: str, norm: float | None = None) -> torch.Tensor:
@@ -57,21 +58,42 @@ def agg_loss(loss_mat: torch.Tensor, mask: torch.Tensor, mode: str, norm: float 
     raise ValueError(f"unknown loss_agg_mode {mode!r}; choose one of {LOSS_AGG_MODES}")
 
 
-def reverse_scan(coef: torch.Tensor, term: torch.Tensor) -> torch.Tensor:
+def reverse_scan(coef: torch.Tensor | float, term: torch.Tensor) -> torch.Tensor:
     """Solve ``x_t = term_t + coef_t * x_{t+1}`` (``x_R = 0``) along the last dim.
 
     Log-depth doubling (Hillis-Steele) over affine maps: ``ceil(log2 R)`` vectorised steps,
     each composing every position with the one ``s`` ahead. Only products of the
     coefficients are formed (no division by powers), so discounts near 0 or sequences of
-    thousands of tokens stay exact to rounding.
+    thousands of tokens stay exact to rounding. A float ``coef`` is the same at every position.
     """
-    x, a = term.clone(), coef.clone()
+    x = term.clone()
+    a = coef.clone() if isinstance(coef, torch.Tensor) else coef
     length, step = x.shape[-1], 1
-    while step < length:
-        x[..., :-step] += a[..., :-step] * x[..., step:]
-        a[..., :-step] = a[..., :-step] * a[..., step:]
+    while step < length:  # each right-hand side is evaluated before the in-place write
+        if isinstance(a, torch.Tensor):
+            x[..., :-step] += a[..., :-step] * x[..., step:]
+            if 2 * step < length:
+                a[..., :-step] = a[..., :-step] * a[..., step:]
+        else:
+            x[..., :-step] += a * x[..., step:]
+            a = a * a
         step *= 2
     return x
+
+
+def masked_discounted_sum(term: torch.Tensor, mask: torch.Tensor, discount: float) -> torch.Tensor:
+    """``x_t = term_t + discount * x_{t'}`` on masked tokens, ``t'`` the next masked token after
+    ``t`` (tokens off the mask are skipped and carry ``x`` through). One scan with a constant
+    coefficient unless the mask has holes (multi-turn), then with per-token coefficients."""
+    kept = mask * term
+    if has_holes(mask):
+        return reverse_scan(1 - mask + mask * discount, kept)
+    return reverse_scan(discount, kept)
+
+
+def has_holes(mask: torch.Tensor) -> bool:
+    """Whether some row's mask turns back on after a 0 (not a plain prefix)."""
+    return bool((mask[..., 1:] > mask[..., :-1]).any())
 
 
 def group_index(group_ids: torch.Tensor) -> tuple[torch.Tensor, int]:
