@@ -63,5 +63,44 @@ def config_check(config_file: str, overrides: tuple[str, ...]) -> None:
     click.echo(to_yaml(cfg), nl=False)
 
 
+@main.command()
+@click.option(
+    "--config", "config_file", required=True, type=click.Path(dir_okay=False), help="The experiment's YAML file."
+)
+@click.argument("overrides", nargs=-1)
+def run(config_file: str, overrides: tuple[str, ...]) -> None:
+    """Run an experiment: every stage, in its mode (both, train, explore, bench).
+
+    OVERRIDES are dotlist settings applied over the file, e.g. buffer.batch_size=8.
+    """
+    from trinity.config import ConfigError
+    from trinity.launcher import RunFailed
+    from trinity.launcher import run as run_experiment
+    from trinity.summary import print_summary
+
+    try:
+        summaries = run_experiment(config_file, list(overrides))
+    except ConfigError as exc:
+        click.echo(str(exc), err=True)
+        sys.exit(2)
+    except RunFailed as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(1)
+    print_summary(summaries)
+
+
+@main.command("tiny-model")
+@click.argument("out_dir", type=click.Path(file_okay=False))
+@click.option("--hidden-size", default=128, show_default=True)
+@click.option("--num-layers", default=2, show_default=True)
+@click.option("--seed", default=0, show_default=True)
+def tiny_model(out_dir: str, hidden_size: int, num_layers: int, seed: int) -> None:
+    """Build a tiny Qwen2-architecture model with a locally trained tokenizer in OUT_DIR (no download)."""
+    from trinity.common.tiny_model import build_tiny_model
+
+    path = build_tiny_model(out_dir, hidden_size=hidden_size, num_layers=num_layers, seed=seed)
+    click.echo(f"tiny model written to {path}")
+
+
 if __name__ == "__main__":
     main()

@@ -251,6 +251,9 @@ class ClusterConfig:
     node_num: int = 1
     gpu_per_node: int = 8
     ray_address: str = ""
+    cpu_threads: int | None = None
+    """Torch threads per explorer/trainer actor; default: all cores when they take turns
+    (sync_offset 0, fixed style), an even share when they overlap."""
 
 
 @dataclass

@@ -1,1 +1,1 @@
-"""synchronizer"""
+"""Weight synchronisation between trainer and explorer."""

@@ -1,1 +1,1 @@
-"""trainer"""
+"""The trainer: the training loop over the buffer."""

@@ -1,0 +1,119 @@
+"""``trinity run``: start Ray, run each stage's explorer and/or trainer, report.
+
+Mode ``both`` runs an Explorer and a Trainer actor side by side in the experiment's
+namespace; ``train`` and ``explore`` run one of them (async RFT: two ``trinity run``
+processes that meet through the buffer file and checkpoint sync); ``bench`` evaluates
+saved checkpoints. Stages run in order, each from the previous stage's final weights;
+a finished stage is skipped when the experiment is run again.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+from trinity.common.files import read_json, write_json
+from trinity.config import load_stage_configs
+from trinity.config.schema import Config
+
+logger = logging.getLogger(__name__)
+
+
+class RunFailed(RuntimeError):
+    """An explorer or trainer actor died; the message names it and its error."""
+
+
+def stage_done_path(config: Config) -> Path:
+    return Path(config.checkpoint_job_dir) / "meta" / "stage_done.json"
+
+
+def run(config_path: str, overrides: list[str] | None = None) -> list[dict[str, Any]]:
+    """Run every stage of the experiment; returns one summary per stage run."""
+    import ray
+
+    stages = load_stage_configs(config_path, overrides)
+    first = stages[0]
+    started_ray = not ray.is_initialized()
+    if started_ray:
+        address = first.cluster.ray_address or os.environ.get("RAY_ADDRESS") or None
+        ray.init(address=address, namespace=first.ray_namespace, include_dashboard=False, log_to_driver=True)
+    summaries = []
+    model_path = None
+    try:
+        for index, config in enumerate(stages):
+            done = read_json(stage_done_path(config)) if config.continue_from_checkpoint else None
+            if done and len(stages) > 1:
+                logger.info("stage %s already finished: skipping", config.name)
+                model_path = done["model_path"]
+                continue
+            if model_path:  # a later stage starts from the previous stage's final weights
+                config.model.model_path = config.model.critic_model_path = model_path
+                config.explorer.rollout_model.model_path = model_path
+            summary = run_stage(config)
+            summaries.append(summary)
+            model_path = summary.get("model_path") or model_path
+            if len(stages) > 1:
+                write_json(stage_done_path(config), {"model_path": model_path, "stage": index})
+    finally:
+        if started_ray:
+            ray.shutdown()
+    return summaries
+
+
+def run_stage(config: Config) -> dict[str, Any]:
+    """One stage: the actors its mode needs, until they finish."""
+    import ray
+
+    from trinity.common.runtime import default_threads
+    from trinity.explorer.explorer import Explorer
+    from trinity.trainer.trainer import Trainer
+
+    started = time.time()
+    roles: dict[str, Any] = {}
+    namespace = config.ray_namespace
+    threads = default_threads(config, 2 if config.mode == "both" else 1)
+    if config.synchronizer.sync_method == "memory":
+        from trinity.synchronizer.methods import MemorySync
+
+        store = MemorySync.create_store(config)
+    if config.mode in ("both", "train"):
+        roles[config.trainer.name] = _actor(Trainer, config.trainer.name, namespace).remote(config, threads)
+    if config.mode in ("both", "explore", "bench"):
+        roles[config.explorer.name] = _actor(Explorer, config.explorer.name, namespace).remote(config, threads)
+    method = "benchmark" if config.mode == "bench" else "run"
+    pending = {getattr(actor, method).remote(): name for name, actor in roles.items()}
+    results: dict[str, Any] = {}
+    try:
+        while pending:
+            (ref,), _ = ray.wait(list(pending))
+            name = pending.pop(ref)
+            try:
+                results[name] = ray.get(ref)
+            except ray.exceptions.RayError as exc:
+                raise RunFailed(f"{name} failed: {_cause(exc)}") from exc
+    finally:
+        for actor in roles.values():
+            ray.kill(actor)
+        if config.synchronizer.sync_method == "memory":
+            ray.kill(store)
+    summary = {"stage": config.name, "mode": config.mode, "seconds": time.time() - started, "roles": results}
+    trainer_result = results.get(config.trainer.name)
+    if trainer_result and trainer_result.get("model_path"):
+        summary["model_path"] = trainer_result["model_path"]
+    summary["job_dir"] = config.checkpoint_job_dir
+    return summary
+
+
+def _actor(cls: type, name: str, namespace: str):
+    import ray
+
+    return ray.remote(num_cpus=0, max_restarts=0)(cls).options(name=name, namespace=namespace)
+
+
+def _cause(exc: Exception) -> str:
+    cause = getattr(exc, "cause", None) or exc
+    text = str(cause).strip().splitlines()
+    return text[-1] if text else type(cause).__name__

@@ -1,0 +1,158 @@
+"""Weight synchronisation methods: how trainer weights reach the explorer's engines.
+
+The trainer ``publish``es a version after its step ``version``; the explorer asks for
+the newest version at least ``min_version`` (waiting up to a timeout, or not at all).
+
+- ``memory``: the state dict goes through Ray's object store; a named actor in the
+  experiment's namespace holds the newest reference. Needs one Ray cluster (mode both).
+- ``checkpoint``: weights are written as safetensors under ``<job dir>/sync/`` with a
+  ``latest.json`` pointer; works between separate processes (async mode) with no actor.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import time
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from trinity.common.files import read_json, write_json
+from trinity.config.schema import Config
+
+KEEP_SYNC_DIRS = 2
+"""Checkpoint sync keeps this many newest weight directories."""
+
+
+@dataclass
+class WeightUpdate:
+    """One published version: either a state dict or a directory to load."""
+
+    version: int
+    state_dict: dict[str, torch.Tensor] | None = None
+    path: str | None = None
+
+
+class SyncTimeout(TimeoutError):
+    """The explorer waited ``sync_timeout`` seconds for a version the trainer did not publish."""
+
+
+class SyncMethod(ABC):
+    """Both sides of one synchronisation channel, built from the experiment config."""
+
+    def __init__(self, config: Config):
+        self.config = config
+
+    @abstractmethod
+    def publish(self, state_dict: dict[str, torch.Tensor], version: int) -> None:
+        """Trainer side: make ``version`` available."""
+
+    @abstractmethod
+    def fetch(self, min_version: int, timeout: float) -> WeightUpdate | None:
+        """Explorer side: the newest version >= ``min_version``, waiting up to ``timeout``.
+
+        ``timeout=0`` does not wait and returns None when nothing new enough exists.
+        """
+
+
+class CheckpointSync(SyncMethod):
+    """Weights through files in the job directory (works across processes and nodes)."""
+
+    def __init__(self, config: Config):
+        super().__init__(config)
+        self.root = Path(config.checkpoint_job_dir) / "sync"
+
+    def publish(self, state_dict: dict[str, torch.Tensor], version: int) -> None:
+        from safetensors.torch import save_file
+
+        target = self.root / f"version_{version}"
+        tmp = target.with_name(target.name + ".tmp")
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True)
+        save_file({k: v.contiguous() for k, v in state_dict.items()}, str(tmp / "model.safetensors"))
+        shutil.rmtree(target, ignore_errors=True)
+        tmp.rename(target)
+        write_json(self.root / "latest.json", {"version": version, "path": str(target)})
+        for old in sorted(self.root.glob("version_*"), key=_version_of)[:-KEEP_SYNC_DIRS]:
+            if not old.name.endswith(".tmp"):
+                shutil.rmtree(old, ignore_errors=True)
+
+    def fetch(self, min_version: int, timeout: float) -> WeightUpdate | None:
+        deadline = time.monotonic() + timeout
+        while True:
+            latest = read_json(self.root / "latest.json")
+            if latest and latest["version"] >= min_version:
+                return WeightUpdate(latest["version"], path=latest["path"])
+            if time.monotonic() >= deadline:
+                if timeout > 0:
+                    raise SyncTimeout(f"no weights of version >= {min_version} in {self.root} after {timeout:.0f} s")
+                return None
+            time.sleep(0.05)
+
+
+class MemorySync(SyncMethod):
+    """Weights through Ray's object store, announced by a named actor of the namespace."""
+
+    ACTOR_NAME = "trinity_weight_store"
+
+    def __init__(self, config: Config):
+        super().__init__(config)
+        import ray
+
+        self._ray = ray
+        self.store = ray.get_actor(self.ACTOR_NAME, namespace=config.ray_namespace)
+
+    @classmethod
+    def create_store(cls, config: Config):
+        """Start the run's weight store (the launcher owns it; a stale one is replaced)."""
+        import ray
+
+        try:
+            ray.kill(ray.get_actor(cls.ACTOR_NAME, namespace=config.ray_namespace))
+        except ValueError:
+            pass
+        return ray.remote(num_cpus=0)(WeightStore).options(name=cls.ACTOR_NAME, namespace=config.ray_namespace).remote()
+
+    def publish(self, state_dict: dict[str, torch.Tensor], version: int) -> None:
+        ref = self._ray.put(state_dict)
+        self._ray.get(self.store.publish.remote(version, [ref]))
+
+    def fetch(self, min_version: int, timeout: float) -> WeightUpdate | None:
+        found = self._ray.get(self.store.wait_for.remote(min_version, timeout))
+        if found is None:
+            if timeout > 0:
+                raise SyncTimeout(f"no weights of version >= {min_version} published after {timeout:.0f} s")
+            return None
+        version, (ref,) = found
+        return WeightUpdate(version, state_dict=self._ray.get(ref))
+
+
+class WeightStore:
+    """Holds the newest published weight reference; explorers wait on it (async actor)."""
+
+    def __init__(self) -> None:
+        self.version = -1
+        self.refs: list = []
+        self.changed = asyncio.Condition()
+
+    async def publish(self, version: int, refs: list) -> None:
+        async with self.changed:
+            self.version, self.refs = version, refs
+            self.changed.notify_all()
+
+    async def wait_for(self, min_version: int, timeout: float) -> tuple[int, list] | None:
+        async with self.changed:
+            if self.version < min_version:
+                try:
+                    await asyncio.wait_for(self.changed.wait_for(lambda: self.version >= min_version), timeout)
+                except asyncio.TimeoutError:
+                    return None
+            return self.version, self.refs
+
+
+def _version_of(path: Path) -> int:
+    digits = path.name.removeprefix("version_").removesuffix(".tmp")
+    return int(digits) if digits.isdigit() else -1

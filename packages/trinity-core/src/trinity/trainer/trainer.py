@@ -1,0 +1,176 @@
+"""The trainer: reads experiences, applies the algorithm, updates the model, publishes weights.
+
+Each step reads ``train_batch_size`` experiences, turns them into a batch with the sample
+strategy, adds values / reference logprobs, the KL reward penalty and advantages where
+the algorithm computes them trainer-side, and runs one engine step. Weights are published
+every ``sync_interval`` steps; checkpoints are saved every ``save_interval`` steps and at
+the end.
+
+Resume contract: a checkpoint is written, then the metadata naming it together with the
+buffer reader's position, then the reader commits. A crash anywhere restarts from the
+last metadata, so no batch is lost and no step is trained twice.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import logging
+import shutil
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from trinity.buffer import BufferTimeout, EndOfBuffer, open_experience_reader
+from trinity.common.batch import Batch
+from trinity.common.experience import Experience
+from trinity.common.files import read_json, write_json
+from trinity.common.runtime import setup_role
+from trinity.config.schema import Config
+from trinity.monitor.metrics import stats, timer
+from trinity.plugins import Kind, resolve
+
+logger = logging.getLogger(__name__)
+
+_THREAD_SAVE_LOCK = threading.Lock()
+
+
+def trainer_meta_path(config: Config) -> Path:
+    return Path(config.checkpoint_job_dir) / "meta" / f"{config.trainer.name}.json"
+
+
+def checkpoint_dir(config: Config, step: int) -> Path:
+    return Path(config.checkpoint_job_dir) / f"global_step_{step}"
+
+
+@contextmanager
+def save_guard(config: Config) -> Iterator[None]:
+    """Serialise saves per ``trainer.save_strategy``.
+
+    ``single_thread``: one save at a time in the whole system (thread lock and a file lock
+    under checkpoint_root_dir); ``single_process`` and ``single_node``: the file lock
+    only (on one node these coincide); ``unrestricted``: no lock.
+    """
+    strategy = config.trainer.save_strategy
+    if strategy == "unrestricted":
+        yield
+        return
+    lock_path = Path(config.checkpoint_root_dir).expanduser() / ".trinity_save.lock"
+    lock_path.parent.mkdir(parents=True, exist_ok=True)
+    thread_lock = _THREAD_SAVE_LOCK if strategy == "single_thread" else threading.Lock()
+    with thread_lock, open(lock_path, "w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+class Trainer:
+    """Trains on what the explorers wrote, one ``train_batch_size`` batch per step."""
+
+    def __init__(self, config: Config, threads: int | None = None):
+        self.config = config
+        self.name = config.trainer.name
+        self.monitor = setup_role(config, self.name, threads)
+        algo = config.algorithm
+        self.algorithm = resolve(Kind.ALGORITHM_TYPE, algo.algorithm_type)
+        self.advantage_fn = resolve(Kind.ADVANTAGE_FN, algo.advantage_fn)(**algo.advantage_fn_args)
+        self.kl_penalty_fn = resolve(Kind.KL_FN, algo.kl_penalty_fn)(**algo.kl_penalty_fn_args)
+        self.sample_strategy = resolve(Kind.SAMPLE_STRATEGY, algo.sample_strategy)(**algo.sample_strategy_args)
+        self.engine = resolve(Kind.TRAINER_ENGINE, config.trainer.trainer_type, "trainer.trainer_type")(config)
+        self.reader = open_experience_reader(
+            config.buffer.trainer_input.experience_buffer, reader_name=self.name, auto_commit=False
+        )
+        self.sync = resolve(Kind.SYNC_METHOD, config.synchronizer.sync_method)(config)
+        self.step = 0
+        self.saved_step = 0
+        meta = read_json(trainer_meta_path(config)) if config.continue_from_checkpoint else None
+        if meta:
+            self.step = self.saved_step = self.engine.load_checkpoint(meta["checkpoint"])
+            self.reader.load_state_dict(meta["reader"])
+            logger.info("%s: resumed from %s (step %d)", self.name, meta["checkpoint"], self.step)
+            self.publish()  # explorers resume from these weights
+
+    def run(self) -> dict[str, Any]:
+        """Train until ``total_steps`` or the end of the buffer; returns a summary."""
+        total = self.config.trainer.total_steps
+        start_step = self.step
+        save_interval = self.config.trainer.save_interval
+        while total is None or self.step < total:
+            metrics: dict[str, float] = {}
+            try:
+                with timer(metrics, "read_experiences"):
+                    experiences = self.reader.read(self.config.buffer.train_batch_size)
+            except EndOfBuffer:
+                break
+            except BufferTimeout as exc:
+                logger.warning("%s: stopping: %s", self.name, exc)
+                break
+            with timer(metrics, "train_step"):
+                metrics.update(self.train_step(experiences))
+            self.step += 1
+            if self.step % self.config.synchronizer.sync_interval == 0:
+                with timer(metrics, "sync_weights"):
+                    self.publish()
+            if save_interval and self.step % save_interval == 0:
+                with timer(metrics, "save_checkpoint"):
+                    self.save()
+            self.monitor.log(metrics, self.step)
+        if self.step % self.config.synchronizer.sync_interval:
+            self.publish()
+        if self.step != self.saved_step:
+            self.save()
+        return {"role": self.name, "steps": self.step - start_step, "final_step": self.step}
+
+    def train_step(self, experiences: list[Experience]) -> dict[str, float]:
+        """One update from ``experiences``; returns its metrics."""
+        batch, metrics = self.sample_strategy.sample(experiences, self.step, self.step)
+        if self.algorithm.compute_advantage_in_trainer:
+            batch, prepared = self.prepare(batch)
+            metrics.update(prepared)
+        metrics.update(self.engine.train_step(batch))
+        metrics.update(self.batch_metrics(batch))
+        return metrics
+
+    def prepare(self, batch: Batch) -> tuple[Batch, dict[str, float]]:
+        """Values, reference logprobs, the KL reward penalty and advantages, in that order."""
+        if self.algorithm.use_critic:
+            batch = batch.with_fields(values=self.engine.compute_values(batch))
+        if self.config.algorithm.kl_penalty_fn != "none":
+            batch = batch.with_fields(ref_logprobs=self.engine.compute_ref_logprobs(batch))
+        batch, kl_metrics = self.kl_penalty_fn.apply_to_reward(batch)
+        batch, adv_metrics = self.advantage_fn(batch)
+        return batch, {**{f"critic/{k}": v for k, v in kl_metrics.items()}, **adv_metrics}
+
+    @staticmethod
+    def batch_metrics(batch: Batch) -> dict[str, float]:
+        mask = batch.response_mask
+        metrics = stats("critic/score", batch.rewards.tolist())
+        metrics.update(stats("response_length", mask.sum(dim=1).tolist()))
+        if batch.advantages is not None:
+            valid = batch.advantages[mask > 0]
+            metrics.update(stats("critic/advantages", valid.tolist() if valid.numel() else []))
+        return metrics
+
+    def publish(self) -> None:
+        self.sync.publish(self.engine.weights_for_sync(), self.step)
+
+    def save(self) -> None:
+        """Checkpoint, then the metadata naming it and the reader position, then commit."""
+        target = checkpoint_dir(self.config, self.step)
+        with save_guard(self.config):
+            shutil.rmtree(target, ignore_errors=True)
+            self.engine.save_checkpoint(str(target), self.step)
+        write_json(
+            trainer_meta_path(self.config),
+            {"step": self.step, "checkpoint": str(target), "reader": self.reader.state_dict()},
+        )
+        self.reader.commit()
+        self.saved_step = self.step
+        logger.info("%s: saved %s", self.name, target)
+
+    def shutdown(self) -> None:
+        self.reader.close()
+        self.monitor.close()
