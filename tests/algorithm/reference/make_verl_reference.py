@@ -64,7 +64,7 @@ GAE_ARGS = {"gamma": 0.99, "lam": 0.95}
 RPP_ARGS = {"gamma": 0.97}
 
 
-def _actor_config(clip_low: float, clip_high: float):
+def _actor_config(clip_low: float, clip_high: float, clip_ratio_c: float = 3.0):
     from verl.workers.config import ActorConfig
 
     return ActorConfig(
@@ -74,20 +74,19 @@ def _actor_config(clip_low: float, clip_high: float):
         clip_ratio=clip_low,
         clip_ratio_low=clip_low,
         clip_ratio_high=clip_high,
+        clip_ratio_c=clip_ratio_c,
     )
 
 
 def _loss_with_grad(fn, x: dict[str, torch.Tensor], **kwargs) -> dict[str, torch.Tensor]:
     logprobs = x["logprobs"].clone().requires_grad_(True)
-    out = fn(old_log_prob=x["old_logprobs"], log_prob=logprobs, advantages=x["advantages"], **kwargs)
-    loss, metrics = out[0], out[1]
+    loss, metrics = fn(old_log_prob=x["old_logprobs"], log_prob=logprobs, advantages=x["advantages"], **kwargs)
     loss.backward()
-    result = {"loss": loss.detach(), "grad": logprobs.grad}
-    if isinstance(metrics, dict):
-        result.update({k.removeprefix("actor/"): torch.tensor(v) for k, v in metrics.items()})
-    else:  # the deprecated compute_policy_loss returns (loss, clipfrac, ppo_kl, clipfrac_lower)
-        result.update(pg_clipfrac=out[1].detach(), ppo_kl=out[2].detach(), pg_clipfrac_lower=out[3].detach())
-    return result
+    return {
+        "loss": loss.detach(),
+        "grad": logprobs.grad,
+        **{k.removeprefix("actor/"): torch.tensor(v) for k, v in metrics.items()},
+    }
 
 
 def build_cases(x: dict[str, torch.Tensor]) -> dict[str, dict[str, torch.Tensor]]:
@@ -114,14 +113,11 @@ def build_cases(x: dict[str, torch.Tensor]) -> dict[str, dict[str, torch.Tensor]
     for mode in AGG_MODES:
         cases[f"agg_{mode}"] = {"loss": core.agg_loss(x["advantages"], mask, mode)}
         cases[f"ppo_{mode}"] = _loss_with_grad(
-            core.compute_policy_loss,
+            core.compute_policy_loss_vanilla,
             x,
             response_mask=mask,
-            cliprange=PPO_ARGS["clip_range"],
-            cliprange_low=PPO_ARGS["clip_range_low"],
-            cliprange_high=PPO_ARGS["clip_range_high"],
-            clip_ratio_c=PPO_ARGS["clip_ratio_c"],
             loss_agg_mode=mode,
+            config=_actor_config(PPO_ARGS["clip_range_low"], PPO_ARGS["clip_range_high"], PPO_ARGS["clip_ratio_c"]),
         )
     cases["gspo"] = _loss_with_grad(
         core.compute_policy_loss_gspo,
