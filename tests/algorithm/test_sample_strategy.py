@@ -56,3 +56,17 @@ def test_mix_marks_expert_rows():
     assert batch.is_expert.tolist() == [False, False, False, True]
     assert metrics["expert_fraction"] == 0.25 and metrics["staleness_max"] == 0.0  # expert rows excluded
     assert batch.run_ids.tolist() == [0, 1, 2, 3] and batch.group_ids.tolist() == [0, 0, 0, 1]
+
+
+def test_batch_carries_run_step_ids_and_reward_baselines():
+    exps = [
+        Experience(tokens=torch.tensor([1, 2, 3]), prompt_length=1, reward=1.0, eid=EID(task="a", run=0, step=s),
+                   info={"reward_baseline": 0.5})
+        for s in (0, 1)
+    ] + [Experience(tokens=torch.tensor([1, 2]), prompt_length=1, reward=0.0, eid=EID(task="a", run=1),
+                    info={"reward_baseline": 0.25})]  # fmt: skip
+    batch = DefaultSampleStrategy().sample(exps, step=0, current_version=0)[0]
+    assert batch.run_ids.tolist() == [0, 0, 1] and batch.step_ids.tolist() == [0, 1, 0]
+    assert batch.group_ids.tolist() == [0, 0, 0] and batch.reward_baselines.tolist() == [0.5, 0.5, 0.25]
+    exps[2].info.clear()  # one row without a baseline: none at all
+    assert DefaultSampleStrategy().sample(exps, step=0, current_version=0)[0].reward_baselines is None

@@ -2,7 +2,19 @@
 
 Every function object is built from its config args (``algorithm.<kind>_args``) merged
 over its ``default_args()``, and works on ``[B, R]`` response-aligned tensors of a
-``Batch``. All return a metrics dict of plain floats next to their result.
+``Batch``. All return a metrics dict of plain floats next to their result, named without
+prefix (``pg_loss``, ``ppo_kl``, ``pg_clipfrac``, ``kl_loss``, ``entropy_loss``; the engine
+adds ``actor/``).
+
+Conventions of the built-in functions (``trinity.algorithm.*``):
+- ``response_mask`` is 0/1; a row of zeros (empty response) contributes nothing, never NaN.
+- Losses take ``loss_agg_mode`` (``token-mean``, ``seq-mean-token-sum``,
+  ``seq-mean-token-mean``, ``seq-mean-token-sum-norm``), aggregate over the micro-batch they
+  are given, and scale rows by ``batch.sample_weights`` when set.
+- Any float dtype in, float32 statistics and losses out; gradients reach ``logprobs`` in its
+  own dtype.
+- Each loss returned is added to the actor's total: ``pg + kl_loss + entropy_loss`` (the
+  entropy term is ``-entropy_coef * entropy``).
 """
 
 from __future__ import annotations
