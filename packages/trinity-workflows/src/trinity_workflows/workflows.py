@@ -1,13 +1,108 @@
-"""The catalogue's workflows (being written: names registered in plugin.py resolve here)."""
+"""Single-call workflows: ask once (``repeat_times`` samples), score each response.
+
+Prompt construction, in order: the row's messages (``prompt_type: messages``) or its
+``prompt_key`` text as the user turn; a system prompt from the row
+(``format.system_prompt_key``), else the taskset (``format.system_prompt``), else the
+workflow's default below. Sampling settings (temperature, ``max_tokens``...) are the
+ModelWrapper's: the model config merged with the taskset's ``rollout_args``; the
+workflow asks for ``n = repeat_times`` samples in one call.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+from trinity.common.experience import Experience
+from trinity_workflows.base import CatalogueWorkflow, Messages
+
+THINK_ANSWER_SYSTEM_PROMPT = (
+    "A conversation between User and Assistant. The user asks a question, and the Assistant solves it. "
+    "The assistant first thinks about the reasoning process in the mind and then provides the user with "
+    "the answer. The reasoning process and answer are enclosed within <think> </think> and <answer> </answer> "
+    "tags, respectively, i.e., <think> reasoning process here </think> <answer> answer here </answer>."
+)
+BOXED_SYSTEM_PROMPT = "Please reason step by step, and put your final answer within \\boxed{}."
+COUNTDOWN_PROMPT = (
+    "Using the numbers {numbers}, create an equation that equals {target}. You can use basic arithmetic "
+    "operations (+, -, *, /) and each number can only be used once. Show your work in <think> </think> tags. "
+    "And return the final answer in <answer> </answer> tags, for example <answer> (1 + 2) / 3 </answer>."
+)
 
 
-def __getattr__(name: str):
-    if name.startswith("__"):
-        raise AttributeError(name)
+class SimpleWorkflow(CatalogueWorkflow):
+    """Chat once with the task's conversation and score every sample with the reward function.
 
-    class NotImplementedYet:
-        def __init__(self, *args, **kwargs):
-            raise NotImplementedError(f"trinity-workflows registers '{name}' but does not implement it yet")
+    The taskset must name a reward function (``default_reward_fn_type``).
+    """
 
-    NotImplementedYet.__name__ = name
-    return NotImplementedYet
+    sampling_overrides: ClassVar[dict[str, Any]] = {}
+
+    async def rollout(self) -> list[Experience]:
+        messages = self.messages()
+        experiences = await self.model.chat_async(messages, n=self.repeat_times, **self.sampling_overrides)
+        prompt = last_user_text(messages)
+        return [self.score_experience(e, prompt) for e in experiences]
+
+
+class MathWorkflow(SimpleWorkflow):
+    """Math word problems with ``math_reward`` by default; the default system prompt asks for
+    ``<think>...</think> <answer>...</answer>`` (Trinity-RFT's), ``format.system_prompt`` replaces it.
+
+    Works on plaintext rows like ``{"question": "3+4=", "answer": "7"}`` with
+    ``prompt_key: question`` and ``response_key: answer``.
+    """
+
+    default_reward_fn = "math_reward"
+    default_system_prompt = THINK_ANSWER_SYSTEM_PROMPT
+
+
+class MathBoxedWorkflow(SimpleWorkflow):
+    """Math with the final answer in ``\\boxed{}`` (Qwen-math style prompt), graded by
+    ``math_boxed_reward``; its ``with_think`` / ``format_penalty`` come from ``reward_fn_args``."""
+
+    default_reward_fn = "math_boxed_reward"
+    default_system_prompt = BOXED_SYSTEM_PROMPT
+
+
+class MathEvalWorkflow(SimpleWorkflow):
+    """For eval tasksets: the boxed prompt, but graded by ``math_reward`` (the ``<answer>`` tag,
+    else the last box, else the text), so the score measures correctness, not format; no logprobs.
+
+    The explorer turns the per-sample ``accuracy`` into ``mean@k`` and ``best@k`` (pass@k).
+    """
+
+    default_reward_fn = "math_reward"
+    default_system_prompt = BOXED_SYSTEM_PROMPT
+    sampling_overrides = {"logprobs": False}
+
+
+class CountdownWorkflow(SimpleWorkflow):
+    """The countdown arithmetic puzzle (TinyZero's prompt) with ``countdown_reward``.
+
+    A row holds the numbers and the target (columns ``numbers`` and ``target``, renamed by
+    ``workflow_args.numbers_key`` / ``target_key``); the prompt is built from them unless
+    the row has a ``prompt_key`` column, and the truth is ``{"numbers", "target"}``.
+    """
+
+    default_reward_fn = "countdown_reward"
+
+    @property
+    def _puzzle(self) -> dict[str, Any]:
+        args = self.task.workflow_args
+        raw = self.task.raw
+        return {"numbers": raw[args.get("numbers_key", "numbers")], "target": raw[args.get("target_key", "target")]}
+
+    @property
+    def user_prompt(self) -> str:
+        if (self.task.format.get("prompt_key") or "prompt") in self.task.raw:
+            return super().user_prompt
+        return COUNTDOWN_PROMPT.format(**self._puzzle)
+
+    @property
+    def truth(self) -> dict[str, Any]:
+        return self._puzzle
+
+
+def last_user_text(messages: Messages) -> str | None:
+    """The content of the last user message (what reward functions get as ``prompt``)."""
+    return next((m.get("content") for m in reversed(messages) if m.get("role") == "user"), None)
