@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 
 import click
@@ -10,8 +11,20 @@ import click
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="trinity-core")
-def main() -> None:
+@click.option(
+    "--plugin-dir",
+    "plugin_dirs",
+    multiple=True,
+    type=click.Path(exists=True, file_okay=False),
+    help="Load every *.py file in this directory as a plugin (repeatable; adds to $TRINITY_PLUGIN_DIRS).",
+)
+def main(plugin_dirs: tuple[str, ...]) -> None:
     """trinity: reinforcement fine-tuning of language models."""
+    if plugin_dirs:  # before any plugin loads; child processes inherit it
+        from trinity.plugins.manager import PLUGIN_DIRS_ENV
+
+        known = [d for d in os.environ.get(PLUGIN_DIRS_ENV, "").split(os.pathsep) if d]
+        os.environ[PLUGIN_DIRS_ENV] = os.pathsep.join([*map(os.path.abspath, plugin_dirs), *known])
 
 
 @main.command()

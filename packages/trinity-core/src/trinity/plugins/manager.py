@@ -6,6 +6,10 @@ the ``trinity`` entry-point group. Operators can block plugins with
 (comma-separated entry-point or distribution names; trinity-core itself is always
 allowed, since nothing works without it). A plugin that fails to import is reported
 with its distribution and error, and the others keep working.
+
+Unpackaged plugins: every ``*.py`` file in the directories of ``TRINITY_PLUGIN_DIRS``
+(``os.pathsep``-separated; the CLI's ``--plugin-dir`` sets it) is imported as a plugin
+module, owned by the distribution ``local:<dir>``.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ import difflib
 import importlib
 import logging
 import os
+import sys
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from importlib.metadata import entry_points
@@ -31,6 +36,7 @@ ENTRY_POINT_GROUP = "trinity"
 CORE_DISTRIBUTION = "trinity-core"
 DISABLE_ENV = "TRINITY_DISABLE_PLUGINS"
 ALLOWLIST_ENV = "TRINITY_PLUGINS_ALLOWLIST"
+PLUGIN_DIRS_ENV = "TRINITY_PLUGIN_DIRS"
 
 
 class PluginError(Exception):
@@ -181,6 +187,37 @@ def _entry_point_allowed(ep_name: str, dist: str, disabled: set[str], allowed: s
     return True
 
 
+def _load_plugin_dirs(failures: list[LoadFailure]) -> list[tuple[str, ModuleType, str]]:
+    """Import the ``*.py`` files of ``TRINITY_PLUGIN_DIRS``: ``(plugin name, module, distribution)``.
+
+    Each directory goes on ``sys.path`` and each file is imported under its own name, so
+    ``"my_file:MyWorkflow"`` targets resolve and classes pickle by reference in worker
+    processes that got the same variable. A file that fails to import, or whose name an
+    installed module already takes, is a load failure; the others still load.
+    """
+    loaded = []
+    for directory in filter(None, os.environ.get(PLUGIN_DIRS_ENV, "").split(os.pathsep)):
+        root = os.path.abspath(directory)
+        dist = f"local:{root}"
+        if not os.path.isdir(root):
+            failures.append(LoadFailure(root, dist, f"{PLUGIN_DIRS_ENV} names a directory that does not exist"))
+            continue
+        if root not in sys.path:
+            sys.path.insert(0, root)
+        for file in sorted(f for f in os.listdir(root) if f.endswith(".py") and not f.startswith("_")):
+            path, module_name = os.path.join(root, file), file[:-3]
+            try:
+                module = importlib.import_module(module_name)
+                if os.path.abspath(getattr(module, "__file__", "") or "") != path:
+                    raise ImportError(f"the module name '{module_name}' is taken by {module.__file__}; rename the file")
+            except Exception as exc:
+                failures.append(LoadFailure(path, dist, f"{type(exc).__name__}: {exc}"))
+                logger.warning("plugin file %s failed to load: %s: %s", path, type(exc).__name__, exc)
+                continue
+            loaded.append((path, module, dist))
+    return loaded
+
+
 def build_registry(extra_plugins: Iterable[tuple[str, ModuleType | object]] = ()) -> PluginRegistry:
     """Load every allowed ``trinity`` entry point (and ``extra_plugins``), run their hooks.
 
@@ -209,6 +246,9 @@ def build_registry(extra_plugins: Iterable[tuple[str, ModuleType | object]] = ()
     for name, module in extra_plugins:
         pm.register(module, name=name)
         owners[name] = "local"
+    for name, module, dist in _load_plugin_dirs(registry.failures):
+        pm.register(module, name=name)
+        owners[name] = dist
 
     for kind in Kind:
         caller = getattr(pm.hook, kind.hook_name)
