@@ -140,15 +140,16 @@ class StepWiseGRPOAdvantage(_OutcomeAdvantage):
         return {"epsilon": 1e-6, "norm_adv_by_std": True, "enable_step_norm": False}
 
     def sequence_advantages(self, scores: torch.Tensor, batch: Batch) -> torch.Tensor:
-        size = batch.batch_size
-        run_ids = batch.run_ids if batch.run_ids is not None else torch.arange(size)
-        steps = batch.step_ids if batch.step_ids is not None else torch.zeros(size, dtype=torch.long)
+        size, device = batch.batch_size, scores.device
+        rows = torch.arange(size, device=device)
+        run_ids = batch.run_ids if batch.run_ids is not None else rows
+        steps = batch.step_ids if batch.step_ids is not None else torch.zeros_like(rows)
         run, n_runs = group_index(run_ids)
-        last_step = torch.full((n_runs,), -1, dtype=steps.dtype).scatter_reduce(0, run, steps, "amax")
+        last_step = torch.full((n_runs,), -1, dtype=steps.dtype, device=device).scatter_reduce(0, run, steps, "amax")
         # one row per run: the first row holding the run's last step
         is_last = steps == last_step[run]
-        first_last = torch.full((n_runs,), size, dtype=torch.long).scatter_reduce(
-            0, run[is_last], torch.arange(size)[is_last], "amin"
+        first_last = torch.full((n_runs,), size, dtype=torch.long, device=device).scatter_reduce(
+            0, run[is_last], rows[is_last], "amin"
         )
         run_advantages = _grpo(
             scores[first_last], batch.group_ids[first_last], self.args["epsilon"], self.args["norm_adv_by_std"]
@@ -191,7 +192,9 @@ class OPMDAdvantage(_OutcomeAdvantage):
         elif self.args["opmd_baseline"] == "logavgexp":
             tau = float(self.args["tau"])
             index, n_groups = group_index(batch.group_ids)
-            top = torch.full((n_groups,), -math.inf).scatter_reduce(0, index, scores / tau, "amax")[index]
+            top = torch.full((n_groups,), -math.inf, device=scores.device).scatter_reduce(
+                0, index, scores / tau, "amax"
+            )[index]
             lse = group_sum(torch.exp(scores / tau - top), index, n_groups)[index].log() + top
             baseline = tau * (lse - count.log())
         else:

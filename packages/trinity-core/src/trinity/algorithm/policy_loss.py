@@ -67,7 +67,7 @@ class _ClippedLoss(_AggregatedLoss):
         clipped = -advantages * ratio.clamp(lower, upper)
         losses = torch.maximum(unclipped, clipped)
         clipfrac = masked_mean((clipped > unclipped).float(), mask)
-        clipfrac_lower = torch.zeros(())
+        clipfrac_lower = torch.zeros((), device=mask.device)
         if ratio_c is not None:
             capped = -advantages * ratio_c
             clipfrac_lower = masked_mean(((losses > capped) & (advantages < 0)).float(), mask)
