@@ -333,6 +333,7 @@ def check_buffer(config: Config, issues: IssueCollector) -> None:
         issues, Kind.BUFFER_STORAGE, experience.storage_type, "buffer.trainer_input.experience_buffer.storage_type"
     )
     experience.batch_size = buffer.train_batch_size
+    experience.total_epochs, experience.total_steps = buffer.total_epochs, buffer.total_steps
     for key, aux in trainer_input.auxiliary_buffers.items():
         aux.name = aux.name or key
         _plugin_ok(

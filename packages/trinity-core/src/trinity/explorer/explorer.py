@@ -110,6 +110,25 @@ class Explorer:
             self.evaluate()
         return {"role": self.name, "steps": self.step - start_step, "model_version": self.version}
 
+    def benchmark(self) -> dict[str, Any]:
+        """Mode bench: evaluate every saved checkpoint (or the latest only) in step order."""
+        from trinity.trainer.trainer import saved_checkpoints
+
+        checkpoints = saved_checkpoints(self.config)
+        if self.config.explorer.bench_on_latest_checkpoint:
+            checkpoints = checkpoints[-1:]
+        results = {}
+        if not checkpoints:
+            logger.warning(
+                "%s: no checkpoint under %s: evaluating the initial model", self.name, self.config.checkpoint_job_dir
+            )
+            results[0] = self.evaluate()
+        for step, weights in checkpoints:
+            self._load(WeightUpdate(step, path=str(weights)))
+            self.step = step
+            results[step] = self.evaluate()
+        return {"role": self.name, "evaluated_steps": list(results), "metrics": results}
+
     def next_tasks(self) -> list[Task] | None:
         """The next batch: tasksets take turns by step, skipping those that ended."""
         for offset in range(len(self.tasksets)):

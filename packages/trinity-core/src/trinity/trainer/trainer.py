@@ -34,6 +34,8 @@ from trinity.plugins import Kind, resolve
 logger = logging.getLogger(__name__)
 
 _THREAD_SAVE_LOCK = threading.Lock()
+HF_WEIGHTS_SUBDIR = "actor/huggingface"
+"""Where a checkpoint keeps the actor's weights in Hugging Face format (both engines)."""
 
 
 def trainer_meta_path(config: Config) -> Path:
@@ -42,6 +44,17 @@ def trainer_meta_path(config: Config) -> Path:
 
 def checkpoint_dir(config: Config, step: int) -> Path:
     return Path(config.checkpoint_job_dir) / f"global_step_{step}"
+
+
+def saved_checkpoints(config: Config) -> list[tuple[int, Path]]:
+    """``(step, HF weights dir)`` of every complete checkpoint of the experiment, by step."""
+    found = []
+    for path in Path(config.checkpoint_job_dir).glob("global_step_*"):
+        step = path.name.removeprefix("global_step_")
+        weights = path / HF_WEIGHTS_SUBDIR
+        if step.isdigit() and (weights / "config.json").is_file():
+            found.append((int(step), weights))
+    return sorted(found)
 
 
 @contextmanager
@@ -80,9 +93,7 @@ class Trainer:
         self.kl_penalty_fn = resolve(Kind.KL_FN, algo.kl_penalty_fn)(**algo.kl_penalty_fn_args)
         self.sample_strategy = resolve(Kind.SAMPLE_STRATEGY, algo.sample_strategy)(**algo.sample_strategy_args)
         self.engine = resolve(Kind.TRAINER_ENGINE, config.trainer.trainer_type, "trainer.trainer_type")(config)
-        self.reader = open_experience_reader(
-            config.buffer.trainer_input.experience_buffer, reader_name=self.name, auto_commit=False
-        )
+        self.reader = self._open_reader()
         self.sync = resolve(Kind.SYNC_METHOD, config.synchronizer.sync_method)(config)
         self.step = 0
         self.saved_step = 0
@@ -92,6 +103,15 @@ class Trainer:
             self.reader.load_state_dict(meta["reader"])
             logger.info("%s: resumed from %s (step %d)", self.name, meta["checkpoint"], self.step)
             self.publish()  # explorers resume from these weights
+
+    def _open_reader(self):
+        """Rollouts from the experience buffer, or a supervised dataset for SFT/DPO."""
+        storage = self.config.buffer.trainer_input.experience_buffer
+        if self.algorithm.data_schema != "rollout" and storage.storage_type == "file":
+            from trinity.trainer.supervised import SupervisedReader
+
+            return SupervisedReader(storage, self.config.model, self.algorithm.data_schema, self.config.buffer.seed)
+        return open_experience_reader(storage, reader_name=self.name, auto_commit=False)
 
     def run(self) -> dict[str, Any]:
         """Train until ``total_steps`` or the end of the buffer; returns a summary."""
@@ -122,7 +142,13 @@ class Trainer:
             self.publish()
         if self.step != self.saved_step:
             self.save()
-        return {"role": self.name, "steps": self.step - start_step, "final_step": self.step}
+        model_path = checkpoint_dir(self.config, self.step) / HF_WEIGHTS_SUBDIR
+        return {
+            "role": self.name,
+            "steps": self.step - start_step,
+            "final_step": self.step,
+            "model_path": str(model_path),
+        }
 
     def train_step(self, experiences: list[Experience]) -> dict[str, float]:
         """One update from ``experiences``; returns its metrics."""

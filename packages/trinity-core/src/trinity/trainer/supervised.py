@@ -1,0 +1,160 @@
+"""Experiences from a supervised dataset: SFT (prompt/response) and DPO (chosen/rejected) rows.
+
+Algorithms whose ``data_schema`` is ``sft`` or ``dpo`` train on a dataset instead of the
+explorer's rollouts. ``SupervisedReader`` tokenizes its rows through the model's chat
+template and serves them like an experience buffer: ``read`` batches, epochs or
+``total_steps``, ``EndOfBuffer`` at the end, a position to save with the checkpoint.
+"""
+
+from __future__ import annotations
+
+import random
+from typing import Any, Optional
+
+import torch
+
+from trinity.buffer import EndOfBuffer, load_rows
+from trinity.common.experience import EID, Experience
+from trinity.config.schema import FormatConfig, ModelConfig, StorageConfig
+
+
+class SupervisedDataError(ValueError):
+    """A row that cannot become a training example; names the file and row."""
+
+
+class ChatTokenizer:
+    """Prompt and response token ids of a conversation, through the chat template."""
+
+    def __init__(self, model: ModelConfig, fmt: FormatConfig):
+        from transformers import AutoTokenizer
+
+        self.tokenizer = AutoTokenizer.from_pretrained(model.model_path)
+        self.template = fmt.chat_template or model.custom_chat_template
+        self.max_len = model.max_model_len
+
+    def ids(self, messages: list[dict[str, Any]], generation_prompt: bool) -> list[int]:
+        ids = self.tokenizer.apply_chat_template(
+            messages, tokenize=True, add_generation_prompt=generation_prompt, chat_template=self.template
+        )
+        return list(ids["input_ids"] if isinstance(ids, dict) or hasattr(ids, "keys") else ids)
+
+    def split(self, messages: list[dict[str, Any]], train_all_turns: bool) -> tuple[list[int], list[int], list[int]]:
+        """``(prompt ids, response ids, action mask)``: the response is everything after the
+        first trained assistant turn; with ``train_all_turns`` only assistant tokens train."""
+        turns = [i for i, m in enumerate(messages) if m["role"] == "assistant"]
+        if not turns:
+            raise ValueError("no assistant message to train on")
+        first = turns[0] if train_all_turns else turns[-1]
+        prompt = self.ids(messages[:first], generation_prompt=True)
+        full = self.ids(messages, generation_prompt=False)
+        if full[: len(prompt)] != prompt:
+            raise ValueError("the chat template renders the prompt differently inside the conversation")
+        mask = [1] * (len(full) - len(prompt))
+        if train_all_turns:
+            for i, message in enumerate(messages[first:], start=first):
+                if message["role"] != "assistant":  # user/tool turns inside the response do not train
+                    start = len(self.ids(messages[:i], generation_prompt=False)) - len(prompt)
+                    end = len(self.ids(messages[: i + 1], generation_prompt=True)) - len(prompt)
+                    mask[start:end] = [0] * (end - start)
+        return prompt, full[len(prompt) :], mask
+
+
+def _messages(row: dict[str, Any], fmt: FormatConfig, response: Any = None) -> list[dict[str, Any]]:
+    """The row as a conversation; ``response`` (a DPO side) replaces the response column."""
+    if fmt.prompt_type == "messages":
+        messages = list(row[fmt.messages_key])
+        if response is not None:
+            messages += response if isinstance(response, list) else [{"role": "assistant", "content": response}]
+        return messages
+    system = row.get(fmt.system_prompt_key) if fmt.system_prompt_key else None
+    system = system or fmt.system_prompt
+    answer = row[fmt.response_key] if response is None else response
+    messages = [{"role": "system", "content": system}] if system else []
+    messages.append({"role": "user", "content": str(row[fmt.prompt_key])})
+    if isinstance(answer, list):
+        return messages + answer
+    return messages + [{"role": "assistant", "content": str(answer)}]
+
+
+def row_to_experience(row: dict[str, Any], fmt: FormatConfig, chat: ChatTokenizer, schema: str) -> Experience:
+    """One SFT or DPO example from a dataset row."""
+    if schema == "dpo":
+        prompt_messages = list(row[fmt.messages_key]) if fmt.prompt_type == "messages" else _messages(row, fmt)[:-1]
+        prompt = chat.ids(prompt_messages, generation_prompt=True)
+        sides = []
+        for key in (fmt.chosen_key, fmt.rejected_key):
+            _, response, _ = chat.split(_messages(row, fmt, row[key]), train_all_turns=False)
+            sides.append(torch.tensor(response, dtype=torch.long))
+        return Experience(
+            tokens=torch.tensor(prompt, dtype=torch.long), prompt_length=len(prompt), chosen=sides[0], rejected=sides[1]
+        )
+    prompt, response, mask = chat.split(_messages(row, fmt), fmt.enable_concatenated_multi_turn)
+    limit = chat.max_len - len(prompt) if chat.max_len else len(response)
+    if limit < 1:
+        raise ValueError(f"prompt of {len(prompt)} tokens leaves no room within max_model_len {chat.max_len}")
+    return Experience(
+        tokens=torch.tensor(prompt + response[:limit], dtype=torch.long),
+        prompt_length=len(prompt),
+        action_mask=torch.tensor(mask[:limit], dtype=torch.long),
+        truncate_status="response_truncated" if len(response) > limit else None,
+    )
+
+
+class SupervisedReader:
+    """A dataset as an experience stream: shuffled per epoch (seeded), resumable."""
+
+    def __init__(self, storage: StorageConfig, model: ModelConfig, schema: str, seed: int = 42):
+        self.storage = storage
+        self.schema = schema
+        self.seed = seed
+        self.chat = ChatTokenizer(model, storage.format)
+        self.rows = load_rows(storage)
+        self.epoch = 0
+        self.index = 0
+        self.served = 0
+        self.limit = storage.total_steps * storage.batch_size if storage.total_steps else None
+        self.order = self._order()
+
+    def _order(self) -> list[int]:
+        order = list(range(len(self.rows)))
+        random.Random(self.seed + self.epoch).shuffle(order)
+        return order
+
+    def read(self, batch_size: int, timeout: Optional[float] = None) -> list[Experience]:
+        batch = []
+        while len(batch) < batch_size and (self.limit is None or self.served < self.limit):
+            if self.index == len(self.order):
+                if self.epoch + 1 >= (self.storage.total_epochs or 1) and self.limit is None:
+                    break
+                self.epoch, self.index = self.epoch + 1, 0
+                self.order = self._order()
+            row_number = self.order[self.index]
+            batch.append(self._experience(row_number))
+            self.index += 1
+            self.served += 1
+        if not batch:
+            raise EndOfBuffer(f"{self.storage.name}: {self.served} examples served over {self.epoch + 1} epoch(s)")
+        return batch
+
+    def _experience(self, row_number: int) -> Experience:
+        try:
+            exp = row_to_experience(self.rows[row_number], self.storage.format, self.chat, self.schema)
+        except (KeyError, ValueError, TypeError) as exc:
+            raise SupervisedDataError(
+                f"{self.storage.path}, row {row_number + 1}: {type(exc).__name__}: {exc}"
+            ) from exc
+        exp.eid = EID(batch=f"epoch{self.epoch}", task=str(row_number))
+        return exp
+
+    def state_dict(self) -> dict[str, int]:
+        return {"epoch": self.epoch, "index": self.index, "served": self.served}
+
+    def load_state_dict(self, state: dict[str, int]) -> None:
+        self.epoch, self.index, self.served = state["epoch"], state["index"], state["served"]
+        self.order = self._order()
+
+    def commit(self) -> None:
+        """Nothing to make durable: the position lives in the trainer's checkpoint metadata."""
+
+    def close(self) -> None:
+        pass

@@ -1,0 +1,46 @@
+"""Helpers of the end-to-end tests: an experiment config from the quickstart, the CLI in a subprocess."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from omegaconf import OmegaConf
+
+REPO = Path(__file__).resolve().parents[2]
+QUICKSTART = REPO / "examples" / "quickstart"
+
+
+def write_experiment(tmp_path: Path, model: Path, data: Path, *changes: str, stages: bool = False) -> Path:
+    """The quickstart config pointed at ``model``/``data`` under ``tmp_path``, plus dotlist changes."""
+    config = OmegaConf.load(QUICKSTART / "quickstart.yaml")
+    if not stages:
+        del config["stages"]
+    config.merge_with_dotlist(
+        [
+            f"checkpoint_root_dir={tmp_path / 'ckpt'}",
+            f"model.model_path={model}",
+            f"buffer.explorer_input.taskset.path={data / 'tasks'}",
+            *changes,
+        ]
+    )
+    if stages:
+        config.stages[0].buffer.trainer_input.experience_buffer.path = str(data / "sft")
+    path = tmp_path / "experiment.yaml"
+    OmegaConf.save(config, path)
+    return path
+
+
+def trinity_run(config: Path, *overrides: str, timeout: float = 600, **popen) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    return subprocess.run(
+        [sys.executable, "-m", "trinity.cli", "run", "--config", str(config), *overrides],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env,
+        cwd=config.parent,
+        **popen,
+    )

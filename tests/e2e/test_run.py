@@ -1,0 +1,196 @@
+"""``trinity run`` end to end on a tiny model: modes, sync, resume, failures, stages."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+from e2e_helpers import trinity_run, write_experiment
+
+from trinity.common.files import read_json
+from trinity.monitor.console import read_jsonl
+from trinity.summary import reward_trend
+
+JOB = Path("ckpt") / "quickstart" / "arithmetic"
+
+
+def metrics(tmp_path: Path, role: str, job: Path = JOB) -> list[dict]:
+    return read_jsonl(tmp_path / job / "monitor" / f"{role}.jsonl")
+
+
+def assert_ok(result: subprocess.CompletedProcess) -> None:
+    assert result.returncode == 0, f"stdout:\n{result.stdout[-3000:]}\nstderr:\n{result.stderr[-5000:]}"
+
+
+@pytest.mark.slow
+def test_quickstart_stages_learn_arithmetic(tmp_path, tiny_model_dir, arithmetic_data):
+    """SFT warm-up then GRPO in mode both: the rollout reward rises by a clear margin."""
+    config = write_experiment(tmp_path, tiny_model_dir, arithmetic_data, stages=True)
+    result = trinity_run(config)
+    assert_ok(result)
+    sft_job, grpo_job = JOB / "sft_warmup", JOB / "grpo"
+    assert read_json(tmp_path / sft_job / "meta" / "stage_done.json")["stage"] == 0
+    assert read_json(tmp_path / grpo_job / "meta" / "stage_done.json")["stage"] == 1
+    start, end = reward_trend(tmp_path / grpo_job / "monitor" / "explorer.jsonl")
+    assert end - start >= 0.3, (start, end)
+    assert "reward:" in result.stdout and "final model:" in result.stdout
+    # The GRPO stage started from the SFT stage's final weights.
+    sft_final = read_json(tmp_path / sft_job / "meta" / "stage_done.json")["model_path"]
+    assert Path(sft_final).is_dir()
+    # Run again: both stages are finished and skipped.
+    again = trinity_run(config)
+    assert_ok(again)
+    assert "finished in" not in again.stdout
+
+
+def test_ppo_with_critic_runs(tmp_path, tiny_model_dir, arithmetic_data):
+    config = write_experiment(
+        tmp_path,
+        tiny_model_dir,
+        arithmetic_data,
+        "algorithm.algorithm_type=ppo",
+        "algorithm.repeat_times=2",
+        "buffer.batch_size=4",
+        "buffer.total_steps=3",
+        "trainer.save_interval=2",
+    )
+    assert_ok(trinity_run(config))
+    trainer = metrics(tmp_path, "trainer")
+    assert [r["step"] for r in trainer] == [1, 2, 3]
+    assert all("critic/vf_loss" in r and "actor/pg_loss" in r for r in trainer)
+    assert (tmp_path / JOB / "global_step_2").is_dir() and (tmp_path / JOB / "global_step_3").is_dir()
+    explorer = metrics(tmp_path, "explorer")
+    assert [r["rollout/experience_count"] for r in explorer] == [8, 8, 8]
+
+
+def test_async_explorer_and_trainer_processes_exchange_data_and_weights(tmp_path, tiny_model_dir, arithmetic_data):
+    """mode explore and mode train as two processes: sqlite-backed queue, checkpoint sync."""
+    common = (
+        "synchronizer.sync_method=checkpoint",
+        "buffer.batch_size=4",
+        "buffer.total_steps=4",
+        "algorithm.repeat_times=4",
+    )
+    explore = write_experiment(tmp_path / "e", tiny_model_dir, arithmetic_data, "mode=explore", *common)
+    train = write_experiment(tmp_path / "t", tiny_model_dir, arithmetic_data, "mode=train", *common)
+    # Both processes must name the same experiment directory (the buffer and weights live there).
+    train.write_text(train.read_text().replace(str(tmp_path / "t" / "ckpt"), str(tmp_path / "e" / "ckpt")))
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    trainer = subprocess.Popen(
+        [sys.executable, "-m", "trinity.cli", "run", "--config", str(train)],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    explorer = trinity_run(explore)
+    assert_ok(explorer)
+    out, _ = trainer.communicate(timeout=300)
+    assert trainer.returncode == 0, out[-5000:]
+    job = tmp_path / "e" / JOB
+    trained = read_jsonl(job / "monitor" / "trainer.jsonl")
+    assert [r["step"] for r in trained] == [1, 2, 3, 4]
+    assert read_json(job / "sync" / "latest.json")["version"] == 4
+    explored = read_jsonl(job / "monitor" / "explorer.jsonl")
+    assert sum(r["rollout/experience_count"] for r in explored) == 4 * 16
+
+
+def test_trainer_killed_mid_run_resumes_from_its_checkpoint(tmp_path, tiny_model_dir, arithmetic_data):
+    common = (
+        "synchronizer.sync_method=checkpoint",
+        "buffer.batch_size=4",
+        "algorithm.repeat_times=4",
+        "buffer.total_steps=6",
+    )
+    explore = write_experiment(tmp_path, tiny_model_dir, arithmetic_data, "mode=explore", *common)
+    assert_ok(trinity_run(explore))  # fill the buffer: 6 steps of 16 experiences
+    train = write_experiment(
+        tmp_path, tiny_model_dir, arithmetic_data, "mode=train", "trainer.save_interval=2", *common
+    )
+    meta = tmp_path / JOB / "meta" / "trainer.json"
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    first = subprocess.Popen(
+        [sys.executable, "-m", "trinity.cli", "run", "--config", str(train)],
+        env=env,
+        start_new_session=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    deadline = time.monotonic() + 240
+    while not (meta.is_file() and read_json(meta)["step"] >= 2):
+        assert first.poll() is None and time.monotonic() < deadline, "the trainer never saved a checkpoint"
+        time.sleep(0.1)
+    os.killpg(first.pid, signal.SIGKILL)  # the trainer and every Ray process it started
+    first.wait()
+    killed_at = read_json(meta)["step"]
+    assert_ok(trinity_run(train))
+    assert read_json(meta)["step"] == 6
+    steps = [r["step"] for r in metrics(tmp_path, "trainer")]
+    resumed = steps[steps.index(killed_at + 1) if killed_at + 1 in steps else len(steps) :]
+    # After the restart, training went on from the checkpoint's step to the end, once each.
+    assert steps[-(6 - killed_at) :] == list(range(killed_at + 1, 7))
+    assert resumed
+
+
+def test_failing_and_hanging_workflows_are_retried_and_the_run_goes_on(tmp_path, tiny_model_dir, arithmetic_data):
+    plugins = tmp_path / "plugins"
+    plugins.mkdir()
+    (plugins / "flaky.py").write_text(
+        textwrap.dedent(
+            """
+            import time
+            from pathlib import Path
+            from trinity.plugins import hookimpl
+            from trinity_workflows.workflows import MathWorkflow
+
+            MARKS = Path(__file__).parent
+
+            class FlakyWorkflow(MathWorkflow):
+                \"\"\"Task 0 hangs every time; every other task fails on its first attempt.\"\"\"
+
+                def run(self):
+                    if self.task.index == 0:
+                        time.sleep(30)
+                    mark = MARKS / f"tried_{self.task.index}"
+                    if not mark.exists():
+                        mark.write_text("once")
+                        raise RuntimeError("flaky on purpose")
+                    return super().run()
+
+            @hookimpl
+            def trinity_register_workflows(register):
+                register("flaky_workflow", FlakyWorkflow)
+            """
+        )
+    )
+    config = write_experiment(
+        tmp_path,
+        tiny_model_dir,
+        arithmetic_data,
+        "mode=explore",
+        "synchronizer.sync_method=checkpoint",
+        "buffer.batch_size=4",
+        "buffer.total_steps=1",
+        "buffer.explorer_input.default_workflow_type=flaky_workflow",
+        "buffer.explorer_input.taskset.task_selector.selector_type=sequential",
+        "explorer.max_timeout=3",
+        "explorer.max_retry_times=1",
+    )
+    os.environ["TRINITY_PLUGIN_DIRS"] = str(plugins)
+    try:
+        result = trinity_run(config)
+    finally:
+        del os.environ["TRINITY_PLUGIN_DIRS"]
+    assert_ok(result)
+    (record,) = metrics(tmp_path, "explorer")
+    assert record["rollout/failed_tasks"] == 1
+    assert record["rollout/experience_count"] == 3 * 8
+    log = (tmp_path / JOB / "log" / "explorer.log").read_text()
+    assert "task arithmetic:0 (flaky_workflow), attempt 2/2: timed out after 3 s" in log
+    assert "flaky on purpose" in log
