@@ -1,0 +1,196 @@
+"""Compact binary form of experiences: a small JSON header plus raw tensor bytes.
+
+One experience serialises to ``MAGIC | version | codec | header length | header | tensors``.
+The header holds the scalar fields and, per tensor, its name, stored dtype, shape and the
+dtype to restore; tensors follow as raw little-endian bytes, each 8-byte aligned. Token
+ids are stored as int32 (vocabularies fit) and restored as int64. A header that JSON
+cannot encode (exotic objects in ``info`` or ``messages``) falls back to pickle for that
+header only, so the hot path never pickles tensors.
+
+A list serialises to ``LIST_MAGIC | version | count | (length | experience)*``. A blob
+of another format version raises ``SerializationError`` naming both versions.
+"""
+
+from __future__ import annotations
+
+import json
+import pickle
+import struct
+from typing import Any
+
+import torch
+
+from trinity.buffer.errors import SerializationError
+from trinity.common.experience import EID, Experience
+
+FORMAT_VERSION = 1
+MAGIC = b"TRX"
+LIST_MAGIC = b"TRXL"
+_HEAD = struct.Struct("<3sBBI")  # magic, version, header codec, header length
+_LIST_HEAD = struct.Struct("<4sBI")  # magic, version, count
+_LEN = struct.Struct("<I")
+_JSON, _PICKLE = 0, 1
+_TENSOR_FIELDS = (
+    "tokens",
+    "logprobs",
+    "token_level_reward",
+    "advantages",
+    "returns",
+    "action_mask",
+    "chosen",
+    "rejected",
+)
+_TOKEN_FIELDS = frozenset({"tokens", "chosen", "rejected"})
+_DTYPES = {
+    str(d).removeprefix("torch."): d
+    for d in (
+        torch.int64,
+        torch.int32,
+        torch.int16,
+        torch.int8,
+        torch.uint8,
+        torch.bool,
+        torch.float64,
+        torch.float32,
+        torch.float16,
+        torch.bfloat16,
+    )
+}
+_INT32 = torch.iinfo(torch.int32)
+
+
+def _pad(n: int) -> int:
+    return -n % 8
+
+
+def _stored(name: str, tensor: torch.Tensor) -> torch.Tensor:
+    """The tensor as it is written: contiguous, on the CPU, token ids narrowed to int32."""
+    tensor = tensor.detach().cpu().contiguous()
+    if name in _TOKEN_FIELDS and tensor.dtype == torch.int64 and tensor.numel():
+        if _INT32.min <= int(tensor.min()) and int(tensor.max()) <= _INT32.max:
+            return tensor.to(torch.int32)
+    return tensor
+
+
+def serialize_experience(exp: Experience) -> bytes:
+    """One experience as bytes (see the module docstring for the layout)."""
+    specs, chunks = [], []
+    for name in _TENSOR_FIELDS:
+        value = getattr(exp, name)
+        if value is None:
+            continue
+        stored = _stored(name, value)
+        specs.append([name, _dtype_name(stored.dtype), list(stored.shape), _dtype_name(value.dtype)])
+        raw = stored.view(torch.uint8).numpy().tobytes() if stored.numel() else b""
+        chunks.append(raw + b"\0" * _pad(len(raw)))
+    e = exp.eid
+    header: dict[str, Any] = {
+        "p": exp.prompt_length, "r": exp.reward, "e": [e.batch, e.task, e.run, e.step, e.suffix],
+        "v": exp.model_version, "ts": exp.truncate_status, "m": exp.messages, "mt": exp.metrics,
+        "i": exp.info, "t": specs,
+    }  # fmt: skip
+    try:
+        meta, codec = json.dumps(header, separators=(",", ":")).encode(), _JSON
+    except (TypeError, ValueError):
+        meta, codec = pickle.dumps(header, protocol=pickle.HIGHEST_PROTOCOL), _PICKLE
+    meta += b" " * _pad(_HEAD.size + len(meta))
+    return b"".join([_HEAD.pack(MAGIC, FORMAT_VERSION, codec, len(meta)), meta, *chunks])
+
+
+def _dtype_name(dtype: torch.dtype) -> str:
+    name = str(dtype).removeprefix("torch.")
+    if name not in _DTYPES:
+        raise SerializationError(f"cannot serialise tensors of dtype {dtype}")
+    return name
+
+
+def _check_version(version: int, what: str) -> None:
+    if version != FORMAT_VERSION:
+        raise SerializationError(
+            f"{what} has format version {version}; this trinity reads version {FORMAT_VERSION} "
+            "(written by another trinity release?)"
+        )
+
+
+def deserialize_experience(blob: bytes | bytearray | memoryview) -> Experience:
+    """The experience ``serialize_experience`` wrote; tensors are fresh CPU tensors."""
+    buf = bytearray(blob)
+    if len(buf) < _HEAD.size or buf[:3] != MAGIC:
+        raise SerializationError("not a serialised experience (bad magic bytes)")
+    _, version, codec, meta_len = _HEAD.unpack_from(buf)
+    _check_version(version, "serialised experience")
+    meta = bytes(buf[_HEAD.size : _HEAD.size + meta_len])
+    header = json.loads(meta) if codec == _JSON else pickle.loads(meta)
+    offset = _HEAD.size + meta_len
+    tensors: dict[str, torch.Tensor] = {}
+    for name, stored, shape, restore in header["t"]:
+        dtype = _DTYPES[stored]
+        count = 1
+        for dim in shape:
+            count *= dim
+        nbytes = count * dtype.itemsize
+        if count:
+            flat = torch.frombuffer(buf, dtype=dtype, count=count, offset=offset)
+        else:
+            flat = torch.empty(0, dtype=dtype)
+        tensors[name] = flat.reshape(shape).to(_DTYPES[restore])
+        offset += nbytes + _pad(nbytes)
+    return Experience(
+        prompt_length=header["p"], reward=header["r"], eid=EID(*header["e"]), model_version=header["v"],
+        truncate_status=header["ts"], messages=header["m"], metrics=header["mt"], info=header["i"], **tensors,
+    )  # fmt: skip
+
+
+def serialize_experiences(experiences: list[Experience]) -> bytes:
+    """A list of experiences as one blob."""
+    parts = [_LIST_HEAD.pack(LIST_MAGIC, FORMAT_VERSION, len(experiences))]
+    for exp in experiences:
+        blob = serialize_experience(exp)
+        parts += [_LEN.pack(len(blob)), blob]
+    return b"".join(parts)
+
+
+def deserialize_experiences(blob: bytes | bytearray | memoryview) -> list[Experience]:
+    """The list ``serialize_experiences`` wrote."""
+    view = memoryview(blob)
+    if len(view) < _LIST_HEAD.size or bytes(view[:4]) != LIST_MAGIC:
+        raise SerializationError("not a serialised experience list (bad magic bytes)")
+    _, version, count = _LIST_HEAD.unpack_from(view)
+    _check_version(version, "serialised experience list")
+    offset, out = _LIST_HEAD.size, []
+    for _ in range(count):
+        (length,) = _LEN.unpack_from(view, offset)
+        out.append(deserialize_experience(view[offset + _LEN.size : offset + _LEN.size + length]))
+        offset += _LEN.size + length
+    return out
+
+
+def experience_to_dict(exp: Experience) -> dict[str, Any]:
+    """A JSON-ready dict (tensors as lists): the readable form the ``file`` storage writes."""
+    out: dict[str, Any] = {
+        name: getattr(exp, name).tolist() for name in _TENSOR_FIELDS if getattr(exp, name) is not None
+    }
+    e = exp.eid
+    out.update(
+        prompt_length=exp.prompt_length, reward=exp.reward, model_version=exp.model_version,
+        eid={"batch": e.batch, "task": e.task, "run": e.run, "step": e.step, "suffix": e.suffix},
+        truncate_status=exp.truncate_status, messages=exp.messages, metrics=exp.metrics, info=exp.info,
+    )  # fmt: skip
+    return out
+
+
+_LIST_DTYPES = {"tokens": torch.long, "chosen": torch.long, "rejected": torch.long, "action_mask": None}
+
+
+def experience_from_dict(row: dict[str, Any]) -> Experience:
+    """The experience ``experience_to_dict`` wrote (token ids long, per-token values float32)."""
+    tensors = {
+        name: torch.tensor(row[name], dtype=_LIST_DTYPES.get(name, torch.float32))
+        for name in _TENSOR_FIELDS
+        if row.get(name) is not None
+    }
+    return Experience(
+        prompt_length=row["prompt_length"], reward=row.get("reward"), eid=EID(**row.get("eid", {})),
+        model_version=row.get("model_version", 0), truncate_status=row.get("truncate_status"),
+        messages=row.get("messages"), metrics=row.get("metrics") or {}, info=row.get("info") or {}, **tensors,
+    )  # fmt: skip

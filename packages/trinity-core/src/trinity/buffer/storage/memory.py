@@ -1,0 +1,186 @@
+"""An in-memory experience queue: FIFO with a capacity, or a priority replay buffer.
+
+Shared by writers and readers of one process (``local_queue``) and hosted by the Ray
+queue actor for sharing across actors. Thread-safe; blocking calls wait on a condition.
+
+Priority replay (``use_priority_queue``): ``get`` returns the highest-priority
+experiences (ties: oldest first); a full queue drops its lowest-priority experience
+instead of blocking. ``replay_buffer_kwargs.priority_fn`` picks the priority:
+
+- ``linear_decay`` (default): ``model_version - decay * use_count``.
+- ``decay_limit_randomization``: the same plus Gaussian noise of ``sigma``; an experience
+  used ``use_count_limit`` times is not reused.
+
+With ``reuse_cooldown_time`` set, an experience goes back into the queue that many
+seconds after it was read (with ``use_count + 1``); without it, each is read once.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import random
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+from trinity.buffer.storage.base import ExperienceReader, ExperienceWriter, default_writer_name
+from trinity.common.experience import Experience
+from trinity.config.schema import StorageConfig
+
+PRIORITY_FNS = ("linear_decay", "decay_limit_randomization")
+
+
+@dataclass(order=True)
+class _Item:
+    key: tuple[float, int]
+    exp: Experience = field(compare=False)
+    use_count: int = field(default=0, compare=False)
+
+
+class MemoryQueue:
+    """The queue itself; ``MemoryWriter`` and ``MemoryReader`` (or the Ray actor) wrap it."""
+
+    def __init__(self, storage: StorageConfig):
+        self.name = storage.name
+        self.capacity = storage.capacity
+        self.priority = storage.use_priority_queue
+        self.cooldown = storage.reuse_cooldown_time
+        kwargs = dict(storage.replay_buffer_kwargs)
+        self.priority_fn = kwargs.pop("priority_fn", "linear_decay")
+        if self.priority_fn not in PRIORITY_FNS:
+            raise ValueError(
+                f"buffer {self.name!r}: unknown replay_buffer_kwargs.priority_fn {self.priority_fn!r}; "
+                f"choose one of {', '.join(PRIORITY_FNS)}"
+            )
+        self.decay = float(kwargs.pop("decay", 2.0))
+        self.use_count_limit = int(kwargs.pop("use_count_limit", 3))
+        self.sigma = float(kwargs.pop("sigma", 0.0))
+        self.rng = random.Random(kwargs.pop("seed", 42))
+        self.fifo: deque[Experience] = deque()
+        self.heap: list[_Item] = []
+        self.cooling: list[tuple[float, int, _Item]] = []  # (ready time, seq, item)
+        self.seq = itertools.count()
+        self.writers: dict[str, bool] = {}
+        self.cond = threading.Condition()
+
+    def __len__(self) -> int:
+        return len(self.heap) if self.priority else len(self.fifo)
+
+    def open_writer(self, writer: str) -> None:
+        with self.cond:
+            self.writers[writer] = False
+
+    def finish_writer(self, writer: str) -> None:
+        with self.cond:
+            self.writers[writer] = True
+            self.cond.notify_all()
+
+    def _score(self, item: _Item) -> float | None:
+        """The item's priority, or None when it must not be (re)used."""
+        priority = item.exp.model_version - self.decay * item.use_count
+        if self.priority_fn == "decay_limit_randomization":
+            if 0 < self.use_count_limit <= item.use_count:
+                return None
+            if self.sigma > 0:
+                priority += self.rng.gauss(0.0, self.sigma)
+        return priority
+
+    def _push(self, item: _Item) -> None:
+        score = self._score(item)
+        if score is None:
+            return
+        item.key = (-score, next(self.seq))
+        heapq.heappush(self.heap, item)
+        if len(self.heap) > self.capacity:  # drop the lowest priority (the largest key)
+            self.heap.remove(max(self.heap))
+            heapq.heapify(self.heap)
+
+    def put(self, experiences: list[Experience]) -> None:
+        """Append; a full FIFO waits for room (a batch larger than the capacity waits for an empty queue)."""
+        with self.cond:
+            if self.priority:
+                for exp in experiences:
+                    self._push(_Item((0.0, 0), exp))
+            else:
+                self.cond.wait_for(lambda: not self.fifo or len(self.fifo) + len(experiences) <= self.capacity)
+                self.fifo.extend(experiences)
+            self.cond.notify_all()
+
+    def _release_cooled(self) -> None:
+        now = time.monotonic()
+        while self.cooling and self.cooling[0][0] <= now:
+            self._push(heapq.heappop(self.cooling)[2])
+
+    def _pop(self, n: int) -> list[Experience]:
+        if not self.priority:
+            return [self.fifo.popleft() for _ in range(min(n, len(self.fifo)))]
+        self._release_cooled()
+        items = [heapq.heappop(self.heap) for _ in range(min(n, len(self.heap)))]
+        if self.cooldown is not None:
+            ready = time.monotonic() + self.cooldown
+            for item in items:
+                item.use_count += 1
+                heapq.heappush(self.cooling, (ready, next(self.seq), item))
+        return [item.exp for item in items]
+
+    def _ended(self) -> bool:
+        return bool(self.writers) and all(self.writers.values()) and not len(self) and not self.cooling
+
+    def get(self, n: int, timeout: float) -> tuple[list[Experience], bool]:
+        """Up to ``n`` experiences within ``timeout`` s, and whether the queue has ended."""
+        deadline = time.monotonic() + timeout
+        got: list[Experience] = []
+        with self.cond:
+            while True:
+                got += self._pop(n - len(got))
+                if got:
+                    self.cond.notify_all()  # room for waiting writers
+                if len(got) >= n or self._ended():
+                    return got, self._ended()
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return got, False
+                if self.cooling:
+                    remaining = min(remaining, max(self.cooling[0][0] - time.monotonic(), 0.0))
+                self.cond.wait(remaining)
+
+
+class MemoryWriter(ExperienceWriter):
+    """Writes to a ``MemoryQueue`` or anything with its methods (the Ray queue handle)."""
+
+    def __init__(self, queue: Any, writer: str | None = None):
+        self.queue, self.writer = queue, writer or default_writer_name()
+        queue.open_writer(self.writer)
+
+    def write(self, experiences: list[Experience]) -> None:
+        if experiences:
+            self.queue.put(experiences)
+
+    def finish(self) -> None:
+        self.queue.finish_writer(self.writer)
+
+
+class MemoryReader(ExperienceReader):
+    """Reads a ``MemoryQueue`` (or the Ray queue handle): a read consumes."""
+
+    def __init__(self, queue: Any, buffer: str, default_timeout: float):
+        super().__init__(buffer, default_timeout)
+        self.queue = queue
+
+    def _take(self, n: int, deadline: float) -> tuple[list[Experience], bool]:
+        return self.queue.get(n, max(deadline - time.monotonic(), 0.0))
+
+
+_LOCAL: dict[str, MemoryQueue] = {}
+_LOCAL_LOCK = threading.Lock()
+
+
+def local_queue(storage: StorageConfig) -> MemoryQueue:
+    """The process-wide in-memory queue of ``storage.name`` (created on first use)."""
+    with _LOCAL_LOCK:
+        if storage.name not in _LOCAL:
+            _LOCAL[storage.name] = MemoryQueue(storage)
+        return _LOCAL[storage.name]

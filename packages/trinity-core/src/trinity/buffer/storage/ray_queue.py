@@ -1,0 +1,78 @@
+"""A ``MemoryQueue`` in a named, detached Ray actor, so explorer and trainer actors share it.
+
+Experiences cross the actor boundary as ``serialize_experiences`` bytes (raw tensor bytes,
+no pickled tensors). The actor is threaded: a reader blocked in ``get`` does not stop
+writers. It is detached so the queue outlives the actor that created it (the explorer
+may finish first); ``kill_queue_actor`` removes it.
+"""
+
+from __future__ import annotations
+
+import ray
+
+from trinity.buffer.serialization import deserialize_experiences, serialize_experiences
+from trinity.buffer.storage.memory import MemoryQueue
+from trinity.common.experience import Experience
+from trinity.config.schema import StorageConfig
+
+ACTOR_PREFIX = "trinity-buffer-"
+
+
+@ray.remote(num_cpus=0, max_concurrency=64)
+class QueueActor:
+    def __init__(self, storage: StorageConfig):
+        self.queue = MemoryQueue(storage)
+
+    def open_writer(self, writer: str) -> None:
+        self.queue.open_writer(writer)
+
+    def finish_writer(self, writer: str) -> None:
+        self.queue.finish_writer(writer)
+
+    def put(self, blob: bytes) -> None:
+        self.queue.put(deserialize_experiences(blob))
+
+    def get(self, n: int, timeout: float) -> tuple[bytes, bool]:
+        got, ended = self.queue.get(n, timeout)
+        return serialize_experiences(got), ended
+
+    def size(self) -> int:
+        return len(self.queue)
+
+
+class RayQueueHandle:
+    """The ``MemoryQueue`` methods, called on the actor."""
+
+    def __init__(self, actor: ray.actor.ActorHandle):
+        self.actor = actor
+
+    def open_writer(self, writer: str) -> None:
+        ray.get(self.actor.open_writer.remote(writer))
+
+    def finish_writer(self, writer: str) -> None:
+        ray.get(self.actor.finish_writer.remote(writer))
+
+    def put(self, experiences: list[Experience]) -> None:
+        ray.get(self.actor.put.remote(serialize_experiences(experiences)))
+
+    def get(self, n: int, timeout: float) -> tuple[list[Experience], bool]:
+        blob, ended = ray.get(self.actor.get.remote(n, timeout))
+        return deserialize_experiences(blob), ended
+
+    def __len__(self) -> int:
+        return ray.get(self.actor.size.remote())
+
+
+def get_or_create_queue_actor(storage: StorageConfig, namespace: str | None = None) -> RayQueueHandle:
+    """The queue actor ``trinity-buffer-<name>`` in ``namespace`` (default: the current one)."""
+    namespace = namespace or ray.get_runtime_context().namespace
+    actor = QueueActor.options(
+        name=ACTOR_PREFIX + storage.name, namespace=namespace, get_if_exists=True, lifetime="detached"
+    ).remote(storage)
+    return RayQueueHandle(actor)
+
+
+def kill_queue_actor(storage: StorageConfig, namespace: str | None = None) -> None:
+    """Remove the queue actor of ``storage`` (its unread experiences are lost)."""
+    namespace = namespace or ray.get_runtime_context().namespace
+    ray.kill(ray.get_actor(ACTOR_PREFIX + storage.name, namespace=namespace))

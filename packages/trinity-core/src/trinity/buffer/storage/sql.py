@@ -1,0 +1,171 @@
+"""Experiences in a SQL database through SQLAlchemy Core: sqlite by default, any URL works.
+
+Three tables per buffer: ``<name>_exp`` (id, model_version, serialised experience),
+``<name>_writers`` and ``<name>_cursors``. sqlite runs in WAL mode with ``BEGIN
+IMMEDIATE`` transactions, so several processes can write and read the same file: each
+``append`` is one transaction (executemany), each ``claim`` reads and moves a cursor
+under the write lock. On PostgreSQL, ``append`` locks the experience table so ids follow
+commit order (readers then never skip a row that commits late).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+from typing import Any
+
+import sqlalchemy as sa
+
+from trinity.buffer.serialization import deserialize_experience, serialize_experience
+from trinity.buffer.storage.base import Log, LogStorage
+from trinity.common.experience import Experience
+from trinity.config.schema import StorageConfig
+
+_ENGINES: dict[str, sa.Engine] = {}
+
+
+def database_url(path: str) -> str:
+    """A SQLAlchemy URL for ``path``: URLs pass through, a file path becomes ``sqlite:///<abs>``."""
+    if "://" in path:
+        return path
+    return f"sqlite:///{os.path.abspath(path)}"
+
+
+def _engine(url: str) -> sa.Engine:
+    """One engine per URL and process (engines pool connections; never share across fork)."""
+    key = f"{os.getpid()}:{url}"
+    if key not in _ENGINES:
+        if url.startswith("sqlite"):
+            engine = sa.create_engine(url, connect_args={"timeout": 120, "check_same_thread": False})
+
+            @sa.event.listens_for(engine, "connect")
+            def _connect(dbapi_conn: Any, _record: Any) -> None:
+                dbapi_conn.isolation_level = None  # SQLAlchemy's "begin" event issues BEGIN
+                dbapi_conn.execute("PRAGMA journal_mode=WAL")
+                dbapi_conn.execute("PRAGMA synchronous=NORMAL")
+
+            @sa.event.listens_for(engine, "begin")
+            def _begin(conn: sa.Connection) -> None:
+                conn.exec_driver_sql("BEGIN IMMEDIATE")
+        else:
+            engine = sa.create_engine(url, pool_pre_ping=True)
+        _ENGINES[key] = engine
+    return _ENGINES[key]
+
+
+class SqlLog(Log):
+    """A ``Log`` in the tables ``<name>_exp``, ``<name>_writers``, ``<name>_cursors``."""
+
+    def __init__(self, url: str, name: str):
+        self.name = name
+        self.engine = _engine(url)
+        prefix = re.sub(r"\W", "_", name) or "experience_buffer"
+        meta = sa.MetaData()
+        self.exp = sa.Table(
+            f"{prefix}_exp",
+            meta,
+            sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+            sa.Column("model_version", sa.Integer, nullable=False),
+            sa.Column("data", sa.LargeBinary, nullable=False),
+        )
+        self.writers = sa.Table(
+            f"{prefix}_writers",
+            meta,
+            sa.Column("name", sa.String(255), primary_key=True),
+            sa.Column("finished", sa.Boolean, nullable=False),
+            sa.Column("updated", sa.Float, nullable=False),
+        )
+        self.cursors = sa.Table(
+            f"{prefix}_cursors",
+            meta,
+            sa.Column("reader", sa.String(255), primary_key=True),
+            sa.Column("position", sa.Integer, nullable=False),
+        )
+        try:
+            meta.create_all(self.engine)
+        except sa.exc.OperationalError:  # another process created them between check and create
+            meta.create_all(self.engine)
+        self._lock_sql = (
+            f"LOCK TABLE {self.exp.name} IN EXCLUSIVE MODE" if self.engine.dialect.name == "postgresql" else None
+        )
+
+    def _upsert(self, conn: sa.Connection, table: sa.Table, key: dict[str, Any], values: dict[str, Any]) -> None:
+        (column, value) = next(iter(key.items()))
+        if conn.execute(table.update().where(table.c[column] == value).values(**values)).rowcount == 0:
+            conn.execute(table.insert().values(**key, **values))
+
+    def open_writer(self, writer: str) -> None:
+        with self.engine.begin() as conn:
+            self._upsert(conn, self.writers, {"name": writer}, {"finished": False, "updated": time.time()})
+
+    def finish_writer(self, writer: str) -> None:
+        with self.engine.begin() as conn:
+            self._upsert(conn, self.writers, {"name": writer}, {"finished": True, "updated": time.time()})
+
+    def writers_done(self) -> bool:
+        with self.engine.connect() as conn:
+            total, finished = conn.execute(
+                sa.select(sa.func.count(), sa.func.sum(sa.cast(self.writers.c.finished, sa.Integer)))
+            ).one()
+        return total > 0 and finished == total
+
+    def append(self, experiences: list[Experience]) -> None:
+        rows = [{"model_version": e.model_version, "data": serialize_experience(e)} for e in experiences]
+        with self.engine.begin() as conn:
+            if self._lock_sql:
+                conn.exec_driver_sql(self._lock_sql)
+            conn.execute(self.exp.insert(), rows)
+
+    def _fetch(self, conn: sa.Connection, after: int, n: int) -> tuple[list[Experience], int]:
+        query = sa.select(self.exp.c.id, self.exp.c.data).where(self.exp.c.id > after).order_by(self.exp.c.id)
+        rows = conn.execute(query.limit(n)).all()
+        if not rows:
+            return [], after
+        return [deserialize_experience(data) for _, data in rows], rows[-1][0]
+
+    def fetch(self, after: int, n: int) -> tuple[list[Experience], int]:
+        with self.engine.connect() as conn:
+            return self._fetch(conn, after, n)
+
+    def _cursor(self, conn: sa.Connection, reader: str, lock: bool = False) -> int:
+        query = sa.select(self.cursors.c.position).where(self.cursors.c.reader == reader)
+        found = conn.execute(query.with_for_update() if lock else query).scalar()
+        return int(found or 0)
+
+    def claim(self, reader: str, n: int) -> tuple[list[Experience], int]:
+        with self.engine.begin() as conn:
+            after = self._cursor(conn, reader, lock=True)
+            experiences, position = self._fetch(conn, after, n)
+            if experiences:
+                self._upsert(conn, self.cursors, {"reader": reader}, {"position": position})
+        return experiences, position
+
+    def cursor(self, reader: str) -> int:
+        with self.engine.connect() as conn:
+            return self._cursor(conn, reader)
+
+    def set_cursor(self, reader: str, position: int) -> None:
+        with self.engine.begin() as conn:
+            self._upsert(conn, self.cursors, {"reader": reader}, {"position": position})
+
+    def unread(self) -> int:
+        with self.engine.connect() as conn:
+            last = conn.execute(sa.select(sa.func.max(self.exp.c.id))).scalar() or 0
+            slowest = conn.execute(sa.select(sa.func.min(self.cursors.c.position))).scalar() or 0
+        return last - slowest
+
+
+class SQLStorage(LogStorage):
+    """``storage_type: sql``: tables in a database (``path``: a file path or a SQLAlchemy URL)."""
+
+    def __init__(self, storage: StorageConfig, namespace: str | None = None):
+        super().__init__(storage)
+        if not storage.path:
+            raise ValueError(
+                f"buffer {storage.name!r}: storage_type sql needs a path (a sqlite file or a database URL)"
+            )
+        self.url = database_url(storage.path)
+
+    def open_log(self) -> SqlLog:
+        return SqlLog(self.url, self.storage.name)
