@@ -26,12 +26,13 @@ def masked_mean(values: torch.Tensor, mask: torch.Tensor, dim: int | None = None
 def masked_whiten(values: torch.Tensor, mask: torch.Tensor, epsilon: float = 1e-8) -> torch.Tensor:
     """``(x - mean) / sqrt(var + eps)`` with mean and unbiased variance over the mask (verl's
     ``masked_whiten``); with fewer than two masked elements the variance is the biased one
-    instead of an error."""
-    valid = mask.bool()
-    count = valid.sum()
-    centred = values - torch.where(valid, values, 0.0).sum() / count.clamp(min=1)
-    var = torch.where(valid, centred.square(), 0.0).sum() / (count - 1).clamp(min=1)
-    return centred * torch.rsqrt(var + epsilon)
+    instead of an error. ``values`` must be finite: the sums are per-row dot products with the
+    mask (fused, and as accurate as a pairwise sum), then summed over rows."""
+    mask = mask.to(values.dtype)
+    count = mask.sum()
+    centred = values - torch.einsum("...r,...r->...", values, mask).sum() / count.clamp(min=1)
+    kept = centred * mask
+    return centred * torch.rsqrt(torch.einsum("...r,...r->...", kept, kept).sum() / (count - 1).clamp(min=1) + epsilon)
 
 
 def agg_loss(loss_mat: torch.Tensor, mask: torch.Tensor, mode: str, norm: float | None = None) -> torch.Tensor:
