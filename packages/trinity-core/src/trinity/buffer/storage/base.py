@@ -137,11 +137,16 @@ class Log(ABC):
     def cursor(self, reader: str) -> int: ...
 
     @abstractmethod
-    def set_cursor(self, reader: str, position: int) -> None: ...
+    def set_cursor(self, reader: str, position: int) -> None:
+        """Set ``reader``'s durable cursor and its progress to ``position``."""
+
+    @abstractmethod
+    def set_progress(self, reader: str, position: int) -> None:
+        """Record how far ``reader`` has read (not committed): what ``unread`` counts from."""
 
     @abstractmethod
     def unread(self) -> int:
-        """Rows after the slowest reader's durable cursor (all rows if no reader yet)."""
+        """Rows after the slowest reader's progress (all rows if no reader yet)."""
 
 
 class LogWriter(ExperienceWriter):
@@ -179,6 +184,8 @@ class LogReader(ExperienceReader):
                 rows, self.position = self.log.claim(self.reader, n - len(got))
             else:
                 rows, self.position = self.log.fetch(self.position, n - len(got))
+                if rows:
+                    self.log.set_progress(self.reader, self.position)
             got += rows
             if len(got) >= n or (done and not rows):
                 return got, done and not rows

@@ -87,22 +87,31 @@ class JsonlLog(Log):
     def claim(self, reader: str, n: int) -> tuple[list[Experience], int]:
         with self._locked():
             state = self._state()
-            experiences, position = self.fetch(state["cursors"].get(reader, 0), n)
+            experiences, position = self.fetch(state["cursors"].get(reader, {}).get("position", 0), n)
             if experiences:
-                state["cursors"][reader] = position
+                state["cursors"][reader] = {"position": position, "progress": position}
                 self._save(state)
         return experiences, position
 
     def cursor(self, reader: str) -> int:
         with self._locked():
-            return self._state()["cursors"].get(reader, 0)
+            return self._state()["cursors"].get(reader, {}).get("position", 0)
 
     def set_cursor(self, reader: str, position: int) -> None:
-        self._update("cursors", reader, position)
+        self._update("cursors", reader, {"position": position, "progress": position})
+
+    def set_progress(self, reader: str, position: int) -> None:
+        with self._locked():
+            state = self._state()
+            state["cursors"][reader] = {
+                "position": state["cursors"].get(reader, {}).get("position", 0),
+                "progress": position,
+            }
+            self._save(state)
 
     def unread(self) -> int:
         with self._locked():
-            slowest = min(self._state()["cursors"].values(), default=0)
+            slowest = min((c["progress"] for c in self._state()["cursors"].values()), default=0)
         with open(self.path, "rb") as f:
             f.seek(slowest)
             return f.read().count(b"\n")

@@ -81,6 +81,7 @@ class SqlLog(Log):
             meta,
             sa.Column("reader", sa.String(255), primary_key=True),
             sa.Column("position", sa.Integer, nullable=False),
+            sa.Column("progress", sa.Integer, nullable=False),
         )
         try:
             meta.create_all(self.engine)
@@ -90,10 +91,13 @@ class SqlLog(Log):
             f"LOCK TABLE {self.exp.name} IN EXCLUSIVE MODE" if self.engine.dialect.name == "postgresql" else None
         )
 
-    def _upsert(self, conn: sa.Connection, table: sa.Table, key: dict[str, Any], values: dict[str, Any]) -> None:
+    def _upsert(
+        self, conn: sa.Connection, table: sa.Table, key: dict[str, Any], values: dict[str, Any], **defaults: Any
+    ) -> None:
+        """Update the row of ``key`` with ``values``, or insert it (with ``defaults`` for other columns)."""
         (column, value) = next(iter(key.items()))
         if conn.execute(table.update().where(table.c[column] == value).values(**values)).rowcount == 0:
-            conn.execute(table.insert().values(**key, **values))
+            conn.execute(table.insert().values(**key, **defaults, **values))
 
     def open_writer(self, writer: str) -> None:
         with self.engine.begin() as conn:
@@ -138,7 +142,7 @@ class SqlLog(Log):
             after = self._cursor(conn, reader, lock=True)
             experiences, position = self._fetch(conn, after, n)
             if experiences:
-                self._upsert(conn, self.cursors, {"reader": reader}, {"position": position})
+                self._upsert(conn, self.cursors, {"reader": reader}, {"position": position, "progress": position})
         return experiences, position
 
     def cursor(self, reader: str) -> int:
@@ -147,12 +151,16 @@ class SqlLog(Log):
 
     def set_cursor(self, reader: str, position: int) -> None:
         with self.engine.begin() as conn:
-            self._upsert(conn, self.cursors, {"reader": reader}, {"position": position})
+            self._upsert(conn, self.cursors, {"reader": reader}, {"position": position, "progress": position})
+
+    def set_progress(self, reader: str, position: int) -> None:
+        with self.engine.begin() as conn:
+            self._upsert(conn, self.cursors, {"reader": reader}, {"progress": position}, position=0)
 
     def unread(self) -> int:
         with self.engine.connect() as conn:
             last = conn.execute(sa.select(sa.func.max(self.exp.c.id))).scalar() or 0
-            slowest = conn.execute(sa.select(sa.func.min(self.cursors.c.position))).scalar() or 0
+            slowest = conn.execute(sa.select(sa.func.min(self.cursors.c.progress))).scalar() or 0
         return last - slowest
 
 

@@ -1,0 +1,125 @@
+"""Task selectors: which taskset rows the explorer gets, in which order.
+
+A selector maps ``(epoch, position in the epoch)`` to row positions. All but
+``difficulty_based`` are pure functions of the seed and the epoch, so a taskset resumes
+from ``(epoch, index)`` alone; ``difficulty_based`` also saves its pass-rate estimates.
+
+- ``sequential``: file order.
+- ``shuffle``: a fresh seeded permutation every epoch.
+- ``random``: rows drawn with replacement, seeded per epoch.
+- ``offline_easy2hard``: sorted by ``feature_keys`` (ascending; ``kwargs.descending: true``
+  where a larger value means easier, e.g. a pass rate), ties in file order.
+- ``difficulty_based``: rows whose estimated pass rate is near ``kwargs.target`` (0.5) are
+  more likely: weight ``exp(-|p - target| / tau)`` (``kwargs.tau``, 0.1). Estimates start
+  from ``feature_keys[0]`` when given (else 0.5) and average in the explorer's feedback.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from trinity.config.schema import TaskSelectorConfig
+
+
+class Selector:
+    """Base: ``select`` row positions; ``feedback`` and state are optional."""
+
+    def __init__(self, rows: Sequence[dict[str, Any]], config: TaskSelectorConfig, seed: int = 42):
+        self.size = len(rows)
+        self.config = config
+        self.seed = seed
+        self._epoch_order: tuple[int, list[int]] | None = None
+
+    def order(self, epoch: int) -> list[int]:
+        """Row positions of a whole epoch (selectors that fix the order per epoch)."""
+        return list(range(self.size))
+
+    def select(self, epoch: int, start: int, n: int) -> list[int]:
+        """Row positions for positions ``start .. start + n`` of ``epoch``."""
+        if self._epoch_order is None or self._epoch_order[0] != epoch:
+            self._epoch_order = (epoch, self.order(epoch))
+        return self._epoch_order[1][start : start + n]
+
+    def feedback(self, indices: Sequence[int], pass_rates: Sequence[float]) -> None:
+        """Observed pass rates of rows (positions); only adaptive selectors use them."""
+
+    def state_dict(self) -> dict[str, Any]:
+        return {}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore what ``state_dict`` saved (nothing for order-only selectors)."""
+
+    def _rng(self, *key: int) -> np.random.Generator:
+        return np.random.default_rng([self.seed, *key])
+
+
+class SequentialSelector(Selector):
+    pass
+
+
+class ShuffleSelector(Selector):
+    def order(self, epoch: int) -> list[int]:
+        return self._rng(epoch).permutation(self.size).tolist()
+
+
+class RandomSelector(Selector):
+    def order(self, epoch: int) -> list[int]:
+        return self._rng(epoch).integers(0, self.size, size=self.size).tolist()
+
+
+def _features(rows: Sequence[dict[str, Any]], keys: list[str], selector: str) -> list[tuple[float, ...]]:
+    if not keys:
+        raise ValueError(f"task_selector {selector} needs task_selector.feature_keys (columns to sort by)")
+    out = []
+    for number, row in enumerate(rows, start=1):
+        try:
+            out.append(tuple(float(row[key]) for key in keys))
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ValueError(f"task_selector {selector}: row {number} has no numeric {keys}: {exc}") from exc
+    return out
+
+
+class OfflineEasy2HardSelector(Selector):
+    def __init__(self, rows: Sequence[dict[str, Any]], config: TaskSelectorConfig, seed: int = 42):
+        super().__init__(rows, config, seed)
+        features = _features(rows, config.feature_keys, "offline_easy2hard")
+        sign = -1 if config.kwargs.get("descending", False) else 1
+        self._sorted = sorted(range(self.size), key=lambda i: tuple(sign * v for v in features[i]))
+
+    def order(self, epoch: int) -> list[int]:
+        return self._sorted
+
+
+class DifficultyBasedSelector(Selector):
+    def __init__(self, rows: Sequence[dict[str, Any]], config: TaskSelectorConfig, seed: int = 42):
+        super().__init__(rows, config, seed)
+        self.target = float(config.kwargs.get("target", 0.5))
+        self.tau = float(config.kwargs.get("tau", 0.1))
+        if config.feature_keys:
+            prior = [f[0] for f in _features(rows, config.feature_keys[:1], "difficulty_based")]
+        else:
+            prior = [0.5] * self.size
+        self.estimate = np.asarray(prior, dtype=np.float64)
+        self.count = np.ones(self.size, dtype=np.float64)  # the prior weighs as one observation
+
+    def select(self, epoch: int, start: int, n: int) -> list[int]:
+        weights = np.exp(-np.abs(self.estimate - self.target) / self.tau)
+        n = min(n, self.size)
+        return self._rng(epoch, start).choice(self.size, size=n, replace=False, p=weights / weights.sum()).tolist()
+
+    def feedback(self, indices: Sequence[int], pass_rates: Sequence[float]) -> None:
+        for i, rate in zip(indices, pass_rates, strict=True):
+            if not math.isnan(rate):
+                self.count[i] += 1
+                self.estimate[i] += (rate - self.estimate[i]) / self.count[i]
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"estimate": self.estimate.tolist(), "count": self.count.tolist()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.estimate = np.asarray(state["estimate"], dtype=np.float64)
+        self.count = np.asarray(state["count"], dtype=np.float64)
