@@ -113,3 +113,8 @@ class CatalogueWorkflow(Workflow):
         response = experience.info["response_text"]
         components = self.score(response, self.truth, prompt, response_length=experience.response_length)
         return set_reward(experience, components)
+
+
+def last_user_text(messages: Messages) -> str | None:
+    """The content of the last user message (what reward functions get as ``prompt``)."""
+    return next((m.get("content") for m in reversed(messages) if m.get("role") == "user"), None)

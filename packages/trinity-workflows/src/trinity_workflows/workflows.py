@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 from trinity.common.experience import Experience
-from trinity_workflows.base import CatalogueWorkflow, Messages
+from trinity_workflows.base import CatalogueWorkflow, last_user_text
 
 THINK_ANSWER_SYSTEM_PROMPT = (
     "A conversation between User and Assistant. The user asks a question, and the Assistant solves it. "
@@ -101,8 +101,3 @@ class CountdownWorkflow(SimpleWorkflow):
     @property
     def truth(self) -> dict[str, Any]:
         return self._puzzle
-
-
-def last_user_text(messages: Messages) -> str | None:
-    """The content of the last user message (what reward functions get as ``prompt``)."""
-    return next((m.get("content") for m in reversed(messages) if m.get("role") == "user"), None)

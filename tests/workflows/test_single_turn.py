@@ -1,0 +1,88 @@
+"""The single-call workflows against the reference engine and a tiny random model.
+
+The model writes garbage, so these check structure: how many experiences, their tokens
+and logprobs, and that each reward is the reward function's verdict on its own text.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from trinity_workflows.base import WorkflowError
+from trinity_workflows.rewards import countdown_reward, math_boxed_reward, math_dapo_reward, math_reward
+
+QUICKSTART_FORMAT = {"prompt_type": "plaintext", "prompt_key": "question", "response_key": "answer"}
+
+
+def check_samples(experiences, count: int, reward_fn, truth, **reward_args) -> None:
+    assert len(experiences) == count
+    for exp in experiences:
+        assert exp.response_length > 0
+        assert exp.logprobs is not None and exp.logprobs.shape == (exp.response_length,)
+        components = reward_fn(exp.info["response_text"], truth, **reward_args)
+        assert exp.reward == pytest.approx(sum(components.values()))
+        assert exp.metrics == pytest.approx(components)
+
+
+def test_math_workflow_quickstart_row_sync_and_async(make_workflow):
+    row = {"question": "3+4=", "answer": "7"}
+    workflow = make_workflow("math_workflow", row, format=QUICKSTART_FORMAT, repeat_times=3)
+    check_samples(workflow.run(), 3, math_reward, "7")
+    check_samples(asyncio.run(workflow.run_async()), 3, math_reward, "7")
+    assert workflow.run()[0].messages[1] == {"role": "user", "content": "3+4="}
+
+
+def test_reward_fn_args_reach_the_reward_function(make_workflow):
+    args = {"format_weight": 0.25}
+    row = {"question": "1+1=", "answer": "2"}
+    workflow = make_workflow("math_workflow", row, format=QUICKSTART_FORMAT, reward_fn_args=args, repeat_times=2)
+    experiences = workflow.run()
+    check_samples(experiences, 2, math_reward, "2", **args)
+    assert set(experiences[0].metrics) == {"accuracy", "format"}
+
+
+def test_unknown_reward_fn_args_fail_with_the_task_id(make_workflow):
+    row = {"question": "1+1=", "answer": "2"}
+    workflow = make_workflow("math_workflow", row, format=QUICKSTART_FORMAT, reward_fn_args={"nope": 1})
+    with pytest.raises(WorkflowError, match=r"math_workflow failed on task t:3: TypeError: .*nope") as info:
+        workflow.run()
+    assert info.value.task_id == "t:3" and isinstance(info.value.__cause__, TypeError)
+
+
+def test_a_row_without_its_prompt_column_fails_with_the_task_id(make_workflow):
+    workflow = make_workflow("math_workflow", {"q": "1+1="}, format=QUICKSTART_FORMAT)
+    with pytest.raises(WorkflowError, match="failed on task t:3: KeyError: .*no prompt column 'question'"):
+        asyncio.run(workflow.run_async())
+
+
+def test_math_boxed_workflow(make_workflow):
+    row = {"prompt": "Compute 6*7.", "response": "42"}
+    experiences = make_workflow("math_boxed_workflow", row, repeat_times=2).run()
+    check_samples(experiences, 2, math_boxed_reward, "42")
+    assert "\\boxed{}" in experiences[0].messages[0]["content"]
+
+
+def test_math_eval_workflow_skips_logprobs(make_workflow):
+    experiences = make_workflow("math_eval_workflow", {"prompt": "2+2?", "response": "4"}, repeat_times=2).run()
+    assert len(experiences) == 2
+    for exp in experiences:
+        assert exp.logprobs.numel() == 0
+        assert exp.reward == math_reward(exp.info["response_text"], "4")["accuracy"]
+
+
+def test_countdown_workflow(make_workflow):
+    row = {"numbers": [2, 3, 4], "target": 24}
+    experiences = make_workflow("countdown_workflow", row, repeat_times=2).run()
+    check_samples(experiences, 2, countdown_reward, row)
+
+
+def test_response_length_reaches_a_reward_fn_that_declares_it(make_workflow):
+    args = {"enable_overlong_penalty": True, "max_response_length": 16, "cache_length": 8, "penalty_factor": 1.0}
+    workflow = make_workflow(
+        "math_workflow", {"prompt": "1+1", "response": "2"}, reward_fn_type="math_dapo_reward", reward_fn_args=args
+    )
+    (exp,) = workflow.run()
+    expected = math_dapo_reward(exp.info["response_text"], "2", response_length=exp.response_length, **args)
+    assert exp.metrics == pytest.approx(expected) and "overlong" in exp.metrics
