@@ -1,15 +1,17 @@
 """Interfaces of the engines: rollout (explorer side) and training (trainer side).
 
 The reference engines of trinity-core (transformers / torch, CPU or one GPU) and the
-plugin engines (trinity-vllm, trinity-verl) implement these. An engine is built from
-the whole ``Config`` plus, for rollout engines, its ``InferenceModelConfig``.
+plugin engines (trinity-vllm, trinity-verl) implement these. Constructor convention:
+a rollout engine is ``Engine(config: InferenceModelConfig, model: ModelConfig)`` (its own
+section plus the global model limits and chat settings); a training engine is
+``Engine(config: Config)``.
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any
 
 import torch
 
@@ -23,14 +25,14 @@ class SamplingArgs:
     """Per-call sampling settings; None falls back to the model config."""
 
     n: int = 1
-    temperature: Optional[float] = None
-    top_p: Optional[float] = None
-    top_k: Optional[int] = None
-    max_tokens: Optional[int] = None
-    min_tokens: Optional[int] = None
+    temperature: float | None = None
+    top_p: float | None = None
+    top_k: int | None = None
+    max_tokens: int | None = None
+    min_tokens: int | None = None
     stop: list[str] = field(default_factory=list)
     logprobs: bool = True
-    seed: Optional[int] = None
+    seed: int | None = None
 
 
 @dataclass
@@ -65,10 +67,12 @@ class RolloutEngine(ABC):
         """Logprob of every token given its prefix (first token: 0.0)."""
 
     @abstractmethod
-    def update_weights(self, state_dict: Optional[dict[str, torch.Tensor]] = None, checkpoint_path: Optional[str] = None, version: int = 0) -> None:
+    def update_weights(
+        self, state_dict: dict[str, torch.Tensor] | None = None, checkpoint_path: str | None = None, version: int = 0
+    ) -> None:
         """Load new weights from a state dict or a checkpoint directory; set ``model_version``."""
 
-    def shutdown(self) -> None:
+    def shutdown(self) -> None:  # noqa: B027 (optional hook, a no-op unless an engine holds resources)
         """Release the engine's resources."""
 
 

@@ -1,0 +1,79 @@
+"""Model helpers the reference engines share: loading, token log-probs, weight files.
+
+Log-probs here are always those of the raw model distribution (temperature 1, no top-p /
+top-k), so the rollout engine's response logprobs and the training engine's recompute
+measure the same thing and their ratio is 1 for unchanged weights.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file
+
+ACTOR_HF_SUBDIR = Path("actor") / "huggingface"
+"""Where a training checkpoint keeps the actor's weights in HF format."""
+
+
+def default_device() -> torch.device:
+    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+def model_dtype(device: torch.device, name: str = "bfloat16") -> torch.dtype:
+    """float32 on a CPU (bf16 matmuls there are slow and lossy), ``name`` on a GPU."""
+    return torch.float32 if device.type == "cpu" else getattr(torch, name)
+
+
+def token_logprobs(
+    model: torch.nn.Module,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    position_ids: torch.Tensor,
+    width: int,
+    with_entropy: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Logprobs ``[B, width]`` of the last ``width`` tokens of each row, each given its prefix,
+    and (``with_entropy``) the entropy of the distributions that predicted them.
+
+    Only the last ``width + 1`` positions go through the LM head (``logits_to_keep``). Runs
+    with grad when the caller has grad enabled.
+    """
+    logits = (
+        model(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            position_ids=position_ids,
+            logits_to_keep=width + 1,
+            use_cache=False,
+        )
+        .logits[:, :-1]
+        .float()
+    )
+    normaliser = logits.logsumexp(-1)
+    logprobs = logits.gather(-1, input_ids[:, -width:].unsqueeze(-1)).squeeze(-1) - normaliser
+    if not with_entropy:
+        return logprobs, None
+    entropy = normaliser - (logits.softmax(-1) * logits).sum(-1)
+    return logprobs, entropy
+
+
+def read_hf_weights(directory: str | Path) -> dict[str, torch.Tensor]:
+    """All tensors of the ``*.safetensors`` files in a HF model directory (or in the actor's
+    HF folder of a training checkpoint)."""
+    path = Path(directory)
+    files = sorted(path.glob("*.safetensors")) or sorted((path / ACTOR_HF_SUBDIR).glob("*.safetensors"))
+    if not files:
+        raise FileNotFoundError(f"no *.safetensors weights in {path} or {path / ACTOR_HF_SUBDIR}")
+    weights: dict[str, torch.Tensor] = {}
+    for file in files:
+        weights.update(load_file(str(file)))
+    return weights
+
+
+def load_weights_into(model: torch.nn.Module, state_dict: dict[str, torch.Tensor]) -> None:
+    """Copy ``state_dict`` into ``model`` in place; a subset of the weights is accepted (partial
+    sync), a name the model does not have is an error."""
+    result = model.load_state_dict(state_dict, strict=False)
+    if result.unexpected_keys:
+        raise KeyError(f"weights not in the model: {result.unexpected_keys[:5]} ({len(result.unexpected_keys)} in all)")

@@ -1,0 +1,310 @@
+"""The reference rollout engine: batched sampling with ``transformers`` on a CPU or one GPU.
+
+Semantics follow vLLM's where a workflow can tell the difference:
+
+- ``n`` samples per prompt are generated in one batched, left-padded ``generate`` call.
+- A response ends at EOS (the EOS token is kept in ``response_token_ids``, dropped from the
+  text; finish ``stop``), at the first stop string (tokens up to the one completing it, text
+  up to the stop string; finish ``stop``), or at the token limit (finish ``length``). Neither
+  EOS nor a stop string ends a response before ``min_tokens``.
+- ``response_logprobs`` are the raw model's (temperature 1, before top-p / top-k), computed
+  by one forward pass over prompt + response, the same quantity the training engine
+  recomputes; sampling temperature does not change them.
+- A prompt longer than ``max_prompt_tokens``: with ``enable_prompt_truncation`` its first
+  ``max_prompt_tokens`` tokens are kept, nothing is generated (``n`` empty completions with
+  ``prompt_truncated=True``; the trainer leaves them out of the loss, so the truncation
+  side does not matter); without it, a ``ValueError``.
+
+Sampling draws from the engine's own RNG stream (seeded by ``InferenceModelConfig.seed``), or
+from ``SamplingArgs.seed`` for one call; the process's global RNG is left as it was.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig, StoppingCriteria, StoppingCriteriaList
+
+from trinity.config.schema import InferenceModelConfig, ModelConfig
+from trinity.engine.base import Completion, RolloutEngine, SamplingArgs
+from trinity.engine.modeling import (
+    default_device,
+    load_weights_into,
+    model_dtype,
+    read_hf_weights,
+    token_logprobs,
+)
+
+_LOGIT_BUDGET = 2**27
+"""Most logits (rows x tokens x vocab) one log-prob forward pass may hold; bounds memory."""
+
+
+class _StopStrings(StoppingCriteria):
+    """Finishes a row once a stop string appears in its tokens from the ``min_tokens``-th on."""
+
+    def __init__(self, tokenizer: Any, stops: list[str], prompt_width: int, min_tokens: int) -> None:
+        self.tokenizer, self.stops = tokenizer, stops
+        self.prompt_width, self.min_tokens = prompt_width, min_tokens
+        self.window = max(len(s.encode()) for s in stops) + 1  # every token is at least one byte
+
+    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor, **kwargs: Any) -> torch.Tensor:
+        eligible = input_ids.shape[1] - self.prompt_width - self.min_tokens + 1
+        if eligible < 1:
+            return torch.zeros(input_ids.shape[0], dtype=torch.bool, device=input_ids.device)
+        tails = self.tokenizer.batch_decode(input_ids[:, -min(eligible, self.window) :], skip_special_tokens=True)
+        found = [any(stop in tail for stop in self.stops) for tail in tails]
+        return torch.tensor(found, dtype=torch.bool, device=input_ids.device)
+
+
+class TransformersRolloutEngine(RolloutEngine):
+    """``AutoModelForCausalLM`` + ``AutoTokenizer`` from a local directory (or a hub id)."""
+
+    def __init__(self, config: InferenceModelConfig, model: ModelConfig) -> None:
+        self.config, self.model_config = config, model
+        self.device = default_device()
+        path = config.model_path or model.model_path
+        self.tokenizer = AutoTokenizer.from_pretrained(path, padding_side="left")
+        self.model = AutoModelForCausalLM.from_pretrained(path, dtype=model_dtype(self.device, config.dtype))
+        self.model.to(self.device).eval()
+        self.model_version = 0
+        eos = self.model.generation_config.eos_token_id
+        eos_ids = set(eos if isinstance(eos, list) else [eos] if eos is not None else [])
+        eos_ids.add(self.tokenizer.eos_token_id)
+        self.eos_ids = sorted(i for i in eos_ids if i is not None)
+        self.pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else self.eos_ids[0]
+        self.chat_template = config.chat_template or model.custom_chat_template
+        if self.chat_template is None and model.chat_template_path:
+            self.chat_template = Path(model.chat_template_path).read_text()
+        self.enable_thinking = model.enable_thinking if model.enable_thinking is not None else config.enable_thinking
+        self.max_model_len = _first(config.max_model_len, model.max_model_len)
+        self.max_prompt_tokens = _first(config.max_prompt_tokens, model.max_prompt_tokens)
+        self.max_response_tokens = _first(config.max_response_tokens, model.max_response_tokens)
+        self.min_response_tokens = _first(config.min_response_tokens, model.min_response_tokens, 1)
+        with self._rng(config.seed):
+            self._rng_state = self._get_rng_state()
+
+    # -- public API ---------------------------------------------------------------------
+
+    def generate(self, prompts: list[str], args: SamplingArgs) -> list[list[Completion]]:
+        encoded = [self.tokenizer(p, add_special_tokens=True)["input_ids"] for p in prompts]
+        return self.generate_from_ids(encoded, args)
+
+    def chat(self, conversations: list[list[dict[str, Any]]], args: SamplingArgs) -> list[list[Completion]]:
+        return self.generate_from_ids([self.chat_prompt_ids(c) for c in conversations], args)
+
+    def chat_prompt_ids(self, messages: list[dict[str, Any]]) -> list[int]:
+        """Token ids of ``messages`` through the chat template, with the generation prompt."""
+        text = self.tokenizer.apply_chat_template(
+            messages,
+            tokenize=False,
+            add_generation_prompt=True,
+            chat_template=self.chat_template,
+            enable_thinking=self.enable_thinking,
+        )
+        return self.tokenizer(text, add_special_tokens=False)["input_ids"]
+
+    def generate_from_ids(self, prompts: list[list[int]], args: SamplingArgs) -> list[list[Completion]]:
+        """``args.n`` completions for each prompt given as token ids (the path ``generate``
+        and ``chat`` take after tokenising)."""
+        prepared = [self._fit_prompt(ids) for ids in prompts]
+        results: list[list[Completion]] = [[] for _ in prompts]
+        live = [i for i, (_, truncated) in enumerate(prepared) if not truncated]
+        for i, (ids, truncated) in enumerate(prepared):
+            if truncated:
+                results[i] = [self._empty(ids) for _ in range(args.n)]
+        if live:
+            completions = self._sample([prepared[i][0] for i in live], args)
+            for k, i in enumerate(live):
+                results[i] = completions[k * args.n : (k + 1) * args.n]
+        return results
+
+    @torch.no_grad()
+    def logprobs(self, token_ids: list[list[int]]) -> list[list[float]]:
+        if not token_ids:
+            return []
+        width = max(len(ids) for ids in token_ids)
+        input_ids = torch.full((len(token_ids), width), self.pad_id, dtype=torch.long)
+        mask = torch.zeros_like(input_ids)
+        for row, ids in enumerate(token_ids):
+            input_ids[row, : len(ids)] = torch.tensor(ids, dtype=torch.long)
+            mask[row, : len(ids)] = 1
+        values = self._logprobs(input_ids, mask, width - 1) if width > 1 else input_ids[:, :0].float()
+        return [[0.0] + values[row, : len(ids) - 1].tolist() for row, ids in enumerate(token_ids)]
+
+    def update_weights(
+        self,
+        state_dict: dict[str, torch.Tensor] | None = None,
+        checkpoint_path: str | None = None,
+        version: int = 0,
+    ) -> None:
+        """Copy new weights in place, from a (possibly partial) state dict or from the
+        ``*.safetensors`` of a HF directory / training checkpoint; then set ``model_version``."""
+        if (state_dict is None) == (checkpoint_path is None):
+            raise ValueError("update_weights needs exactly one of state_dict or checkpoint_path")
+        with torch.no_grad():
+            load_weights_into(self.model, state_dict if state_dict is not None else read_hf_weights(checkpoint_path))
+        self.model_version = version
+
+    def shutdown(self) -> None:
+        del self.model
+        if self.device.type == "cuda":
+            torch.cuda.empty_cache()
+
+    # -- internals ----------------------------------------------------------------------
+
+    def _fit_prompt(self, ids: list[int]) -> tuple[list[int], bool]:
+        limit = self.max_prompt_tokens
+        if limit is None or len(ids) <= limit:
+            return ids, False
+        if not self.model_config.enable_prompt_truncation:
+            raise ValueError(
+                f"prompt of {len(ids)} tokens exceeds max_prompt_tokens {limit}; "
+                "set model.enable_prompt_truncation to skip such prompts instead"
+            )
+        return ids[:limit], True
+
+    def _empty(self, prompt: list[int]) -> Completion:
+        return Completion(prompt, [], [], "", "length", prompt_truncated=True, model_version=self.model_version)
+
+    def _generation_config(self, args: SamplingArgs, prompt_width: int) -> GenerationConfig:
+        temperature = _first(args.temperature, self.model_config.temperature)
+        max_new = _first(args.max_tokens, self.max_response_tokens)
+        if self.max_model_len is not None:
+            room = self.max_model_len - prompt_width
+            max_new = room if max_new is None else min(max_new, room)
+        if max_new is None or max_new < 1:
+            raise ValueError(
+                f"no room to generate: max_tokens {args.max_tokens}, max_response_tokens "
+                f"{self.max_response_tokens}, max_model_len {self.max_model_len}, prompt {prompt_width} tokens"
+            )
+        sampling: dict[str, Any] = {"do_sample": False}
+        if temperature > 0:
+            top_k = _first(args.top_k, self.model_config.top_k)
+            sampling = {
+                "do_sample": True,
+                "temperature": temperature,
+                "top_p": _first(args.top_p, self.model_config.top_p),
+                "top_k": top_k if top_k > 0 else None,
+            }
+        return GenerationConfig(
+            max_new_tokens=max_new,
+            min_new_tokens=min(_first(args.min_tokens, self.min_response_tokens), max_new),
+            eos_token_id=self.eos_ids,
+            pad_token_id=self.pad_id,
+            repetition_penalty=self.model_config.repetition_penalty,
+            **sampling,
+        )
+
+    @torch.no_grad()
+    def _sample(self, prompts: list[list[int]], args: SamplingArgs) -> list[Completion]:
+        rows = [ids for ids in prompts for _ in range(args.n)]
+        width = max(len(ids) for ids in rows)
+        input_ids = torch.full((len(rows), width), self.pad_id, dtype=torch.long)
+        prompt_mask = torch.zeros_like(input_ids)
+        for row, ids in enumerate(rows):
+            input_ids[row, width - len(ids) :] = torch.tensor(ids, dtype=torch.long)
+            prompt_mask[row, width - len(ids) :] = 1
+        gen_config = self._generation_config(args, width)
+        stopping = StoppingCriteriaList()
+        if args.stop:
+            stopping.append(_StopStrings(self.tokenizer, args.stop, width, gen_config.min_new_tokens))
+        with self._rng(args.seed):
+            output = self.model.generate(
+                input_ids=input_ids.to(self.device),
+                attention_mask=prompt_mask.to(self.device),
+                generation_config=gen_config,
+                stopping_criteria=stopping,
+            ).cpu()
+        generated = output[:, width:]
+        cuts = [self._cut(tokens.tolist(), args.stop, gen_config.min_new_tokens) for tokens in generated]
+        response_mask = torch.zeros_like(generated)
+        for row, (length, _, _) in enumerate(cuts):
+            response_mask[row, :length] = 1
+        logprobs = None
+        if args.logprobs and generated.shape[1] > 0:
+            logprobs = self._logprobs(output, torch.cat([prompt_mask, response_mask], dim=1), generated.shape[1])
+        return [
+            Completion(
+                prompt_token_ids=rows[row],
+                response_token_ids=generated[row, :length].tolist(),
+                response_logprobs=logprobs[row, :length].tolist() if logprobs is not None else [],
+                text=text,
+                finish_reason=reason,
+                model_version=self.model_version,
+            )
+            for row, (length, text, reason) in enumerate(cuts)
+        ]
+
+    def _cut(self, tokens: list[int], stops: list[str], min_tokens: int) -> tuple[int, str, str]:
+        """Where a generated row ends: ``(token count, text, finish_reason)``."""
+        eos_at = next((i for i, t in enumerate(tokens) if i >= min_tokens - 1 and t in self.eos_ids), None)
+        body = tokens if eos_at is None else tokens[:eos_at]
+        if stops:
+            text = self.tokenizer.decode(body, skip_special_tokens=True)
+            floor = len(self.tokenizer.decode(body[: max(min_tokens - 1, 0)], skip_special_tokens=True))
+            hits = [(at, stop) for stop in stops if (at := text.find(stop, max(floor - len(stop) + 1, 0))) >= 0]
+            if hits:
+                at, stop = min(hits)
+                end = at + len(stop)
+                length = self._tokens_covering(body, end)
+                return length, text[:at], "stop"
+        if eos_at is not None:
+            return eos_at + 1, self.tokenizer.decode(body, skip_special_tokens=True), "stop"
+        return len(tokens), self.tokenizer.decode(tokens, skip_special_tokens=True), "length"
+
+    def _tokens_covering(self, tokens: list[int], chars: int) -> int:
+        """Fewest leading tokens whose text is at least ``chars`` characters (binary search)."""
+        low, high = 1, len(tokens)
+        while low < high:
+            mid = (low + high) // 2
+            if len(self.tokenizer.decode(tokens[:mid], skip_special_tokens=True)) >= chars:
+                high = mid
+            else:
+                low = mid + 1
+        return low
+
+    def _logprobs(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, width: int) -> torch.Tensor:
+        """Raw-model logprobs of the last ``width`` tokens, in row chunks bounded by ``_LOGIT_BUDGET``."""
+        position_ids = (attention_mask.cumsum(-1) - 1).clamp(min=0)
+        step = max(1, _LOGIT_BUDGET // (width * self.model.config.vocab_size))
+        chunks = [
+            token_logprobs(
+                self.model,
+                input_ids[i : i + step].to(self.device),
+                attention_mask[i : i + step].to(self.device),
+                position_ids[i : i + step].to(self.device),
+                width,
+            )[0].cpu()
+            for i in range(0, input_ids.shape[0], step)
+        ]
+        return torch.cat(chunks)
+
+    def _get_rng_state(self) -> tuple[torch.Tensor, torch.Tensor | None]:
+        cuda = self.device.type == "cuda"
+        return torch.get_rng_state(), torch.cuda.get_rng_state(self.device) if cuda else None
+
+    @contextmanager
+    def _rng(self, seed: int | None) -> Iterator[None]:
+        """Sample from the engine's own RNG stream, or from ``seed`` for one call; the
+        process's global RNG state is restored afterwards either way."""
+        devices = [self.device] if self.device.type == "cuda" else []
+        with torch.random.fork_rng(devices=devices, device_type=self.device.type):
+            if seed is not None:
+                torch.manual_seed(seed)
+                yield
+                return
+            cpu_state, cuda_state = self._rng_state
+            torch.set_rng_state(cpu_state)
+            if cuda_state is not None:
+                torch.cuda.set_rng_state(cuda_state, self.device)
+            yield
+            self._rng_state = self._get_rng_state()
+
+
+def _first(*values: Any) -> Any:
+    """The first value that is not None (config fallbacks)."""
+    return next((v for v in values if v is not None), None)

@@ -1,0 +1,147 @@
+"""The transformers rollout engine on the tiny model: lengths, logprobs, stops, seeds, truncation, weights."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+from transformers import AutoModelForCausalLM
+
+from trinity.common.tiny_model import build_tiny_model
+from trinity.config.schema import InferenceModelConfig, ModelConfig
+from trinity.engine.base import SamplingArgs
+from trinity.engine.transformers_rollout import TransformersRolloutEngine
+
+PROMPTS = ["The quick brown fox", "12+7=", "Question: What is the capital of France? Answer:"]
+GREEDY = SamplingArgs(temperature=0.0, max_tokens=24)
+
+
+def make_engine(path: Path, **model_fields) -> TransformersRolloutEngine:
+    limits = {"max_prompt_tokens": 32, "max_response_tokens": 24, "max_model_len": 56, **model_fields}
+    return TransformersRolloutEngine(
+        InferenceModelConfig(model_path=str(path), engine_type="transformers"),
+        ModelConfig(model_path=str(path), **limits),
+    )
+
+
+@pytest.fixture(scope="module")
+def engine(tiny_model_dir: Path) -> TransformersRolloutEngine:
+    return make_engine(tiny_model_dir)
+
+
+def test_n_samples_with_requested_lengths(engine: TransformersRolloutEngine) -> None:
+    results = engine.generate(PROMPTS, SamplingArgs(n=4, max_tokens=8, min_tokens=8))
+    assert [len(r) for r in results] == [4, 4, 4]
+    for prompt, completions in zip(PROMPTS, results, strict=True):
+        for c in completions:
+            assert c.prompt_token_ids == engine.tokenizer(prompt)["input_ids"]
+            assert len(c.response_token_ids) == len(c.response_logprobs) == 8
+            assert c.finish_reason == "length"
+    default = engine.generate(PROMPTS[:1], SamplingArgs(n=2))[0]
+    assert all(len(c.response_token_ids) <= 24 for c in default)
+
+
+def test_logprobs_are_raw_model_logprobs(engine: TransformersRolloutEngine, tiny_model_dir: Path) -> None:
+    reference = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32)
+    args = SamplingArgs(n=2, temperature=0.7, top_k=20, top_p=0.9, max_tokens=16)
+    for completions in engine.generate(PROMPTS, args):
+        for c in completions:
+            ids = torch.tensor([c.prompt_token_ids + c.response_token_ids])
+            with torch.no_grad():
+                logits = reference(ids).logits[0, :-1].log_softmax(-1)
+            expected = logits.gather(-1, ids[0, 1:, None])[:, 0][len(c.prompt_token_ids) - 1 :]
+            torch.testing.assert_close(torch.tensor(c.response_logprobs), expected, atol=1e-4, rtol=0)
+            full = engine.logprobs([c.prompt_token_ids + c.response_token_ids])[0]
+            assert full[0] == 0.0
+            torch.testing.assert_close(torch.tensor(full[len(c.prompt_token_ids) :]), expected, atol=1e-4, rtol=0)
+
+
+def test_greedy_is_deterministic_and_seeds_reproduce(engine: TransformersRolloutEngine, tiny_model_dir: Path) -> None:
+    first = engine.generate(PROMPTS, SamplingArgs(n=3, temperature=0.0, max_tokens=12))
+    second = engine.generate(PROMPTS, SamplingArgs(n=3, temperature=0.0, max_tokens=12))
+    for a, b in zip(first, second, strict=True):
+        assert {tuple(c.response_token_ids) for c in a + b} == {tuple(a[0].response_token_ids)}
+
+    def tokens(results):
+        return [c.response_token_ids for completions in results for c in completions]
+
+    seeded = SamplingArgs(n=3, max_tokens=12, seed=5)
+    assert tokens(engine.generate(PROMPTS, seeded)) == tokens(engine.generate(PROMPTS, seeded))
+    unseeded = SamplingArgs(n=3, max_tokens=12)
+    assert tokens(engine.generate(PROMPTS, unseeded)) != tokens(engine.generate(PROMPTS, unseeded))
+    state = torch.get_rng_state()
+    twin_a, twin_b = make_engine(tiny_model_dir), make_engine(tiny_model_dir)
+    assert tokens(twin_a.generate(PROMPTS, unseeded)) == tokens(twin_b.generate(PROMPTS, unseeded))
+    assert torch.equal(torch.get_rng_state(), state)
+
+
+def test_stop_strings_cut_text_and_tokens(engine: TransformersRolloutEngine) -> None:
+    full = engine.generate(PROMPTS, GREEDY)
+    stops = [c[0].text[5:7] for c in full]
+    stopped = engine.generate(PROMPTS, SamplingArgs(temperature=0.0, max_tokens=24, stop=stops))
+    for original, cut in zip(full, stopped, strict=True):
+        original, cut = original[0], cut[0]
+        at = min(i for i in (original.text.find(s) for s in stops) if i >= 0)
+        assert cut.finish_reason == "stop"
+        assert cut.text == original.text[:at]
+        assert cut.response_token_ids == original.response_token_ids[: len(cut.response_token_ids)]
+        stop_end = engine.tokenizer.decode(cut.response_token_ids)
+        assert any(s in stop_end for s in stops)
+        assert not any(s in engine.tokenizer.decode(cut.response_token_ids[:-1]) for s in stops)
+
+
+def test_eos_ends_a_response_but_not_before_min_tokens(tiny_model_dir: Path) -> None:
+    engine = make_engine(tiny_model_dir)
+    greedy = engine.generate(PROMPTS[:1], GREEDY)[0][0].response_token_ids
+    engine.eos_ids = [greedy[0]]  # pretend the greedy first token is the EOS
+    early = engine.generate(PROMPTS[:1], SamplingArgs(temperature=0.0, max_tokens=24, min_tokens=0))[0][0]
+    assert early.response_token_ids == greedy[:1]
+    assert early.finish_reason == "stop"
+    late = engine.generate(PROMPTS[:1], SamplingArgs(temperature=0.0, max_tokens=24, min_tokens=5))[0][0]
+    assert len(late.response_token_ids) >= 5
+
+
+def test_prompt_truncation(tiny_model_dir: Path) -> None:
+    long_prompt = "The quick brown fox jumps over the lazy dog. " * 8
+    engine = make_engine(tiny_model_dir, max_prompt_tokens=16)
+    short, long = engine.generate([PROMPTS[0], long_prompt], SamplingArgs(n=2, max_tokens=4, min_tokens=4))
+    assert all(len(c.response_token_ids) == 4 and not c.prompt_truncated for c in short)
+    assert len(long) == 2
+    for c in long:
+        assert c.prompt_truncated and c.response_token_ids == [] and c.finish_reason == "length"
+        assert c.prompt_token_ids == engine.tokenizer(long_prompt)["input_ids"][:16]
+    strict = make_engine(tiny_model_dir, max_prompt_tokens=16, enable_prompt_truncation=False)
+    with pytest.raises(ValueError, match="exceeds max_prompt_tokens 16"):
+        strict.generate([long_prompt], GREEDY)
+
+
+def test_chat_template_and_thinking(tiny_model_dir: Path) -> None:
+    messages = [{"role": "user", "content": "What is 12+7?"}]
+    engine = make_engine(tiny_model_dir)
+    text = "<|im_start|>user\nWhat is 12+7?<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n"
+    assert engine.chat_prompt_ids(messages) == engine.tokenizer(text)["input_ids"]
+    thinking = make_engine(tiny_model_dir, enable_thinking=True)
+    assert thinking.tokenizer.decode(thinking.chat_prompt_ids(messages)) == text.split("<think>")[0]
+    custom = make_engine(tiny_model_dir, custom_chat_template="{{ messages[0]['content'] }} =")
+    assert custom.tokenizer.decode(custom.chat_prompt_ids(messages)) == "What is 12+7? ="
+    (completions,) = custom.chat([messages], SamplingArgs(n=2, max_tokens=4, min_tokens=4))
+    assert [c.prompt_token_ids for c in completions] == [custom.chat_prompt_ids(messages)] * 2
+
+
+def test_update_weights_from_state_dict_and_checkpoint(tiny_model_dir: Path, tmp_path: Path) -> None:
+    engine = make_engine(tiny_model_dir)
+    before = engine.generate(PROMPTS, GREEDY)
+    noisy = {k: v + 0.05 * torch.randn_like(v) for k, v in engine.model.state_dict().items() if "mlp" in k}
+    engine.update_weights(state_dict=noisy, version=3)
+    after = engine.generate(PROMPTS, GREEDY)
+    assert engine.model_version == 3 and all(c[0].model_version == 3 for c in after)
+    assert [c[0].response_logprobs for c in after] != [c[0].response_logprobs for c in before]
+    other_dir = build_tiny_model(tmp_path / "other", seed=1)
+    engine.update_weights(checkpoint_path=str(other_dir), version=4)
+    fresh = make_engine(other_dir)
+    assert engine.logprobs([[1, 2, 3, 4, 5]]) == fresh.logprobs([[1, 2, 3, 4, 5]])
+    with pytest.raises(KeyError, match="not in the model"):
+        engine.update_weights(state_dict={"no.such.weight": torch.zeros(1)})
+    with pytest.raises(ValueError, match="exactly one"):
+        engine.update_weights()
