@@ -196,3 +196,11 @@ def test_missing_file_and_bad_yaml(tmp_path):
         load_config(bad)
     with pytest.raises(ConfigError, match="is not key=value"):
         load_config(write(tmp_path), ["buffer.batch_size"])
+
+
+def test_global_loss_agg_mode_reaches_the_loss_functions(tmp_path):
+    cfg = load_config(write(tmp_path), ["algorithm.loss_agg_mode=seq-mean-token-sum", "algorithm.kl_loss_fn=k2"])
+    assert cfg.algorithm.policy_loss_fn_args["loss_agg_mode"] == "seq-mean-token-sum"
+    assert cfg.algorithm.kl_loss_fn_args["loss_agg_mode"] == "seq-mean-token-sum"
+    own = load_config(write(tmp_path), ["algorithm.policy_loss_fn_args={loss_agg_mode: token-mean}"])
+    assert own.algorithm.policy_loss_fn_args["loss_agg_mode"] == "token-mean"

@@ -9,8 +9,8 @@ chosen at even and rejected at odd positions.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, fields, replace
-from typing import Optional, Sequence
 
 import torch
 
@@ -31,17 +31,17 @@ class Batch:
     rewards: torch.Tensor  # [B] float, sequence reward
     group_ids: torch.Tensor  # [B] long: samples of one task share an id (GRPO group)
     model_versions: torch.Tensor  # [B] long: rollout model version
-    old_logprobs: Optional[torch.Tensor] = None  # [B, R] rollout (or recomputed) logprobs
-    ref_logprobs: Optional[torch.Tensor] = None  # [B, R] reference model logprobs
-    values: Optional[torch.Tensor] = None  # [B, R] critic values
-    advantages: Optional[torch.Tensor] = None  # [B, R]
-    returns: Optional[torch.Tensor] = None  # [B, R]
-    token_level_rewards: Optional[torch.Tensor] = None  # [B, R]
-    is_expert: Optional[torch.Tensor] = None  # [B] bool: expert (SFT) data in a mix batch
-    sample_weights: Optional[torch.Tensor] = None  # [B] float: e.g. staleness down-weighting
-    run_ids: Optional[torch.Tensor] = None  # [B] long: one id per (task group, run) trajectory
-    step_ids: Optional[torch.Tensor] = None  # [B] long: turn of the row within its run
-    reward_baselines: Optional[torch.Tensor] = None  # [B] float: e.g. ReMax greedy reward
+    old_logprobs: torch.Tensor | None = None  # [B, R] rollout (or recomputed) logprobs
+    ref_logprobs: torch.Tensor | None = None  # [B, R] reference model logprobs
+    values: torch.Tensor | None = None  # [B, R] critic values
+    advantages: torch.Tensor | None = None  # [B, R]
+    returns: torch.Tensor | None = None  # [B, R]
+    token_level_rewards: torch.Tensor | None = None  # [B, R]
+    is_expert: torch.Tensor | None = None  # [B] bool: expert (SFT) data in a mix batch
+    sample_weights: torch.Tensor | None = None  # [B] float: e.g. staleness down-weighting
+    run_ids: torch.Tensor | None = None  # [B] long: one id per (task group, run) trajectory
+    step_ids: torch.Tensor | None = None  # [B] long: turn of the row within its run
+    reward_baselines: torch.Tensor | None = None  # [B] float: e.g. ReMax greedy reward
 
     @property
     def batch_size(self) -> int:
@@ -54,22 +54,22 @@ class Batch:
     def __len__(self) -> int:
         return self.batch_size
 
-    def select(self, index: torch.Tensor | slice | Sequence[int]) -> "Batch":
+    def select(self, index: torch.Tensor | slice | Sequence[int]) -> Batch:
         """Rows ``index`` of every tensor (a micro-batch, a filtered batch)."""
         if not isinstance(index, (slice, torch.Tensor)):
             index = torch.as_tensor(list(index), dtype=torch.long)
         values = {f.name: getattr(self, f.name) for f in fields(self)}
         return Batch(**{k: (v[index] if v is not None else None) for k, v in values.items()})
 
-    def to(self, device: torch.device | str) -> "Batch":
+    def to(self, device: torch.device | str) -> Batch:
         values = {f.name: getattr(self, f.name) for f in fields(self)}
         return Batch(**{k: (v.to(device) if v is not None else None) for k, v in values.items()})
 
-    def with_fields(self, **changes: Optional[torch.Tensor]) -> "Batch":
+    def with_fields(self, **changes: torch.Tensor | None) -> Batch:
         return replace(self, **changes)
 
     @classmethod
-    def from_experiences(cls, experiences: Sequence[Experience], pad_token_id: int = 0) -> "Batch":
+    def from_experiences(cls, experiences: Sequence[Experience], pad_token_id: int = 0) -> Batch:
         """Collate experiences (DPO ones expand to chosen/rejected row pairs)."""
         if not experiences:
             raise ValueError("cannot build a batch from no experiences")
@@ -89,7 +89,7 @@ class Batch:
         input_ids = torch.full((n, prompt_width + response_width), pad_token_id, dtype=torch.long)
         attention_mask = torch.zeros((n, prompt_width + response_width), dtype=torch.long)
         response_mask = torch.zeros((n, response_width), dtype=torch.float32)
-        per_token: dict[str, Optional[torch.Tensor]] = dict.fromkeys(_FROM_EXPERIENCE)
+        per_token: dict[str, torch.Tensor | None] = dict.fromkeys(_FROM_EXPERIENCE)
         group_index: dict[str, int] = {}
         run_index: dict[tuple[str, int], int] = {}
         group_ids = torch.empty(n, dtype=torch.long)
