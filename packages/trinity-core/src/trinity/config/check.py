@@ -136,11 +136,11 @@ def check_algorithm(config: Config, issues: IssueCollector) -> None:
         path = f"algorithm.{field_name}"
         if _plugin_ok(issues, kind, name, path):
             args_field = f"{field_name}_args"
-            setattr(
-                algo_cfg,
-                args_field,
-                _fn_args(kind, name, getattr(algo_cfg, args_field), f"algorithm.{args_field}", issues),
-            )
+            given = getattr(algo_cfg, args_field) or {}
+            args = _fn_args(kind, name, given, f"algorithm.{args_field}", issues)
+            if "loss_agg_mode" in args and "loss_agg_mode" not in given:  # the global mode unless the fn sets its own
+                args["loss_agg_mode"] = algo_cfg.loss_agg_mode
+            setattr(algo_cfg, args_field, args)
 
 
 def check_model(config: Config, issues: IssueCollector) -> None:
