@@ -1,0 +1,64 @@
+"""Priority replay in the in-memory queue: newest model versions first, eviction, reuse."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from buffer_helpers import buffer_config, make_experience, rewards
+
+from trinity.buffer import EndOfBuffer, open_experience_reader, open_experience_writer
+
+
+def priority_buffer(tmp_path, **overrides):
+    storage = buffer_config("memory", tmp_path, use_priority_queue=True, **overrides)
+    return storage, open_experience_writer(storage, "w"), open_experience_reader(storage)
+
+
+def test_newest_model_version_first_ties_oldest_first(tmp_path):
+    _, writer, reader = priority_buffer(tmp_path)
+    writer.write([make_experience(i, model_version=v) for i, v in enumerate([1, 3, 2, 3])])
+    assert rewards(reader.read(4)) == [1, 3, 2, 0]
+
+
+def test_full_queue_drops_the_lowest_priority(tmp_path):
+    _, writer, reader = priority_buffer(tmp_path, capacity=2)
+    writer.write([make_experience(i, model_version=v) for i, v in enumerate([2, 0, 5])])
+    assert rewards(reader.read(3, timeout=0.1)) == [2, 0]
+
+
+def test_without_cooldown_each_experience_is_read_once(tmp_path):
+    _, writer, reader = priority_buffer(tmp_path)
+    writer.write([make_experience(0)])
+    writer.finish()
+    assert rewards(reader.read(2)) == [0]
+    with pytest.raises(EndOfBuffer):
+        reader.read(1)
+
+
+def test_reuse_after_cooldown_with_decayed_priority(tmp_path):
+    _, writer, reader = priority_buffer(tmp_path, reuse_cooldown_time=0.2, replay_buffer_kwargs={"decay": 2.0})
+    writer.write([make_experience(0, model_version=4), make_experience(1, model_version=3)])
+    assert rewards(reader.read(1)) == [0]  # priority 4 before 3
+    time.sleep(0.3)
+    assert rewards(reader.read(1)) == [1]  # 0 is back but decayed to 4 - 2 * 1 = 2 < 3
+    assert rewards(reader.read(1)) == [0]
+    started = time.monotonic()
+    assert rewards(reader.read(1, timeout=2)) == [1]  # both cooling: waits; then 3 - 2 = 1 beats 4 - 4 = 0
+    assert time.monotonic() - started >= 0.1
+
+
+def test_decay_limit_randomization_stops_after_use_count_limit(tmp_path):
+    kwargs = {"priority_fn": "decay_limit_randomization", "use_count_limit": 2, "sigma": 0.0}
+    _, writer, reader = priority_buffer(tmp_path, reuse_cooldown_time=0.0, replay_buffer_kwargs=kwargs)
+    writer.write([make_experience(0)])
+    writer.finish()
+    assert rewards(reader.read(1)) == [0]
+    assert rewards(reader.read(1)) == [0]
+    with pytest.raises(EndOfBuffer):
+        reader.read(1)
+
+
+def test_unknown_priority_fn_is_named(tmp_path):
+    with pytest.raises(ValueError, match="unknown replay_buffer_kwargs.priority_fn 'lifo'.*linear_decay"):
+        priority_buffer(tmp_path, replay_buffer_kwargs={"priority_fn": "lifo"})

@@ -1,0 +1,125 @@
+"""The binary experience format: every field round-trips; other versions are refused."""
+
+from __future__ import annotations
+
+import struct
+
+import pytest
+import torch
+from buffer_helpers import make_experience
+
+from trinity.buffer import SerializationError, deserialize_experiences, serialize_experiences
+from trinity.buffer.serialization import (
+    FORMAT_VERSION,
+    deserialize_experience,
+    experience_from_dict,
+    experience_to_dict,
+    serialize_experience,
+)
+from trinity.common.batch import Batch
+from trinity.common.experience import EID, Experience
+
+
+def full_experience() -> Experience:
+    return Experience(
+        tokens=torch.tensor([1, 2, 3, 151_000, 5, 6], dtype=torch.long),
+        prompt_length=3,
+        logprobs=torch.tensor([-0.5, -1.5, -0.25]),
+        reward=0.75,
+        token_level_reward=torch.tensor([0.0, 0.0, 0.75]),
+        advantages=torch.tensor([0.1, 0.2, 0.3], dtype=torch.bfloat16),
+        returns=torch.tensor([1.0, 2.0, 3.0], dtype=torch.float64),
+        action_mask=torch.tensor([True, False, True]),
+        eid=EID(batch="7", task="t3", run=2, step=1, suffix="x"),
+        model_version=5,
+        truncate_status="response_truncated",
+        messages=[{"role": "user", "content": "héllo"}, {"role": "assistant", "content": "hi"}],
+        metrics={"acc": 1.0},
+        info={"source": "gsm8k", "n": [1, 2]},
+    )
+
+
+def assert_same(a: Experience, b: Experience) -> None:
+    for name in (
+        "tokens",
+        "logprobs",
+        "token_level_reward",
+        "advantages",
+        "returns",
+        "action_mask",
+        "chosen",
+        "rejected",
+    ):
+        x, y = getattr(a, name), getattr(b, name)
+        assert (x is None) == (y is None), name
+        if x is not None:
+            assert x.dtype == y.dtype and torch.equal(x, y), name
+    for name in ("prompt_length", "reward", "eid", "model_version", "truncate_status", "messages", "metrics", "info"):
+        assert getattr(a, name) == getattr(b, name), name
+
+
+def test_every_field_round_trips():
+    exp = full_experience()
+    assert_same(exp, deserialize_experience(serialize_experience(exp)))
+
+
+def test_dpo_and_empty_tensors_round_trip():
+    exp = Experience(
+        tokens=torch.tensor([4, 5]),
+        prompt_length=2,
+        chosen=torch.tensor([7, 8, 9]),
+        rejected=torch.tensor([], dtype=torch.long),
+    )
+    assert_same(exp, deserialize_experience(serialize_experience(exp)))
+
+
+def test_token_ids_beyond_int32_keep_int64():
+    exp = Experience(tokens=torch.tensor([1, 2**40]), prompt_length=1)
+    assert torch.equal(deserialize_experience(serialize_experience(exp)).tokens, exp.tokens)
+
+
+def test_info_json_cannot_hold_falls_back_to_pickle():
+    exp = make_experience(1)
+    exp.info = {"when": {1, 2}}  # a set: not JSON
+    assert deserialize_experience(serialize_experience(exp)).info == {"when": {1, 2}}
+
+
+def test_list_round_trip_and_collation():
+    experiences = [full_experience(), make_experience(3)]
+    back = deserialize_experiences(serialize_experiences(experiences))
+    for a, b in zip(experiences, back, strict=True):
+        assert_same(a, b)
+    batch = Batch.from_experiences(back)
+    assert batch.input_ids.shape[0] == 2 and torch.equal(batch.rewards, torch.tensor([0.75, 3.0]))
+
+
+def test_compact_size():
+    exp = Experience(tokens=torch.randint(0, 150_000, (1024,)), prompt_length=256, logprobs=torch.randn(768))
+    assert len(serialize_experience(exp)) < 1024 * 4 + 768 * 4 + 400  # int32 ids, float32 logprobs, small header
+
+
+def test_unknown_version_is_refused_clearly():
+    blob = bytearray(serialize_experience(make_experience(0)))
+    blob[3] = FORMAT_VERSION + 1
+    with pytest.raises(
+        SerializationError, match=f"format version {FORMAT_VERSION + 1}; this trinity reads version {FORMAT_VERSION}"
+    ):
+        deserialize_experience(bytes(blob))
+    listed = bytearray(serialize_experiences([make_experience(0)]))
+    struct.pack_into("<B", listed, 4, 9)
+    with pytest.raises(SerializationError, match="format version 9"):
+        deserialize_experiences(bytes(listed))
+
+
+def test_garbage_is_refused():
+    with pytest.raises(SerializationError, match="bad magic"):
+        deserialize_experience(b"not an experience")
+    with pytest.raises(SerializationError, match="bad magic"):
+        deserialize_experiences(b"")
+
+
+def test_dict_form_round_trips():
+    exp = full_experience()
+    exp.advantages = exp.advantages.float()
+    exp.returns = exp.returns.float()
+    assert_same(exp, experience_from_dict(experience_to_dict(exp)))
