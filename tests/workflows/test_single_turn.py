@@ -61,10 +61,14 @@ def test_reward_fn_precedence_row_then_taskset_then_workflow_default(make_workfl
     )
 
 
-def test_simple_workflow_without_a_reward_fn_names_the_task(make_workflow):
+def test_simple_workflow_without_a_reward_fn_fails_before_calling_the_model(make_workflow, model):
     workflow = make_workflow("simple_workflow", {"prompt": "hi", "response": "x"})
-    with pytest.raises(ValueError, match="simple_workflow needs a reward function"):
-        workflow.score("x", "x")
+    model.enable_history = True
+    with pytest.raises(
+        WorkflowError, match="simple_workflow failed on task t:3: ValueError: simple_workflow needs a reward function"
+    ):
+        workflow.run()
+    assert model.extract_experience_from_history() == []
 
 
 def test_countdown_builds_its_prompt_and_truth_from_the_row(make_workflow):

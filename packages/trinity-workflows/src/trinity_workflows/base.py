@@ -34,11 +34,13 @@ class CatalogueWorkflow(Workflow):
     ``default_reward_fn`` is used when the task names none (e.g. ``math_workflow`` ->
     ``math_reward``); a row can pick its own through ``format.reward_fn_key``.
     ``default_system_prompt`` is used when neither the row (``format.system_prompt_key``)
-    nor the taskset (``format.system_prompt``) gives one.
+    nor the taskset (``format.system_prompt``) gives one. A workflow that ``needs_reward_fn``
+    refuses to start without one, before any model call.
     """
 
     default_reward_fn: ClassVar[str | None] = None
     default_system_prompt: ClassVar[str | None] = None
+    needs_reward_fn: ClassVar[bool] = True
 
     def __init__(self, task: Task, model: ModelWrapper, auxiliary_models: Sequence[ModelWrapper] = ()):
         row_key = task.format.get("reward_fn_key")
@@ -50,12 +52,18 @@ class CatalogueWorkflow(Workflow):
 
     async def run_async(self) -> list[Experience]:
         try:
+            if self.needs_reward_fn and self.reward_fn is None:
+                raise ValueError(f"{self._name} needs a reward function: set default_reward_fn_type")
             return await self.rollout()
         except Exception as exc:
-            raise WorkflowError(self.task.workflow_type or type(self).__name__, self.task, exc) from exc
+            raise WorkflowError(self._name, self.task, exc) from exc
 
     def run(self) -> list[Experience]:
         return asyncio.run(self.run_async())
+
+    @property
+    def _name(self) -> str:
+        return self.task.workflow_type or type(self).__name__
 
     # --- the task's format -------------------------------------------------------------
 

@@ -3,15 +3,15 @@
 from trinity.plugins import hookimpl
 
 _WORKFLOWS = {
-    "simple_workflow": "SimpleWorkflow",
-    "math_workflow": "MathWorkflow",
-    "math_boxed_workflow": "MathBoxedWorkflow",
-    "math_eval_workflow": "MathEvalWorkflow",
-    "countdown_workflow": "CountdownWorkflow",
-    "multi_turn_workflow": "MultiTurnWorkflow",
-    "step_wise_workflow": "StepWiseWorkflow",
-    "tool_call_workflow": "ToolCallWorkflow",
-    "rubric_judge_workflow": "RubricJudgeWorkflow",
+    "simple_workflow": "workflows:SimpleWorkflow",
+    "math_workflow": "workflows:MathWorkflow",
+    "math_boxed_workflow": "workflows:MathBoxedWorkflow",
+    "math_eval_workflow": "workflows:MathEvalWorkflow",
+    "countdown_workflow": "workflows:CountdownWorkflow",
+    "multi_turn_workflow": "conversation:MultiTurnWorkflow",
+    "step_wise_workflow": "conversation:StepWiseWorkflow",
+    "tool_call_workflow": "conversation:ToolCallWorkflow",
+    "rubric_judge_workflow": "judge:RubricJudgeWorkflow",
 }
 _REWARDS = {
     "math_reward": "math_reward",
@@ -25,8 +25,8 @@ _REWARDS = {
 
 @hookimpl
 def trinity_register_workflows(register):
-    for name, cls in _WORKFLOWS.items():
-        register(name, f"trinity_workflows.workflows:{cls}")
+    for name, target in _WORKFLOWS.items():
+        register(name, f"trinity_workflows.{target}")
 
 
 @hookimpl

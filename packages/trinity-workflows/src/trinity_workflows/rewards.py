@@ -10,9 +10,7 @@ returned components; each component is also reported as a metric.
 
 from __future__ import annotations
 
-import ast
 import json
-import operator
 import re
 from collections import Counter
 from typing import Any
@@ -26,6 +24,7 @@ from trinity_workflows.answers import (
     strip_special_tokens,
     truth_text,
 )
+from trinity_workflows.arithmetic import evaluate
 
 THINK_ANSWER_PATTERN = r"<think>.*?</think>\s*<answer>.*?</answer>"
 """The format ``math_workflow``'s default system prompt asks for."""
@@ -134,9 +133,6 @@ def _overlong_penalty(length: int | None, max_length: int | None, cache: int | N
     return -factor if length >= max_length else (expected - length) / cache * factor
 
 
-_OPERATORS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv}
-
-
 def countdown_reward(
     response: str, truth: Any = None, prompt: str | None = None, format_score: float = 0.1
 ) -> dict[str, float]:
@@ -154,20 +150,9 @@ def countdown_reward(
     if equation is None:
         lines = [line for line in text.splitlines() if line.strip()]
         equation = lines[-1] if lines else ""
-    equation = equation.partition("=")[0].strip()
     try:
-        tree = ast.parse(equation, mode="eval")
-        value = _evaluate(tree.body)
-    except (SyntaxError, ValueError, ZeroDivisionError, RecursionError):
+        value, used = evaluate(equation.partition("=")[0], integers_only=True)
+    except (ValueError, ZeroDivisionError):
         return {"format": 0.0, "accuracy": 0.0}
-    used = Counter(node.value for node in ast.walk(tree) if isinstance(node, ast.Constant))
-    solved = used == Counter(spec["numbers"]) and abs(value - float(spec["target"])) < 1e-6
+    solved = Counter(used) == Counter(spec["numbers"]) and abs(value - float(spec["target"])) < 1e-6
     return {"format": format_score, "accuracy": (1.0 - format_score) if solved else 0.0}
-
-
-def _evaluate(node: ast.AST) -> float:
-    if isinstance(node, ast.Constant) and type(node.value) is int:
-        return node.value
-    if isinstance(node, ast.BinOp) and type(node.op) in _OPERATORS:
-        return _OPERATORS[type(node.op)](_evaluate(node.left), _evaluate(node.right))
-    raise ValueError(f"not allowed in a countdown equation: {ast.dump(node)[:60]}")

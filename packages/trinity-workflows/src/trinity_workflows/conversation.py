@@ -1,0 +1,221 @@
+"""Multi-turn workflows: the model and an environment (follow-up turns, tools) take turns.
+
+``ConversationWorkflow`` runs the loop: the model replies, ``respond`` answers with the
+next messages (or ends the conversation), and so on for at most ``workflow_args.max_turns``
+model turns. The final reply is scored against the truth. What the loop becomes:
+
+- ``multi_turn_workflow``: one experience for the whole conversation; its ``action_mask``
+  is 1 on the model's turns only, so user and tool turns are context, not training signal.
+- ``step_wise_workflow``: one experience per model turn (``eid.step`` = turn index), each
+  carrying the final reward (the reward is propagated back to every step).
+- ``tool_call_workflow``: like ``multi_turn_workflow``, the environment executing the
+  model's tool calls (``trinity_workflows.tools``).
+
+To write an environment, subclass either and override ``respond``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from dataclasses import replace
+from functools import cached_property
+from typing import Any, ClassVar
+
+import torch
+
+from trinity.common.experience import Experience, Task
+from trinity.explorer.model_wrapper import ModelWrapper
+from trinity.explorer.workflow import set_reward
+from trinity_workflows.base import CatalogueWorkflow, Messages, last_user_text
+from trinity_workflows.tools import (
+    ToolFunction,
+    execute,
+    parse_tool_calls,
+    resolve_tools,
+    tool_schemas,
+    tools_prompt,
+)
+
+
+def chat_template_of(model: ModelWrapper) -> tuple[Any, dict[str, Any]]:
+    """The rollout engine's tokenizer and the template arguments its ``chat`` renders with."""
+    engine = model.client.engine
+    tokenizer = getattr(engine, "tokenizer", None)
+    if tokenizer is None:
+        raise TypeError(f"{type(engine).__name__} exposes no tokenizer; a multi-turn experience needs one")
+    return tokenizer, {
+        "chat_template": getattr(engine, "chat_template", None),
+        "enable_thinking": getattr(engine, "enable_thinking", None),
+    }
+
+
+def tokenize_conversation(tokenizer: Any, messages: Messages, **template_args: Any) -> tuple[list[int], int, list[int]]:
+    """Token ids of a conversation through the chat template, the prompt length (up to the
+    first assistant turn) and the action mask over the rest: 1 on the assistant turns'
+    text and the end-of-turn token the model emitted, 0 on template, user and tool tokens.
+
+    Turns are located in characters (each assistant text is searched for after the
+    rendering of the conversation before it) and mapped onto tokens through the
+    tokenizer's offsets, so the mask does not depend on how text tokenizes at a turn
+    boundary, nor on a generation prompt that rendered past turns lack (thinking templates).
+    """
+
+    def render(conversation: Messages) -> str:
+        return tokenizer.apply_chat_template(conversation, tokenize=False, **template_args) if conversation else ""
+
+    text = render(messages)
+    eos = tokenizer.eos_token or ""
+    spans: list[tuple[int, int]] = []
+    for i, message in enumerate(messages):
+        if message["role"] != "assistant":
+            continue
+        before, content = render(messages[:i]), message["content"]
+        if not text.startswith(before):
+            raise ValueError(f"the chat template renders the turns before assistant turn {i} differently")
+        start = text.find(content + eos, len(before)) if eos else -1  # with the end-of-turn token
+        end = start + len(content) + len(eos)
+        if start < 0:
+            start = text.find(content, len(before))
+            end = start + len(content)
+        if start < 0 or end == start:
+            raise ValueError(f"the chat template does not render assistant turn {i} verbatim")
+        spans.append((start, end))
+    if not spans:
+        raise ValueError("the conversation has no assistant turn")
+    encoded = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
+    mask = [int(any(s < hi and e > lo for lo, hi in spans)) for s, e in encoded["offset_mapping"]]
+    prompt_length = mask.index(1)
+    return list(encoded["input_ids"]), prompt_length, mask[prompt_length:]
+
+
+class ConversationWorkflow(CatalogueWorkflow):
+    """The turn loop; subclasses decide what becomes of the turns (``experiences``).
+
+    Each run is one conversation, so the explorer runs ``repeat_times`` instances.
+    """
+
+    can_repeat = False
+    default_max_turns: ClassVar[int] = 4
+
+    @property
+    def max_turns(self) -> int:
+        return int(self.task.workflow_args.get("max_turns", self.default_max_turns))
+
+    async def respond(self, messages: Messages, turn: int) -> Messages | None:
+        """The messages that answer the model's reply of ``turn`` (0-based), or None to stop.
+
+        Default: the row's follow-up user turns (``workflow_args.turns_key``, default
+        ``turns``: a list of strings), one after each reply.
+        """
+        follow_ups = self.task.raw.get(self.task.workflow_args.get("turns_key", "turns")) or []
+        return [{"role": "user", "content": str(follow_ups[turn])}] if turn < len(follow_ups) else None
+
+    async def rollout(self) -> list[Experience]:
+        messages = self.messages()
+        turns: list[Experience] = []
+        for turn in range(self.max_turns):
+            (reply,) = await self.model.chat_async(messages, n=1)
+            turns.append(reply)
+            messages = reply.messages
+            follow_up = await self.respond(messages, turn)
+            if not follow_up:
+                break
+            messages = [*messages, *follow_up]
+        components = self.score(turns[-1].info["response_text"], self.truth, last_user_text(self.messages()))
+        return await self.experiences(messages, turns, components)
+
+    async def experiences(
+        self, messages: Messages, turns: list[Experience], components: dict[str, float]
+    ) -> list[Experience]:
+        raise NotImplementedError
+
+
+class MultiTurnWorkflow(ConversationWorkflow):
+    """The whole conversation as one experience, masked to the model's turns.
+
+    Tokens come from the chat template over the final conversation; logprobs are
+    recomputed for them in one pass of the rollout model (the weights that sampled the
+    turns), since re-tokenized earlier turns need not match the sampled ids exactly.
+    """
+
+    async def experiences(
+        self, messages: Messages, turns: list[Experience], components: dict[str, float]
+    ) -> list[Experience]:
+        tokenizer, template_args = chat_template_of(self.model)
+        tokens, prompt_length, mask = tokenize_conversation(tokenizer, messages, **template_args)
+        logprobs = await asyncio.to_thread(self.model.logprobs, tokens)
+        truncated = any(t.truncate_status for t in turns)
+        experience = Experience(
+            tokens=torch.tensor(tokens, dtype=torch.long),
+            prompt_length=prompt_length,
+            logprobs=torch.tensor(logprobs[prompt_length:], dtype=torch.float32),
+            action_mask=torch.tensor(mask, dtype=torch.bool),
+            model_version=turns[-1].model_version,
+            truncate_status="response_truncated" if truncated else None,
+            messages=messages,
+            info={"response_text": turns[-1].info["response_text"], "turns": len(turns)},
+        )
+        return [set_reward(experience, components)]
+
+
+class StepWiseWorkflow(ConversationWorkflow):
+    """One experience per model turn, ``eid.step`` = turn index, all with the final reward."""
+
+    async def experiences(
+        self, messages: Messages, turns: list[Experience], components: dict[str, float]
+    ) -> list[Experience]:
+        for step, turn in enumerate(turns):
+            turn.eid = replace(turn.eid, step=step)
+            set_reward(turn, components)
+        return turns
+
+
+class ToolCallWorkflow(MultiTurnWorkflow):
+    """Tool use: the model calls the task's tools until it answers without a call.
+
+    Tool schemas come from the row's ``format.tools_key`` column (default ``tools``) or
+    ``workflow_args.tools``, and are offered in the system prompt; the functions are those
+    registered with ``register_tool`` or mapped in ``workflow_args.tool_functions``. Each
+    call runs with ``workflow_args.tool_timeout`` seconds (default 10) and its result is a
+    ``tool`` turn. The whole conversation is one experience, masked to the model's turns;
+    the last reply is scored. Metrics ``tool_calls`` and ``tool_errors`` count the calls.
+    """
+
+    def __init__(self, task: Task, model: ModelWrapper, auxiliary_models: Sequence[ModelWrapper] = ()):
+        super().__init__(task, model, auxiliary_models)
+        self.calls = self.errors = 0
+
+    @cached_property
+    def schemas(self) -> list[dict[str, Any]]:
+        tools_key = self.task.format.get("tools_key") or "tools"
+        return tool_schemas(self.task.raw.get(tools_key) or self.task.workflow_args.get("tools"))
+
+    @cached_property
+    def functions(self) -> dict[str, ToolFunction]:
+        return resolve_tools(self.schemas, self.task.workflow_args.get("tool_functions", {}))
+
+    async def rollout(self) -> list[Experience]:
+        self.functions  # noqa: B018 -- a tool without a function fails before any model call
+        experiences = await super().rollout()
+        experiences[0].metrics.update(tool_calls=float(self.calls), tool_errors=float(self.errors))
+        return experiences
+
+    def messages(self) -> Messages:
+        messages = super().messages()
+        section = tools_prompt(self.schemas)
+        if messages[0]["role"] == "system":
+            messages[0] = {**messages[0], "content": f"{messages[0]['content']}\n\n{section}"}
+        else:
+            messages.insert(0, {"role": "system", "content": section})
+        return messages
+
+    async def respond(self, messages: Messages, turn: int) -> Messages | None:
+        calls = parse_tool_calls(messages[-1]["content"])
+        if not calls:
+            return None
+        timeout = float(self.task.workflow_args.get("tool_timeout", 10))
+        results = await asyncio.gather(*(execute(call, self.functions, timeout) for call in calls))
+        self.calls += len(calls)
+        self.errors += sum(not ok for _, ok in results)
+        return [{"role": "tool", "name": c.name, "content": text} for c, (text, _) in zip(calls, results, strict=True)]

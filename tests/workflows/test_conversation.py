@@ -1,0 +1,235 @@
+"""Multi-turn, step-wise and tool-call workflows: masks, steps, logprobs, tool execution."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+import torch
+from transformers import AutoTokenizer
+
+from trinity_workflows.base import WorkflowError
+from trinity_workflows.conversation import tokenize_conversation
+from trinity_workflows.rewards import math_reward
+from trinity_workflows.tools import (
+    ToolCall,
+    execute,
+    parse_tool_calls,
+    register_tool,
+    resolve_tools,
+    tool_schemas,
+)
+
+ROW = {"prompt": "What is 2+2?", "response": "4", "turns": ["Are you sure?", "Final answer?"]}
+
+
+@pytest.fixture(scope="module")
+def tokenizer(tiny_model_dir):
+    return AutoTokenizer.from_pretrained(tiny_model_dir)
+
+
+def masked_text(tokenizer, exp) -> str:
+    response = exp.response_tokens[exp.action_mask.bool()]
+    return tokenizer.decode(response)
+
+
+# --- tokenize_conversation --------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "replies",
+    [
+        ["four", "yes, 4"],
+        ["\n\nleading newlines", " leading space"],  # text that merges with the template's "\n"
+        ["", "x"],  # an empty reply still ends with the end-of-turn token
+    ],
+)
+def test_mask_covers_exactly_the_assistant_turns(tokenizer, replies):
+    messages = [
+        {"role": "system", "content": "S"},
+        {"role": "user", "content": "q1"},
+        {"role": "assistant", "content": replies[0]},
+        {"role": "user", "content": "q2"},
+        {"role": "assistant", "content": replies[1]},
+    ]
+    tokens, prompt_length, mask = tokenize_conversation(tokenizer, messages)
+    assert len(mask) == len(tokens) - prompt_length and mask[0] == 1
+    picked = [t for t, m in zip(tokens[prompt_length:], mask, strict=True) if m]
+    assert tokenizer.decode(picked) == f"{replies[0]}<|im_end|>{replies[1]}<|im_end|>"
+
+
+def test_thinking_template_masks_past_turns_rendered_without_the_think_prefix(tokenizer):
+    messages = [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}]
+    tokens, prompt_length, mask = tokenize_conversation(tokenizer, messages, enable_thinking=False)
+    assert tokenizer.decode([t for t, m in zip(tokens[prompt_length:], mask, strict=True) if m]) == "a<|im_end|>"
+
+
+def test_a_conversation_without_assistant_turns_is_refused(tokenizer):
+    with pytest.raises(ValueError, match="no assistant turn"):
+        tokenize_conversation(tokenizer, [{"role": "user", "content": "q"}])
+
+
+# --- multi-turn and step-wise against the tiny model ---------------------------------------
+
+
+def test_multi_turn_workflow_one_masked_experience(make_workflow, tokenizer, model):
+    workflow = make_workflow("multi_turn_workflow", ROW, reward_fn_type="math_reward", repeat_times=4)
+    (exp,) = workflow.run()  # one conversation per run: the explorer runs repeat_times instances
+    assert not workflow.can_repeat
+    roles = [m["role"] for m in exp.messages]
+    assert roles == ["user", "assistant", "user", "assistant", "user", "assistant"]
+    replies = [m["content"] for m in exp.messages if m["role"] == "assistant"]
+    # the model's turns are trained on; the follow-up questions are not
+    assert masked_text(tokenizer, exp) == "".join(f"{r}<|im_end|>" for r in replies)
+    unmasked = tokenizer.decode(exp.response_tokens[~exp.action_mask.bool()])
+    assert "Are you sure?" in unmasked and "Final answer?" in unmasked
+    assert exp.logprobs.shape == exp.action_mask.shape == (exp.response_length,)
+    assert exp.reward == math_reward(replies[-1], "4")["accuracy"]
+    # logprobs are the rollout model's own for the conversation's tokens
+    full = torch.tensor(model.logprobs(exp.tokens.tolist())[exp.prompt_length :])
+    torch.testing.assert_close(exp.logprobs, full)
+
+
+def test_max_turns_bounds_the_conversation(make_workflow):
+    (exp,) = make_workflow(
+        "multi_turn_workflow", ROW, reward_fn_type="math_reward", workflow_args={"max_turns": 2}
+    ).run()
+    assert [m["role"] for m in exp.messages].count("assistant") == 2
+
+
+def test_step_wise_workflow_one_experience_per_turn_with_the_final_reward(make_workflow):
+    experiences = make_workflow("step_wise_workflow", ROW, reward_fn_type="math_reward").run()
+    assert [e.eid.step for e in experiences] == [0, 1, 2]
+    final = experiences[-1].info["response_text"]
+    expected = math_reward(final, "4")["accuracy"]
+    assert [e.reward for e in experiences] == [expected] * 3
+    # each step's prompt holds the conversation so far
+    assert len(experiences[2].messages) == 6 and experiences[2].messages[:2] == experiences[0].messages
+    assert all(e.logprobs.shape == (e.response_length,) for e in experiences)
+
+
+# --- tool calling ----------------------------------------------------------------------------
+
+CALC_SCHEMA = {
+    "type": "function",
+    "function": {
+        "name": "calculator",
+        "description": "Evaluate an arithmetic expression.",
+        "parameters": {"type": "object", "properties": {"expression": {"type": "string"}}, "required": ["expression"]},
+    },
+}
+
+
+@register_tool(name="test_sleep")
+def sleepy(seconds: float) -> str:
+    time.sleep(seconds)
+    return "woke up"
+
+
+@pytest.mark.parametrize(
+    ("text", "calls"),
+    [
+        ("no call here", []),
+        (
+            '<tool_call>\n{"name": "calculator", "arguments": {"expression": "1+2"}}\n</tool_call>',
+            [ToolCall("calculator", {"expression": "1+2"})],
+        ),
+        (
+            '<tool_call>{"name": "a", "arguments": "{\\"x\\": 1}"}</tool_call> then <tool_call>{"name": "b"}</tool_call>',
+            [ToolCall("a", {"x": 1}), ToolCall("b", {})],
+        ),
+        (
+            "<tool_call>{not json}</tool_call>",
+            [ToolCall(error="the tool call is not valid JSON (Expecting property name enclosed in double quotes)")],
+        ),
+        (
+            '<tool_call>["calculator"]</tool_call>',
+            [ToolCall(error='a tool call needs {"name": <string>, "arguments": <object>}')],
+        ),
+        (
+            '<tool_call>{"name": "calculator", "arguments": [1]}</tool_call>',
+            [ToolCall(error='a tool call needs {"name": <string>, "arguments": <object>}')],
+        ),
+        ('<tool_call>{"name": "unclosed"', []),
+    ],
+)
+def test_parse_tool_calls(text, calls):
+    assert parse_tool_calls(text) == calls
+
+
+@pytest.mark.parametrize(
+    ("call", "result"),
+    [
+        (ToolCall("calculator", {"expression": "(1 + 2) * -3.5"}), ("-10.5", True)),
+        (
+            ToolCall("calculator", {"expression": "__import__('os')"}),
+            ("error: ValueError: not allowed in arithmetic: \"__import__('os')\"", False),
+        ),
+        (ToolCall("calculator", {"expression": "1/0"}), ("error: ZeroDivisionError: division by zero", False)),
+        (
+            ToolCall("calculator", {"expr": "1"}),
+            ("error: TypeError: calculator() got an unexpected keyword argument 'expr'", False),
+        ),
+        (ToolCall("search", {}), ("error: unknown tool 'search' (available: calculator, test_sleep)", False)),
+        (ToolCall(error="bad"), ("error: bad", False)),
+        (ToolCall("test_sleep", {"seconds": 5}), ("error: tool 'test_sleep' timed out after 0.2 s", False)),
+        (ToolCall("test_sleep", {"seconds": 0}), ("woke up", True)),
+    ],
+)
+def test_execute_tool_calls(call, result):
+    functions = resolve_tools(tool_schemas([CALC_SCHEMA, {"name": "test_sleep"}]), {})
+    assert asyncio.run(execute(call, functions, timeout=0.2)) == result
+
+
+def test_tool_functions_from_workflow_args_and_missing_ones():
+    schemas = tool_schemas('[{"name": "dump"}]')  # JSON text, bare function schema
+    assert schemas == [{"type": "function", "function": {"name": "dump"}}]
+    assert resolve_tools(schemas, {"dump": "json:dumps"})["dump"]([1]) == "[1]"
+    with pytest.raises(LookupError, match="no function for tool 'dump'"):
+        resolve_tools(schemas, {})
+
+
+def test_tool_call_workflow_offers_the_tools_and_records_the_conversation(make_workflow, tokenizer):
+    row = {"prompt": "What is 17*23?", "response": "391", "tools": [CALC_SCHEMA]}
+    workflow = make_workflow(
+        "tool_call_workflow", row, reward_fn_type="math_reward", format={"system_prompt": "Be exact."}
+    )
+    (exp,) = workflow.run()
+    system = exp.messages[0]
+    assert system["role"] == "system" and system["content"].startswith("Be exact.\n\n# Tools")
+    assert '"name": "calculator"' in system["content"]
+    assert exp.metrics["tool_calls"] == 0.0  # a random model writes no well-formed call
+    assert exp.reward == math_reward(exp.info["response_text"], "391")["accuracy"]
+    assert masked_text(tokenizer, exp) == exp.messages[-1]["content"] + "<|im_end|>"
+
+
+def test_tool_call_workflow_feeds_results_back_masked(make_workflow, tokenizer):
+    """The workflow's environment step on a written model turn: the calls run, results come back
+    as tool turns, and the tool turns are context (mask 0) in the experience."""
+    row = {"prompt": "What is 17*23?", "response": "391", "tools": [CALC_SCHEMA]}
+    workflow = make_workflow("tool_call_workflow", row)
+    reply = '<tool_call>{"name": "calculator", "arguments": {"expression": "17*23"}}</tool_call><tool_call>{"name": "x"}</tool_call>'
+    follow_up = asyncio.run(workflow.respond([*workflow.messages(), {"role": "assistant", "content": reply}], 0))
+    assert follow_up == [
+        {"role": "tool", "name": "calculator", "content": "391"},
+        {"role": "tool", "name": "x", "content": "error: unknown tool 'x' (available: calculator)"},
+    ]
+    assert (workflow.calls, workflow.errors) == (2, 1)
+    conversation = [
+        *workflow.messages(),
+        {"role": "assistant", "content": reply},
+        *follow_up,
+        {"role": "assistant", "content": "391"},
+    ]
+    tokens, prompt_length, mask = tokenize_conversation(tokenizer, conversation)
+    picked = tokenizer.decode([t for t, m in zip(tokens[prompt_length:], mask, strict=True) if m])
+    assert picked == f"{reply}<|im_end|>391<|im_end|>"
+
+
+def test_tool_call_workflow_without_a_tool_function_fails_with_the_task_id(make_workflow):
+    row = {"prompt": "q", "response": "a", "tools": [{"name": "nowhere"}]}
+    with pytest.raises(
+        WorkflowError, match="tool_call_workflow failed on task t:3: LookupError: no function for tool 'nowhere'"
+    ):
+        make_workflow("tool_call_workflow", row, reward_fn_type="math_reward").run()
