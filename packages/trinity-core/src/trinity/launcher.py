@@ -114,6 +114,7 @@ def _actor(cls: type, name: str, namespace: str):
 
 
 def _cause(exc: Exception) -> str:
+    """The original exception of a failed actor call, as ``Type: first line``."""
     cause = getattr(exc, "cause", None) or exc
-    text = str(cause).strip().splitlines()
-    return text[-1] if text else type(cause).__name__
+    lines = str(cause).strip().splitlines()
+    return f"{type(cause).__name__}: {lines[0]}" if lines else type(cause).__name__

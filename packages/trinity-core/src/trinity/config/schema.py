@@ -185,7 +185,7 @@ class InferenceModelConfig:
     enable_chunked_prefill: bool = False
     use_v1: bool = True
     chat_template: str | None = None
-    enable_thinking: bool = False
+    enable_thinking: bool | None = None  # None: the chat template's own default
     enable_history: bool = False
     enable_openai_api: bool = False
     enable_auto_tool_choice: bool = False

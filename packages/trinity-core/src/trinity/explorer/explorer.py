@@ -10,7 +10,6 @@ every step, so a restarted explorer continues where it stopped.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import os
 import time
@@ -18,21 +17,17 @@ from pathlib import Path
 from typing import Any
 
 from trinity.buffer import EndOfTaskset, TasksetReader, open_experience_writer
-from trinity.common.experience import EID, Experience, Task
+from trinity.common.experience import Experience, Task
 from trinity.common.files import read_json, write_json
 from trinity.common.runtime import setup_role
 from trinity.config.schema import Config, InferenceModelConfig, StorageConfig
-from trinity.engine.base import SamplingArgs
-from trinity.explorer.model_wrapper import LocalEngineClient, ModelWrapper
+from trinity.explorer.model_wrapper import LocalEngineClient
+from trinity.explorer.runner import TaskRunner
 from trinity.monitor.metrics import eval_at_k, gather, stats, timer
 from trinity.plugins import Kind, resolve
 from trinity.synchronizer.methods import SyncMethod, WeightUpdate
 
 logger = logging.getLogger(__name__)
-
-
-class WorkflowFailed(RuntimeError):
-    """A task's workflow raised or timed out on every attempt."""
 
 
 def explorer_meta_path(config: Config, name: str) -> Path:
@@ -54,16 +49,20 @@ class Explorer:
         self.auxiliary = [self._start_engines(model) for model in config.explorer.auxiliary_models]
         inputs = config.buffer.explorer_input
         self.tasksets = [TasksetReader(storage, seed=config.buffer.seed) for storage in inputs.tasksets]
-        for reader, state in zip(self.tasksets, meta.get("tasksets", [])):
+        for reader, state in zip(
+            self.tasksets, meta.get("tasksets", []), strict=False
+        ):  # a taskset added on resume starts fresh
             reader.load_state_dict(state)
         self._ended = [False] * len(self.tasksets)
         self.sync: SyncMethod = resolve(Kind.SYNC_METHOD, config.synchronizer.sync_method)(config)
         self.writer = (
-            open_experience_writer(config.buffer.trainer_input.experience_buffer) if config.mode != "bench" else None
+            open_experience_writer(config.buffer.trainer_input.experience_buffer, self.name, config.ray_namespace)
+            if config.mode != "bench"
+            else None
         )
         self.version = 0
         self._resume_weights()
-        self._semaphore_size = config.explorer.runner_per_model * len(self.engines)
+        self.runner = TaskRunner(config, self.engines, self.auxiliary)
 
     def _resume_weights(self) -> None:
         """A resumed run starts from the trainer's last checkpoint, which it republishes."""
@@ -95,7 +94,7 @@ class Explorer:
                 break
             metrics: dict[str, float] = {}
             with timer(metrics, "explore_step"):
-                experiences, failures = self.run_tasks(tasks, batch_id=str(self.step + 1))
+                experiences, failures = self.runner.run(tasks, batch_id=str(self.step + 1))
             with timer(metrics, "write_experiences"):
                 self.writer.write(experiences)
             self.step += 1
@@ -187,86 +186,6 @@ class Explorer:
             "%s: weights of version %d loaded in %.2f s", self.name, update.version, time.perf_counter() - started
         )
 
-    # --- running workflows ------------------------------------------------------------------
-
-    def run_tasks(self, tasks: list[Task], batch_id: str) -> tuple[list[Experience], int]:
-        """All tasks' workflows, concurrently; returns the experiences and the failed task count."""
-        return asyncio.run(self._run_tasks(tasks, batch_id))
-
-    async def _run_tasks(self, tasks: list[Task], batch_id: str) -> tuple[list[Experience], int]:
-        limit = asyncio.Semaphore(self._semaphore_size)
-        results = await asyncio.gather(
-            *(self._run_task(task, i % len(self.engines), batch_id, limit) for i, task in enumerate(tasks)),
-            return_exceptions=True,
-        )
-        experiences: list[Experience] = []
-        failures = 0
-        for result in results:
-            if isinstance(result, BaseException):
-                failures += 1
-                logger.error("%s", result)
-            else:
-                experiences.extend(result)
-        return experiences, failures
-
-    async def _run_task(self, task: Task, engine: int, batch_id: str, limit: asyncio.Semaphore) -> list[Experience]:
-        workflow_cls = resolve(Kind.WORKFLOW, task.workflow_type, "default_workflow_type")
-        runs = 1 if workflow_cls.can_repeat else task.repeat_times
-        group = f"{task.taskset_name}:{task.index}"
-        experiences: list[Experience] = []
-        for run in range(runs):
-            async with limit:
-                produced = await self._run_with_retries(workflow_cls, task, engine)
-            for i, exp in enumerate(produced):
-                exp.eid = EID(batch=batch_id, task=group, run=run if runs > 1 else i, step=exp.eid.step)
-            experiences.extend(produced)
-        return experiences
-
-    async def _run_with_retries(self, workflow_cls: type, task: Task, engine: int) -> list[Experience]:
-        explorer = self.config.explorer
-        attempts = explorer.max_retry_times + 1
-        reason = ""
-        for attempt in range(1, attempts + 1):
-            try:
-                workflow = workflow_cls(
-                    task, self._model(task, engine, workflow_cls.can_repeat), self._auxiliary_models(task)
-                )
-                return await asyncio.wait_for(workflow.run_async(), explorer.max_timeout)
-            except Exception as exc:  # retried, then reported; the step goes on
-                reason = (
-                    f"timed out after {explorer.max_timeout} s"
-                    if isinstance(exc, asyncio.TimeoutError)
-                    else f"{type(exc).__name__}: {exc}"
-                )
-                logger.warning(
-                    "task %s (%s), attempt %d/%d: %s", task.task_id, task.workflow_type, attempt, attempts, reason
-                )
-        raise WorkflowFailed(f"task {task.task_id} ({task.workflow_type}) failed {attempts} times; last: {reason}")
-
-    def _sampling(self, task: Task, model: InferenceModelConfig, n: int) -> SamplingArgs:
-        args = task.rollout_args
-        base = self.config.model
-        return SamplingArgs(
-            n=n,
-            temperature=_first(args.get("temperature"), base.temperature),
-            top_p=_first(args.get("top_p"), base.top_p),
-            top_k=_first(args.get("top_k"), base.top_k),
-            max_tokens=_first(args.get("max_tokens"), model.max_response_tokens),
-            min_tokens=model.min_response_tokens,
-            stop=list(args.get("stop") or []),
-        )
-
-    def _model(self, task: Task, engine: int, can_repeat: bool) -> ModelWrapper:
-        rollout = self.config.explorer.rollout_model
-        n = task.repeat_times if can_repeat else 1
-        return ModelWrapper(self.engines[engine], self._sampling(task, rollout, n), rollout.enable_history)
-
-    def _auxiliary_models(self, task: Task) -> list[ModelWrapper]:
-        models = self.config.explorer.auxiliary_models
-        return [
-            ModelWrapper(clients[0], self._sampling(task, model, 1)) for model, clients in zip(models, self.auxiliary)
-        ]
-
     # --- metrics and evaluation -------------------------------------------------------------
 
     @staticmethod
@@ -296,7 +215,7 @@ class Explorer:
                 tasks = reader.read_batch()
             except EndOfTaskset:
                 break
-            experiences, _ = self.run_tasks(tasks, batch_id=f"eval/{storage.name}/{self.step}")
+            experiences, _ = self.runner.run(tasks, batch_id=f"eval/{storage.name}/{self.step}")
             for exp in experiences:
                 runs.setdefault(exp.eid.task, []).append({"reward": exp.reward or 0.0, **exp.metrics})
         return eval_at_k(storage.name, runs.values())
@@ -305,7 +224,3 @@ class Explorer:
         for client in [*self.engines, *(c for clients in self.auxiliary for c in clients)]:
             client.close()
         self.monitor.close()
-
-
-def _first(*values: Any) -> Any:
-    return next((v for v in values if v is not None), None)

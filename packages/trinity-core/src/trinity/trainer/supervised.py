@@ -9,7 +9,7 @@ template and serves them like an experience buffer: ``read`` batches, epochs or
 from __future__ import annotations
 
 import random
-from typing import Any, Optional
+from typing import Any
 
 import torch
 
@@ -120,7 +120,7 @@ class SupervisedReader:
         random.Random(self.seed + self.epoch).shuffle(order)
         return order
 
-    def read(self, batch_size: int, timeout: Optional[float] = None) -> list[Experience]:
+    def read(self, batch_size: int, timeout: float | None = None) -> list[Experience]:
         batch = []
         while len(batch) < batch_size and (self.limit is None or self.served < self.limit):
             if self.index == len(self.order):

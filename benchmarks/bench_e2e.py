@@ -1,0 +1,166 @@
+"""End-to-end figures of ``trinity run`` on a CPU: framework overhead, async speed-up, start-up.
+
+    python benchmarks/bench_e2e.py [overhead|async|startup|all]
+
+- overhead: seconds per GRPO step through trinity (mode both, memory sync, explorer and
+  trainer taking turns) over the same generate + update written directly against
+  transformers/torch in one process. Model hidden 256, 4 layers; 16 prompts x 8 samples
+  x 64 tokens; no KL term on either side. Per-step time is the difference of two runs of
+  different length, which removes start-up. Target <= 1.05.
+- async: steps per minute with explorer and trainer overlapping (sync_offset 1) over
+  strictly alternating (sync_offset 0), one torch thread each in both. Target >= 1.8.
+- startup: seconds from ``trinity run`` to the first rollout (the first explorer step's
+  metrics minus that step's own duration). Target <= 8.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from omegaconf import OmegaConf
+
+REPO = Path(__file__).resolve().parents[1]
+QUICKSTART = REPO / "examples" / "quickstart"
+PROMPTS, SAMPLES, TOKENS = 16, 8, 64
+
+
+def prepare(root: Path) -> tuple[Path, Path]:
+    from trinity.common.tiny_model import build_tiny_model
+
+    model = build_tiny_model(root / "model", hidden_size=256, num_layers=4, intermediate_size=512)
+    subprocess.run([sys.executable, str(QUICKSTART / "make_data.py"), str(root / "data")], check=True, capture_output=True)
+    return model, root / "data"
+
+
+def experiment(root: Path, model: Path, data: Path, name: str, *changes: str) -> Path:
+    config = OmegaConf.load(QUICKSTART / "quickstart.yaml")
+    del config["stages"]
+    config.merge_with_dotlist(
+        [
+            f"name={name}",
+            f"checkpoint_root_dir={root / 'ckpt'}",
+            f"model.model_path={model}",
+            f"buffer.explorer_input.taskset.path={data / 'tasks'}",
+            f"buffer.batch_size={PROMPTS}",
+            f"algorithm.repeat_times={SAMPLES}",
+            f"model.max_response_tokens={TOKENS}",
+            f"model.min_response_tokens={TOKENS - 1}",
+            "algorithm.kl_loss_fn=none",
+            "trainer.save_interval=0",
+            *changes,
+        ]
+    )
+    path = root / f"{name}.yaml"
+    OmegaConf.save(config, path)
+    return path
+
+
+def run_seconds(config: Path, steps: int) -> float:
+    started = time.perf_counter()
+    subprocess.run(
+        [sys.executable, "-m", "trinity.cli", "run", "--config", str(config), f"buffer.total_steps={steps}"],
+        check=True,
+        capture_output=True,
+        cwd=config.parent,
+    )
+    return time.perf_counter() - started
+
+
+def trinity_step_seconds(root: Path, model: Path, data: Path, name: str, *changes: str, short: int = 2, long: int = 6) -> float:
+    times = [run_seconds(experiment(root, model, data, f"{name}_{n}", *changes), n) for n in (short, long)]
+    return (times[1] - times[0]) / (long - short)
+
+
+def direct_step_seconds(model_dir: Path, steps: int = 4) -> float:
+    """The same work without trinity: one process, transformers generate, a GRPO update."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from trinity_workflows.rewards import math_reward
+
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    model = AutoModelForCausalLM.from_pretrained(model_dir)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    prompts = [
+        tokenizer.apply_chat_template([{"role": "user", "content": f"{a}+{a}="}], tokenize=False, add_generation_prompt=True)
+        for a in range(PROMPTS)
+    ]
+    inputs = tokenizer(prompts, return_tensors="pt", padding=True)
+    durations = []
+    for _ in range(steps + 1):
+        started = time.perf_counter()
+        with torch.no_grad():
+            out = model.generate(
+                **inputs, do_sample=True, num_return_sequences=SAMPLES, max_new_tokens=TOKENS, min_new_tokens=TOKENS - 1,
+                pad_token_id=tokenizer.pad_token_id, return_dict_in_generate=True, output_logits=True,
+            )
+        width = inputs["input_ids"].shape[1]
+        responses = out.sequences[:, width:]
+        old = torch.stack(out.logits, 1).log_softmax(-1).gather(-1, responses.unsqueeze(-1)).squeeze(-1)
+        texts = tokenizer.batch_decode(responses, skip_special_tokens=True)
+        truths = [str(2 * a) for a in range(PROMPTS) for _ in range(SAMPLES)]
+        rewards = torch.tensor([sum(math_reward(response=t, truth=y).values()) for t, y in zip(texts, truths)])
+        rewards = rewards.view(PROMPTS, SAMPLES)
+        advantages = ((rewards - rewards.mean(1, keepdim=True)) / (rewards.std(1, keepdim=True) + 1e-6)).view(-1, 1)
+        mask = (responses != tokenizer.pad_token_id).float()
+        attention = torch.cat([inputs["attention_mask"].repeat_interleave(SAMPLES, 0), mask.long()], 1)
+        logits = model(input_ids=out.sequences, attention_mask=attention).logits[:, width - 1 : -1]
+        logprobs = logits.log_softmax(-1).gather(-1, responses.unsqueeze(-1)).squeeze(-1)
+        ratio = (logprobs - old).exp()
+        loss = -(torch.min(ratio * advantages, ratio.clamp(0.8, 1.2) * advantages) * mask).sum() / mask.sum()
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        optimizer.zero_grad()
+        durations.append(time.perf_counter() - started)
+    return sum(durations[1:]) / steps  # the first step warms up
+
+
+def overhead(root: Path, model: Path, data: Path) -> None:
+    direct = direct_step_seconds(model)
+    through = trinity_step_seconds(root, model, data, "overhead", "synchronizer.sync_offset=0")
+    print(f"overhead: direct {direct:.3f} s/step, trinity {through:.3f} s/step, ratio {through / direct:.3f} (target <= 1.05)")
+
+
+def async_speedup(root: Path, model: Path, data: Path) -> None:
+    alternating = trinity_step_seconds(root, model, data, "alternate", "synchronizer.sync_offset=0", "cluster.cpu_threads=1")
+    overlapping = trinity_step_seconds(root, model, data, "overlap", "synchronizer.sync_offset=1", "cluster.cpu_threads=1")
+    print(
+        f"async: alternating {60 / alternating:.1f} steps/min, overlapping {60 / overlapping:.1f} steps/min, "
+        f"speed-up {alternating / overlapping:.2f} (target >= 1.8)"
+    )
+
+
+def startup(root: Path, model: Path, data: Path) -> None:
+    from trinity.monitor.console import read_jsonl
+
+    config = experiment(root, model, data, "startup", "buffer.total_steps=1")
+    metrics = root / "ckpt" / "quickstart" / "startup" / "monitor" / "explorer.jsonl"
+    started = time.perf_counter()
+    process = subprocess.Popen([sys.executable, "-m", "trinity.cli", "run", "--config", str(config)], cwd=root,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    while not (metrics.is_file() and metrics.read_text().strip()):
+        time.sleep(0.01)
+    seen = time.perf_counter() - started
+    first_step = read_jsonl(metrics)[0]["time/explore_step"]
+    process.wait()
+    print(f"startup: {seen - first_step:.2f} s from trinity run to the first rollout (target <= 8)")
+
+
+def main() -> None:
+    which = sys.argv[1] if len(sys.argv) > 1 else "all"
+    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        model, data = prepare(root)
+        for name, bench in (("overhead", overhead), ("async", async_speedup), ("startup", startup)):
+            if which in (name, "all"):
+                bench(root, model, data)
+
+
+if __name__ == "__main__":
+    main()
