@@ -2,7 +2,7 @@
 
 Three tables per buffer: ``<name>_exp`` (id, model_version, serialised experience),
 ``<name>_writers`` and ``<name>_cursors``. sqlite runs in WAL mode with ``BEGIN
-IMMEDIATE`` transactions, so several processes can write and read the same file: each
+IMMEDIATE`` write transactions, so several processes can write and read the same file: each
 ``append`` is one transaction (executemany), each ``claim`` reads and moves a cursor
 under the write lock. On PostgreSQL, ``append`` locks the experience table so ids follow
 commit order (readers then never skip a row that commits late).
@@ -13,6 +13,8 @@ from __future__ import annotations
 import os
 import re
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import sqlalchemy as sa
@@ -46,8 +48,8 @@ def _engine(url: str) -> sa.Engine:
                 dbapi_conn.execute("PRAGMA synchronous=NORMAL")
 
             @sa.event.listens_for(engine, "begin")
-            def _begin(conn: sa.Connection) -> None:
-                conn.exec_driver_sql("BEGIN IMMEDIATE")
+            def _begin(conn: sa.Connection) -> None:  # writes take the lock up front: no upgrade deadlocks
+                conn.exec_driver_sql("BEGIN IMMEDIATE" if conn.get_execution_options().get("write") else "BEGIN")
         else:
             engine = sa.create_engine(url, pool_pre_ping=True)
         _ENGINES[key] = engine
@@ -91,6 +93,14 @@ class SqlLog(Log):
             f"LOCK TABLE {self.exp.name} IN EXCLUSIVE MODE" if self.engine.dialect.name == "postgresql" else None
         )
 
+    @contextmanager
+    def _write(self) -> Iterator[sa.Connection]:
+        """A write transaction (on sqlite ``BEGIN IMMEDIATE``; reads stay concurrent)."""
+        with self.engine.connect() as conn:
+            conn.execution_options(write=True)
+            with conn.begin():
+                yield conn
+
     def _upsert(
         self, conn: sa.Connection, table: sa.Table, key: dict[str, Any], values: dict[str, Any], **defaults: Any
     ) -> None:
@@ -100,11 +110,11 @@ class SqlLog(Log):
             conn.execute(table.insert().values(**key, **defaults, **values))
 
     def open_writer(self, writer: str) -> None:
-        with self.engine.begin() as conn:
+        with self._write() as conn:
             self._upsert(conn, self.writers, {"name": writer}, {"finished": False, "updated": time.time()})
 
     def finish_writer(self, writer: str) -> None:
-        with self.engine.begin() as conn:
+        with self._write() as conn:
             self._upsert(conn, self.writers, {"name": writer}, {"finished": True, "updated": time.time()})
 
     def writers_done(self) -> bool:
@@ -116,7 +126,7 @@ class SqlLog(Log):
 
     def append(self, experiences: list[Experience]) -> None:
         rows = [{"model_version": e.model_version, "data": serialize_experience(e)} for e in experiences]
-        with self.engine.begin() as conn:
+        with self._write() as conn:
             if self._lock_sql:
                 conn.exec_driver_sql(self._lock_sql)
             conn.execute(self.exp.insert(), rows)
@@ -138,7 +148,7 @@ class SqlLog(Log):
         return int(found or 0)
 
     def claim(self, reader: str, n: int) -> tuple[list[Experience], int]:
-        with self.engine.begin() as conn:
+        with self._write() as conn:
             after = self._cursor(conn, reader, lock=True)
             experiences, position = self._fetch(conn, after, n)
             if experiences:
@@ -150,11 +160,11 @@ class SqlLog(Log):
             return self._cursor(conn, reader)
 
     def set_cursor(self, reader: str, position: int) -> None:
-        with self.engine.begin() as conn:
+        with self._write() as conn:
             self._upsert(conn, self.cursors, {"reader": reader}, {"position": position, "progress": position})
 
     def set_progress(self, reader: str, position: int) -> None:
-        with self.engine.begin() as conn:
+        with self._write() as conn:
             self._upsert(conn, self.cursors, {"reader": reader}, {"progress": position}, position=0)
 
     def unread(self) -> int:
