@@ -8,9 +8,13 @@ and logprobs, and that each reward is the reward function's verdict on its own t
 from __future__ import annotations
 
 import asyncio
+import json
 
 import pytest
 
+from trinity.buffer.taskset import TasksetReader
+from trinity.config.schema import FormatConfig, StorageConfig
+from trinity.plugins import Kind, resolve
 from trinity_workflows.base import WorkflowError
 from trinity_workflows.rewards import countdown_reward, math_boxed_reward, math_dapo_reward, math_reward
 from trinity_workflows.workflows import BOXED_SYSTEM_PROMPT, THINK_ANSWER_SYSTEM_PROMPT
@@ -47,18 +51,21 @@ def test_messages_rows_keep_their_system_message(make_workflow):
     assert user_only.messages()[0] == {"role": "system", "content": BOXED_SYSTEM_PROMPT}
 
 
-def test_reward_fn_precedence_row_then_taskset_then_workflow_default(make_workflow):
-    fmt = {**QUICKSTART_FORMAT, "reward_fn_key": "grader"}
-    assert make_workflow("math_workflow", {"question": "q"}, format=fmt).reward_fn is math_reward
-    assert (
-        make_workflow("math_workflow", {"question": "q"}, format=fmt, reward_fn_type="math_boxed_reward").reward_fn
-        is math_boxed_reward
-    )
-    row = {"question": "q", "grader": "countdown_reward"}
-    assert (
-        make_workflow("math_workflow", row, format=fmt, reward_fn_type="math_boxed_reward").reward_fn
-        is countdown_reward
-    )
+def test_reward_fn_precedence_row_then_taskset_then_workflow_default(tmp_path, model):
+    rows = [{"question": "q", "answer": "1"}, {"question": "q", "answer": "1", "grader": "countdown_reward"}]
+    (tmp_path / "tasks.jsonl").write_text("\n".join(json.dumps(r) for r in rows))
+    fmt = FormatConfig(prompt_key="question", response_key="answer", reward_fn_key="grader")
+
+    def reward_fns(**storage_fields):
+        storage = StorageConfig(
+            name="t", path=str(tmp_path / "tasks.jsonl"), format=fmt, batch_size=2, **storage_fields
+        )
+        tasks = TasksetReader(storage).read_batch()
+        return [resolve(Kind.WORKFLOW, task.workflow_type)(task, model).reward_fn for task in tasks]
+
+    assert reward_fns(default_workflow_type="math_workflow") == [math_reward, countdown_reward]
+    taskset_default = reward_fns(default_workflow_type="math_workflow", default_reward_fn_type="math_boxed_reward")
+    assert taskset_default == [math_boxed_reward, countdown_reward]
 
 
 def test_simple_workflow_without_a_reward_fn_fails_before_calling_the_model(make_workflow, model):

@@ -31,8 +31,8 @@ class WorkflowError(RuntimeError):
 class CatalogueWorkflow(Workflow):
     """Base of the catalogue: subclasses implement ``async rollout()``.
 
-    ``default_reward_fn`` is used when the task names none (e.g. ``math_workflow`` ->
-    ``math_reward``); a row can pick its own through ``format.reward_fn_key``.
+    ``default_reward_fn`` is used when the task names none (neither the row through
+    ``format.reward_fn_key`` nor the taskset; e.g. ``math_workflow`` -> ``math_reward``).
     ``default_system_prompt`` is used when neither the row (``format.system_prompt_key``)
     nor the taskset (``format.system_prompt``) gives one. A workflow that ``needs_reward_fn``
     refuses to start without one, before any model call.
@@ -43,9 +43,8 @@ class CatalogueWorkflow(Workflow):
     needs_reward_fn: ClassVar[bool] = True
 
     def __init__(self, task: Task, model: ModelWrapper, auxiliary_models: Sequence[ModelWrapper] = ()):
-        row_key = task.format.get("reward_fn_key")
-        reward_name = (row_key and task.raw.get(row_key)) or task.reward_fn_type or self.default_reward_fn
-        super().__init__(replace(task, reward_fn_type=reward_name), model, auxiliary_models)
+        reward_fn_type = task.reward_fn_type or self.default_reward_fn
+        super().__init__(replace(task, reward_fn_type=reward_fn_type), model, auxiliary_models)
 
     async def rollout(self) -> list[Experience]:
         raise NotImplementedError
