@@ -12,7 +12,8 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file
 
-ACTOR_HF_SUBDIR = Path("actor") / "huggingface"
+HF_SUBDIR = "huggingface"
+ACTOR_HF_SUBDIR = Path("actor") / HF_SUBDIR
 """Where a training checkpoint keeps the actor's weights in HF format."""
 
 

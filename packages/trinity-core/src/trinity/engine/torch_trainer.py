@@ -1,0 +1,416 @@
+"""The reference training engine: plain torch on a CPU or one GPU (fp32 weights; bf16
+autocast on a GPU).
+
+Models: the actor (``AutoModelForCausalLM`` from ``model.model_path``); a frozen reference,
+a copy of the initial actor, when the algorithm type ``use_reference`` or a KL function is
+configured; a critic for algorithm types that ``use_critic`` (``ppo``):
+``AutoModelForTokenClassification`` with one label from ``model.critic_model_path`` (the
+base model plus a linear value head, zero-initialised when new, dropout off), whose value of response token
+``t`` is read at the position before it, as in verl.
+
+Flow of a step (the trainer orchestration): ``batch = engine.prepare_batch(batch)`` fills
+``old_logprobs`` (current actor), ``ref_logprobs`` and ``values`` where missing; the caller
+then applies the KL penalty and the advantage function; ``engine.train_step(batch)`` runs
+``ppo_epochs`` passes, each one optimizer step over gradient-accumulated micro-batches.
+``train_step`` calls ``prepare_batch`` itself, so algorithms whose advantages do not depend
+on values can skip it.
+
+Micro-batches hold ``trainer.micro_batch_size_per_gpu`` rows, or with
+``trainer.use_dynamic_bsz`` as many rows (longest first) as fit ``max_token_len_per_gpu``
+tokens (rows x longest row). DPO rows stay in chosen/rejected pairs. Each micro-batch is
+trimmed to the columns it uses. Each loss term is weighted by the micro-batch's share of the
+batch (tokens for ``token-mean``, non-empty rows otherwise) so the accumulated gradient is
+the full batch's for ``token-mean`` and the row-mean modes.
+
+What this engine reads of ``trainer.trainer_config`` (veRL's names; other keys are ignored,
+so a config written for verl still loads): ``actor.ppo_epochs`` (or
+``actor_rollout_ref.actor.ppo_epochs``; default 1), ``critic.optim.lr`` (default:
+``algorithm.optimizer.lr``) and ``critic.cliprange_value`` (default 0.5).
+
+Checkpoints: ``<dir>/actor/huggingface`` (``save_pretrained`` safetensors + tokenizer, so a
+rollout engine can load it) and ``<dir>/actor/extra_state.pt`` (optimizer, scheduler, RNG,
+step); the critic likewise under ``<dir>/critic``. Weights are always saved in HF format
+(``trainer.save_hf_checkpoint`` concerns engines with their own sharded format).
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForTokenClassification, AutoTokenizer
+
+from trinity.algorithm.utils import agg_loss, masked_mean
+from trinity.common.batch import Batch
+from trinity.config.schema import Config, OptimizerConfig
+from trinity.engine.base import Metrics, TrainingEngine
+from trinity.engine.modeling import HF_SUBDIR, default_device, load_weights_into, read_hf_weights, token_logprobs
+from trinity.plugins import Kind, resolve
+
+MicroLoss = Callable[[Batch], tuple[torch.Tensor, Metrics, float]]
+"""``micro-batch on the device -> (loss weighted by its share, metrics, metrics weight)``."""
+
+
+@dataclass(frozen=True)
+class TorchEngineArgs:
+    """The keys of ``trainer.trainer_config`` this engine reads (see the module docstring)."""
+
+    ppo_epochs: int = 1
+    critic_lr: float | None = None
+    cliprange_value: float = 0.5
+
+    @classmethod
+    def from_trainer_config(cls, raw: dict[str, Any] | None) -> TorchEngineArgs:
+        raw = raw or {}
+        actor = raw.get("actor") or (raw.get("actor_rollout_ref") or {}).get("actor") or {}
+        critic = raw.get("critic") or {}
+        return cls(
+            ppo_epochs=int(actor.get("ppo_epochs", cls.ppo_epochs)),
+            critic_lr=(critic.get("optim") or {}).get("lr"),
+            cliprange_value=float(critic.get("cliprange_value", cls.cliprange_value)),
+        )
+
+
+def lr_factor(step: int, warmup_steps: int, total_steps: int, style: str, min_lr_ratio: float) -> float:
+    """Multiplier of the base LR at ``step`` (0-based), as verl's schedules.
+
+    Linear warmup from 0 over ``warmup_steps``; then ``constant`` (1) or ``cosine`` (half a
+    cosine from 1 down to ``min_lr_ratio`` at ``total_steps``).
+    """
+    if step < warmup_steps:
+        return step / max(1, warmup_steps)
+    if style == "constant":
+        return 1.0
+    if style == "cosine":
+        progress = (step - warmup_steps) / max(1, total_steps - warmup_steps)
+        x = math.cos(math.pi * progress)
+        return max(min_lr_ratio, x * (1 - min_lr_ratio) * 0.5 + (1 + min_lr_ratio) * 0.5)
+    raise ValueError(f"algorithm.optimizer.warmup_style {style!r} is not one of constant, cosine")
+
+
+def micro_batches(
+    lengths: torch.Tensor, unit: int = 1, max_rows: int | None = None, max_tokens: int | None = None
+) -> list[torch.Tensor]:
+    """Row indices of the micro-batches of a batch whose rows have ``lengths`` tokens.
+
+    Rows move in units of ``unit`` consecutive rows (2 keeps DPO pairs). With ``max_tokens``
+    units go longest first into micro-batches of at most ``max_tokens`` padded tokens (rows x
+    longest row; a unit longer than that goes alone); otherwise consecutive groups of
+    ``max_rows`` rows (rounded down to whole units, at least one).
+    """
+    n_units = lengths.numel() // unit
+    unit_rows = torch.arange(n_units * unit).view(n_units, unit)
+    if max_tokens is None:
+        per = max(1, (max_rows or n_units) // unit)
+        return [unit_rows[i : i + per].flatten() for i in range(0, n_units, per)]
+    unit_len = lengths.view(n_units, unit).max(dim=1).values
+    order = torch.argsort(unit_len, descending=True, stable=True).tolist()
+    sizes = unit_len.tolist()
+    groups: list[list[int]] = []
+    for u in order:
+        if groups and (len(groups[-1]) + 1) * unit * sizes[groups[-1][0]] <= max_tokens:
+            groups[-1].append(u)
+        else:
+            groups.append([u])
+    return [unit_rows[g].flatten() for g in groups]
+
+
+def _trimmed(mb: Batch) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, int, int]:
+    """The micro-batch's used columns: ``input_ids, attention_mask, position_ids``, the
+    trimmed prompt width and response width."""
+    used = mb.attention_mask.any(dim=0).nonzero()
+    prompt = mb.prompt_width
+    start = min(int(used[0]), prompt - 1) if used.numel() else prompt - 1
+    end = max(int(used[-1]) + 1, prompt) if used.numel() else prompt
+    cols = slice(start, end)
+    return mb.input_ids[:, cols], mb.attention_mask[:, cols], mb.position_ids[:, cols], prompt - start, end - prompt
+
+
+def _pad_to(values: torch.Tensor, width: int) -> torch.Tensor:
+    return F.pad(values, (0, width - values.shape[1]))
+
+
+class TorchTrainingEngine(TrainingEngine):
+    """Actor (and critic) updates with the configured algorithm functions."""
+
+    def __init__(self, config: Config) -> None:
+        self.config = config
+        algo_cfg, trainer = config.algorithm, config.trainer
+        self.algorithm = resolve(Kind.ALGORITHM_TYPE, algo_cfg.algorithm_type)
+        self.args = TorchEngineArgs.from_trainer_config(trainer.trainer_config)
+        self.policy_loss = self._fn(Kind.POLICY_LOSS_FN, "policy_loss_fn")
+        self.kl_loss = self._fn(Kind.KL_FN, "kl_loss_fn")
+        self.entropy_loss = self._fn(Kind.ENTROPY_LOSS_FN, "entropy_loss_fn")
+        self.device = default_device()
+        self.global_step = 0
+
+        path = config.model.model_path
+        self.tokenizer = AutoTokenizer.from_pretrained(path)
+        self.actor = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).to(self.device).train()
+        kl_names = {algo_cfg.kl_loss_fn, algo_cfg.kl_penalty_fn} - {None, "none"}
+        self.reference: torch.nn.Module | None = None
+        if self.algorithm.use_reference or kl_names:
+            self.reference = copy.deepcopy(self.actor).eval().requires_grad_(False)
+        self.actor_optimizer, self.actor_scheduler = self._optimizer(self.actor, algo_cfg.optimizer.lr)
+
+        self.critic: torch.nn.Module | None = None
+        if self.algorithm.use_critic:
+            critic_path = config.model.critic_model_path or path
+            critic_config = AutoConfig.from_pretrained(critic_path, num_labels=1, classifier_dropout=0.0)
+            self.critic, info = AutoModelForTokenClassification.from_pretrained(
+                critic_path, config=critic_config, dtype=torch.float32, output_loading_info=True
+            )
+            if any(key.startswith("score.") for key in info["missing_keys"]):
+                torch.nn.init.zeros_(self.critic.score.weight)  # a new value head starts at V = 0, deterministically
+                torch.nn.init.zeros_(self.critic.score.bias)
+            self.critic.to(self.device).train()
+            critic_lr = self.args.critic_lr if self.args.critic_lr is not None else algo_cfg.optimizer.lr
+            self.critic_optimizer, self.critic_scheduler = self._optimizer(self.critic, critic_lr)
+
+    # -- construction helpers -------------------------------------------------------------
+
+    def _fn(self, kind: Kind, field: str) -> Any:
+        """The algorithm function named in the config (after the config pass) or the type's default."""
+        name = getattr(self.config.algorithm, field) or getattr(self.algorithm, field)
+        return resolve(kind, name)(**(getattr(self.config.algorithm, f"{field}_args") or {}))
+
+    def _optimizer(
+        self, model: torch.nn.Module, lr: float
+    ) -> tuple[torch.optim.Optimizer, torch.optim.lr_scheduler.LambdaLR]:
+        opt: OptimizerConfig = self.config.algorithm.optimizer
+        params = [p for p in model.parameters() if p.requires_grad]
+        kind = opt.optimizer_type.lower()
+        if kind in ("adamw", "adam"):
+            cls = torch.optim.AdamW if kind == "adamw" else torch.optim.Adam
+            optimizer = cls(params, lr=lr, betas=tuple(opt.betas), weight_decay=opt.weight_decay)
+        elif kind == "sgd":
+            optimizer = torch.optim.SGD(params, lr=lr, weight_decay=opt.weight_decay)
+        else:
+            raise ValueError(
+                f"algorithm.optimizer.optimizer_type {opt.optimizer_type!r}: the torch engine has adamw, adam, sgd"
+            )
+        total = opt.total_training_steps if opt.total_training_steps > 0 else (self.config.trainer.total_steps or 0)
+        warmup = opt.lr_warmup_steps if opt.lr_warmup_steps > 0 else int(opt.lr_warmup_steps_ratio * total)
+        if opt.warmup_style == "cosine" and total <= 0:
+            raise ValueError(
+                "a cosine LR schedule needs algorithm.optimizer.total_training_steps or trainer.total_steps"
+            )
+        lr_factor(0, warmup, total, opt.warmup_style, opt.min_lr_ratio)  # reject an unknown style now
+
+        def factor(step: int) -> float:
+            return lr_factor(step, warmup, total, opt.warmup_style, opt.min_lr_ratio)
+
+        return optimizer, torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
+
+    # -- forward passes -------------------------------------------------------------------
+
+    def _autocast(self) -> torch.autocast:
+        return torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.device.type == "cuda")
+
+    def _logprobs(
+        self, model: torch.nn.Module, mb: Batch, with_entropy: bool = False
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Response logprobs (and entropy) ``[b, R]`` of a micro-batch, zero past its used columns."""
+        input_ids, mask, positions, _, width = _trimmed(mb)
+        full = mb.responses.shape[1]
+        if width == 0:
+            zeros = torch.zeros_like(mb.response_mask, dtype=torch.float32)
+            return zeros, (zeros if with_entropy else None)
+        with self._autocast():
+            logprobs, entropy = token_logprobs(model, input_ids, mask, positions, width, with_entropy)
+        return _pad_to(logprobs, full), (_pad_to(entropy, full) if entropy is not None else None)
+
+    def _values(self, mb: Batch) -> torch.Tensor:
+        """Critic values ``[b, R]``: the value head at the position before each response token."""
+        input_ids, mask, positions, prompt, width = _trimmed(mb)
+        with self._autocast():
+            out = self.critic(input_ids=input_ids, attention_mask=mask, position_ids=positions, use_cache=False)
+        return _pad_to(out.logits[:, prompt - 1 : prompt - 1 + width, 0].float(), mb.responses.shape[1])
+
+    def _micro_batches(self, batch: Batch) -> list[torch.Tensor]:
+        trainer = self.config.trainer
+        budget = trainer.max_token_len_per_gpu if trainer.use_dynamic_bsz else None
+        unit = 2 if self.algorithm.data_schema == "dpo" else 1
+        lengths = batch.attention_mask.sum(dim=1)
+        return micro_batches(lengths, unit, trainer.micro_batch_size_per_gpu, budget)
+
+    @torch.no_grad()
+    def _per_token(self, batch: Batch, compute: Callable[[Batch], torch.Tensor]) -> torch.Tensor:
+        """``compute`` over the micro-batches, reassembled to ``[B, R]`` in the batch's order."""
+        out = torch.zeros(batch.responses.shape, dtype=torch.float32, device=batch.responses.device)
+        for index in self._micro_batches(batch):
+            out[index] = compute(batch.select(index).to(self.device)).to(out.device)
+        return out
+
+    def compute_logprobs(self, batch: Batch) -> torch.Tensor:
+        return self._per_token(batch, lambda mb: self._logprobs(self.actor, mb)[0])
+
+    def compute_ref_logprobs(self, batch: Batch) -> torch.Tensor:
+        """Reference-model logprobs ``[B, R]`` (for KL losses and penalties, DPO)."""
+        if self.reference is None:
+            raise RuntimeError(f"algorithm '{self.algorithm.name}' with no KL function has no reference model")
+        return self._per_token(batch, lambda mb: self._logprobs(self.reference, mb)[0])
+
+    def compute_values(self, batch: Batch) -> torch.Tensor:
+        """Critic values ``[B, R]`` (for GAE advantages and value clipping)."""
+        if self.critic is None:
+            raise RuntimeError(f"algorithm '{self.algorithm.name}' has no critic")
+        return self._per_token(batch, self._values)
+
+    def prepare_batch(self, batch: Batch) -> Batch:
+        """Fill what the advantage function and the losses need and the batch lacks:
+        ``old_logprobs`` (current actor), ``ref_logprobs`` (reference), ``values`` (critic)."""
+        changes: dict[str, torch.Tensor] = {}
+        if batch.old_logprobs is None:
+            changes["old_logprobs"] = self.compute_logprobs(batch)
+        if self.reference is not None and batch.ref_logprobs is None:
+            changes["ref_logprobs"] = self.compute_ref_logprobs(batch)
+        if self.critic is not None and batch.values is None:
+            changes["values"] = self.compute_values(batch)
+        return batch.with_fields(**changes) if changes else batch
+
+    # -- updates --------------------------------------------------------------------------
+
+    def train_step(self, batch: Batch) -> Metrics:
+        batch = self.prepare_batch(batch)
+        parts = self._micro_batches(batch)
+        mask = batch.response_mask.float()
+        totals = (mask.sum().clamp(min=1), (mask.sum(dim=1) > 0).sum().clamp(min=1))
+        metrics: Metrics = {}
+        if self.critic is not None:
+            if batch.returns is None:
+                raise ValueError("the critic needs batch.returns: run the advantage function (e.g. ppo/GAE) first")
+            critic = self._update(self.critic, self.critic_optimizer, batch, parts, self._critic_loss(totals))
+            metrics.update({f"critic/{k}": v for k, v in critic.items()})
+        actor = self._update(self.actor, self.actor_optimizer, batch, parts, self._actor_loss(totals))
+        metrics.update({f"actor/{k}": v for k, v in actor.items()})
+        metrics["actor/lr"] = self.actor_scheduler.get_last_lr()[0]
+        self.actor_scheduler.step()
+        if self.critic is not None:
+            metrics["critic/lr"] = self.critic_scheduler.get_last_lr()[0]
+            self.critic_scheduler.step()
+        self.global_step += 1
+        return metrics
+
+    def _update(
+        self,
+        model: torch.nn.Module,
+        optimizer: torch.optim.Optimizer,
+        batch: Batch,
+        parts: list[torch.Tensor],
+        micro_loss: MicroLoss,
+    ) -> Metrics:
+        """``ppo_epochs`` optimizer steps, each over all micro-batches; averaged metrics."""
+        sums: dict[str, float] = {}
+        norms = []
+        for _ in range(self.args.ppo_epochs):
+            optimizer.zero_grad(set_to_none=True)
+            for index in parts:
+                loss, micro_metrics, weight = micro_loss(batch.select(index).to(self.device))
+                loss.backward()
+                for key, value in micro_metrics.items():
+                    sums[key] = sums.get(key, 0.0) + weight * value / self.args.ppo_epochs
+            clip = self.config.trainer.grad_clip
+            norm = torch.nn.utils.clip_grad_norm_(model.parameters(), clip if clip and clip > 0 else math.inf)
+            if torch.isfinite(norm):
+                optimizer.step()
+            norms.append(float(norm))
+        return {**sums, "grad_norm": sum(norms) / len(norms)}
+
+    @staticmethod
+    def _share(fn_or_mode: Any, mask: torch.Tensor, totals: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+        """The micro-batch's share of the batch for a term aggregated with the given mode."""
+        mode = fn_or_mode if isinstance(fn_or_mode, str) else getattr(fn_or_mode, "args", {}).get("loss_agg_mode")
+        if mode == "token-mean":
+            return mask.sum() / totals[0].to(mask.device)
+        return (mask.sum(dim=1) > 0).sum() / totals[1].to(mask.device)
+
+    def _actor_loss(self, totals: tuple[torch.Tensor, torch.Tensor]) -> MicroLoss:
+        coef = getattr(self.entropy_loss, "args", {}).get("entropy_coef")
+        entropy_grad = coef is None or coef != 0
+
+        def loss(mb: Batch) -> tuple[torch.Tensor, Metrics, float]:
+            mask = mb.response_mask.float()
+            logprobs, entropy = self._logprobs(self.actor, mb, with_entropy=True)
+            if not entropy_grad:
+                entropy = entropy.detach()
+            pg, pg_metrics = self.policy_loss(logprobs, mb)
+            kl, kl_metrics = self.kl_loss.calculate_kl_loss(logprobs, mb)
+            ent, ent_metrics = self.entropy_loss(entropy, mb)
+            weight = self._share(self.policy_loss, mask, totals)
+            total = (
+                pg * weight
+                + kl * self._share(self.kl_loss, mask, totals)
+                + ent * self._share(self.entropy_loss, mask, totals)
+            )
+            return total, {**pg_metrics, **kl_metrics, **ent_metrics}, float(weight)
+
+        return loss
+
+    def _critic_loss(self, totals: tuple[torch.Tensor, torch.Tensor]) -> MicroLoss:
+        """verl's clipped value loss: ``0.5 * agg(max((v - R)^2, (clip(v, v_old +- c) - R)^2))``."""
+        mode, clip = self.config.algorithm.loss_agg_mode, self.args.cliprange_value
+
+        def loss(mb: Batch) -> tuple[torch.Tensor, Metrics, float]:
+            mask = mb.response_mask.float()
+            values, old, returns = self._values(mb), mb.values.float(), mb.returns.float()
+            clipped = old + (values - old).clamp(-clip, clip)
+            unclipped_loss, clipped_loss = (values - returns).square(), (clipped - returns).square()
+            vf_loss = 0.5 * agg_loss(torch.maximum(unclipped_loss, clipped_loss), mask, mode)
+            weight = self._share(mode, mask, totals)
+            metrics = {
+                "vf_loss": vf_loss.item(),
+                "vf_clipfrac": masked_mean((clipped_loss > unclipped_loss).float(), mask).item(),
+                "vpred_mean": masked_mean(values.detach(), mask).item(),
+            }
+            return vf_loss * weight, metrics, float(weight)
+
+        return loss
+
+    # -- checkpoints and sync -------------------------------------------------------------
+
+    def _parts(self) -> list[tuple[str, torch.nn.Module, torch.optim.Optimizer, Any]]:
+        parts = [("actor", self.actor, self.actor_optimizer, self.actor_scheduler)]
+        if self.critic is not None:
+            parts.append(("critic", self.critic, self.critic_optimizer, self.critic_scheduler))
+        return parts
+
+    def save_checkpoint(self, directory: str, step: int) -> None:
+        for name, model, optimizer, scheduler in self._parts():
+            root = Path(directory) / name
+            model.save_pretrained(root / HF_SUBDIR)
+            self.tokenizer.save_pretrained(root / HF_SUBDIR)
+            state = {
+                "optimizer": optimizer.state_dict(),
+                "scheduler": scheduler.state_dict(),
+                "rng": torch.get_rng_state(),
+                "cuda_rng": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None,
+                "step": step,
+                "global_step": self.global_step,
+            }
+            torch.save(state, root / "extra_state.pt")
+
+    def load_checkpoint(self, directory: str) -> int:
+        step = 0
+        for name, model, optimizer, scheduler in self._parts():
+            root = Path(directory) / name
+            with torch.no_grad():
+                load_weights_into(model, read_hf_weights(root / HF_SUBDIR))
+            state = torch.load(root / "extra_state.pt", map_location="cpu", weights_only=False)
+            optimizer.load_state_dict(state["optimizer"])
+            scheduler.load_state_dict(state["scheduler"])
+            torch.set_rng_state(state["rng"])
+            if state["cuda_rng"] is not None and torch.cuda.is_available():
+                torch.cuda.set_rng_state_all(state["cuda_rng"])
+            step, self.global_step = state["step"], state["global_step"]
+        return step
+
+    def weights_for_sync(self) -> dict[str, torch.Tensor]:
+        """A CPU snapshot of the actor's weights (copied: training goes on updating them)."""
+        return {k: v.detach().to("cpu", copy=True) for k, v in self.actor.state_dict().items()}

@@ -1,0 +1,264 @@
+"""The torch training engine on the tiny model: real rollouts, real algorithm functions."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from trinity.common.batch import Batch
+from trinity.common.experience import EID, Experience
+from trinity.config.check import check_algorithm
+from trinity.config.load import IssueCollector
+from trinity.config.schema import Config, InferenceModelConfig, ModelConfig
+from trinity.engine.base import SamplingArgs
+from trinity.engine.torch_trainer import TorchTrainingEngine, lr_factor, micro_batches
+from trinity.engine.transformers_rollout import TransformersRolloutEngine
+from trinity.plugins import Kind, resolve
+
+PROMPTS = ["12+7=", "The quick brown fox", "Question: What is 3 plus 4? Answer:"]
+
+
+def make_config(model_dir: Path, algorithm: str = "grpo", **fields: Any) -> Config:
+    """A checked-algorithm config; ``fields`` are dotted paths, e.g. ``trainer__grad_clip``."""
+    config = Config(mode="train")
+    config.model.model_path = str(model_dir)
+    config.algorithm.algorithm_type = algorithm
+    config.algorithm.repeat_times = 4
+    config.algorithm.optimizer.lr = 1e-3
+    config.trainer.trainer_type = "torch"
+    config.trainer.use_dynamic_bsz = False
+    config.trainer.micro_batch_size_per_gpu = 4
+    for path, value in fields.items():
+        *parents, leaf = path.split("__")
+        target = config
+        for part in parents:
+            target = getattr(target, part)
+        setattr(target, leaf, value)
+    issues = IssueCollector()
+    check_algorithm(config, issues)
+    issues.raise_if_any()
+    return config
+
+
+@pytest.fixture(scope="module")
+def experiences(tiny_model_dir: Path) -> list[Experience]:
+    """Four sampled responses per prompt, cut to varied lengths, rewarded 1 / 0 alternately."""
+    rollout = TransformersRolloutEngine(
+        InferenceModelConfig(model_path=str(tiny_model_dir)),
+        ModelConfig(model_path=str(tiny_model_dir), max_prompt_tokens=32, max_response_tokens=16),
+    )
+    results = rollout.generate(PROMPTS, SamplingArgs(n=4, max_tokens=16, min_tokens=16, seed=0))
+    out = []
+    for task, completions in enumerate(results):
+        for run, c in enumerate(completions):
+            keep = 4 + (3 * task + 5 * run) % 13
+            out.append(
+                Experience(
+                    tokens=torch.tensor(c.prompt_token_ids + c.response_token_ids[:keep]),
+                    prompt_length=len(c.prompt_token_ids),
+                    logprobs=torch.tensor(c.response_logprobs[:keep]),
+                    reward=float(run % 2 == 0),
+                    eid=EID(batch="0", task=str(task), run=run),
+                )
+            )
+    return out
+
+
+def with_advantages(engine: TorchTrainingEngine, experiences: list[Experience]) -> Batch:
+    """The orchestration's order: prepare (logprobs, ref, values), then the advantage fn."""
+    batch = engine.prepare_batch(Batch.from_experiences(experiences))
+    algo = engine.config.algorithm
+    advantage_fn = resolve(Kind.ADVANTAGE_FN, algo.advantage_fn)(**algo.advantage_fn_args)
+    return advantage_fn(batch)[0]
+
+
+def weights(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    return {k: v.detach().clone() for k, v in model.state_dict().items()}
+
+
+def assert_same_weights(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor], atol: float) -> None:
+    assert a.keys() == b.keys()
+    for key in a:
+        torch.testing.assert_close(a[key], b[key], atol=atol, rtol=0, msg=key)
+
+
+def test_grpo_step_moves_logprobs_with_advantages(tiny_model_dir: Path, experiences: list[Experience]) -> None:
+    engine = TorchTrainingEngine(make_config(tiny_model_dir))
+    batch = with_advantages(engine, experiences)
+    before = engine.compute_logprobs(batch)
+    mask = batch.response_mask
+    torch.testing.assert_close(before * mask, batch.old_logprobs * mask, atol=1e-4, rtol=0)  # = rollout logprobs
+    metrics = engine.train_step(batch)
+    for key in ("pg_loss", "ppo_kl", "pg_clipfrac", "entropy", "kl_loss", "grad_norm", "lr"):
+        assert math.isfinite(metrics[f"actor/{key}"]), key
+    assert metrics["actor/ppo_kl"] == pytest.approx(0.0, abs=1e-6)  # first pass is on-policy
+    change = ((engine.compute_logprobs(batch) - before) * batch.response_mask).sum(dim=1)
+    sign = batch.advantages[:, 0].sign()
+    assert (change[sign > 0] > 0).all() and (change[sign < 0] < 0).all()
+
+
+@pytest.mark.parametrize("mode", ["token-mean", "seq-mean-token-mean"])
+def test_micro_batches_and_dynamic_bsz_equal_the_full_batch(
+    tiny_model_dir: Path, experiences: list[Experience], mode: str
+) -> None:
+    common = {
+        "algorithm__loss_agg_mode": mode,
+        "algorithm__entropy_loss_fn_args": {"entropy_coef": 0.01},
+        "algorithm__kl_loss_fn_args": {"kl_coef": 0.1},
+        "algorithm__optimizer__optimizer_type": "sgd",
+        "algorithm__optimizer__lr": 1.0,
+        "trainer__grad_clip": 0.0,
+    }
+    variants = {
+        "full": {"trainer__micro_batch_size_per_gpu": len(experiences)},
+        "micro3": {"trainer__micro_batch_size_per_gpu": 3},
+        "dynamic": {"trainer__use_dynamic_bsz": True, "trainer__max_token_len_per_gpu": 60},
+    }
+    results = {}
+    batch = None
+    for name, fields in variants.items():
+        engine = TorchTrainingEngine(make_config(tiny_model_dir, **common, **fields))
+        batch = batch or with_advantages(engine, experiences)
+        results[name] = (engine.train_step(batch), weights(engine.actor), len(engine._micro_batches(batch)))
+    full_metrics, full_weights, _ = results["full"]
+    assert [results[n][2] for n in variants] == [1, 4, results["dynamic"][2]] and results["dynamic"][2] > 1
+    for name in ("micro3", "dynamic"):
+        metrics, actor, _ = results[name]
+        for key in ("actor/grad_norm", "actor/pg_loss", "actor/kl_loss", "actor/entropy"):
+            assert metrics[key] == pytest.approx(full_metrics[key], rel=1e-5, abs=1e-7), (name, key)
+        assert_same_weights(actor, full_weights, atol=1e-6)
+
+
+def test_micro_batch_partition() -> None:
+    lengths = torch.tensor([5, 9, 3, 7, 20, 2, 8, 8])
+    fixed = micro_batches(lengths, max_rows=3)
+    assert [t.tolist() for t in fixed] == [[0, 1, 2], [3, 4, 5], [6, 7]]
+    dynamic = micro_batches(lengths, max_tokens=20)
+    assert sorted(torch.cat(dynamic).tolist()) == list(range(8))
+    assert all(len(t) * lengths[t].max() <= 20 for t in dynamic)
+    pairs = micro_batches(lengths, unit=2, max_rows=3)
+    assert [t.tolist() for t in pairs] == [[0, 1], [2, 3], [4, 5], [6, 7]]
+    paired = micro_batches(lengths, unit=2, max_tokens=40)
+    assert all(t.view(-1, 2)[:, 0].remainder(2).eq(0).all() and (t.view(-1, 2).diff(dim=1) == 1).all() for t in paired)
+    assert [t.tolist() for t in paired][0] == [4, 5]  # longest unit first, alone: 2 x 20 fills the budget
+
+
+def test_grad_clip_bounds_the_update(tiny_model_dir: Path, experiences: list[Experience]) -> None:
+    config = make_config(
+        tiny_model_dir,
+        algorithm__optimizer__optimizer_type="sgd",
+        algorithm__optimizer__lr=1.0,
+        algorithm__optimizer__weight_decay=0.0,
+        trainer__grad_clip=1e-3,
+    )
+    engine = TorchTrainingEngine(config)
+    batch = with_advantages(engine, experiences)
+    before = [p.detach().clone() for p in engine.actor.parameters()]
+    metrics = engine.train_step(batch)
+    step = torch.cat([(p.detach() - b).flatten() for p, b in zip(engine.actor.parameters(), before, strict=True)])
+    assert metrics["actor/grad_norm"] > 1e-2  # reported before clipping
+    assert step.norm().item() == pytest.approx(1e-3, rel=1e-4)
+
+
+def test_lr_schedules(tiny_model_dir: Path, experiences: list[Experience]) -> None:
+    assert [lr_factor(s, 4, 10, "constant", 0.0) for s in range(6)] == [0, 0.25, 0.5, 0.75, 1, 1]
+    cosine = [lr_factor(s, 2, 6, "cosine", 0.1) for s in range(7)]
+    assert cosine[:3] == [0, 0.5, 1.0] and cosine[-1] == pytest.approx(0.1)
+    assert cosine[4] == pytest.approx(0.55) and all(a >= b for a, b in zip(cosine[2:], cosine[3:], strict=False))
+    config = make_config(
+        tiny_model_dir,
+        algorithm__optimizer__lr_warmup_steps_ratio=0.5,
+        algorithm__optimizer__total_training_steps=4,
+        algorithm__optimizer__warmup_style="cosine",
+        algorithm__optimizer__min_lr_ratio=0.1,
+    )
+    engine = TorchTrainingEngine(config)
+    batch = with_advantages(engine, experiences)
+    lrs = [engine.train_step(batch)["actor/lr"] for _ in range(5)]
+    assert lrs == pytest.approx([0.0, 5e-4, 1e-3, 5.5e-4, 1e-4])
+    with pytest.raises(ValueError, match="warmup_style 'linear'"):
+        TorchTrainingEngine(make_config(tiny_model_dir, algorithm__optimizer__warmup_style="linear"))
+
+
+def test_ppo_critic_learns_values(tiny_model_dir: Path, experiences: list[Experience]) -> None:
+    critic_args = {"critic": {"optim": {"lr": 1e-3}}}
+    config = make_config(tiny_model_dir, "ppo", algorithm__optimizer__lr=1e-4, trainer__trainer_config=critic_args)
+    engine = TorchTrainingEngine(config)
+    assert engine.critic is not None and engine.reference is not None
+    batch = with_advantages(engine, experiences)
+    assert batch.values.shape == batch.responses.shape and batch.returns is not None
+    assert not batch.values.any()  # a new value head starts at 0
+    losses = []
+    for _ in range(4):
+        metrics = engine.train_step(batch)
+        losses.append(metrics["critic/vf_loss"])
+    for key in ("vf_clipfrac", "vpred_mean", "grad_norm", "lr"):
+        assert math.isfinite(metrics[f"critic/{key}"]), key
+    assert metrics["critic/lr"] == 1e-3 and metrics["actor/lr"] == 1e-4
+    assert losses == sorted(losses, reverse=True) and losses[-1] < 0.8 * losses[0]
+
+
+def test_kl_loss_is_against_the_frozen_reference(tiny_model_dir: Path, experiences: list[Experience]) -> None:
+    engine = TorchTrainingEngine(make_config(tiny_model_dir, algorithm__kl_loss_fn_args={"kl_coef": 0.1}))
+    batch = with_advantages(engine, experiences)
+    initial_ref = batch.ref_logprobs.clone()
+    mask = batch.response_mask
+    torch.testing.assert_close(initial_ref * mask, batch.old_logprobs * mask, atol=1e-4, rtol=0)  # ref = initial actor
+    first = engine.train_step(batch)["actor/kl_loss"]
+    later = [engine.train_step(batch)["actor/kl_loss"] for _ in range(2)]
+    assert first == pytest.approx(0.0, abs=1e-9) and later[-1] > 1e-6
+    assert not any(p.requires_grad for p in engine.reference.parameters())
+    torch.testing.assert_close(engine.compute_ref_logprobs(batch), initial_ref)
+
+
+def test_dpo_keeps_pairs_in_micro_batches(tiny_model_dir: Path, experiences: list[Experience]) -> None:
+    pairs = [
+        Experience(
+            tokens=a.prompt_tokens, prompt_length=a.prompt_length, chosen=a.response_tokens, rejected=b.response_tokens
+        )
+        for a, b in zip(experiences[0::2], experiences[1::2], strict=True)
+    ]
+    engine = TorchTrainingEngine(make_config(tiny_model_dir, "dpo", trainer__micro_batch_size_per_gpu=3))
+    batch = engine.prepare_batch(Batch.from_experiences(pairs))
+    assert all(len(index) % 2 == 0 for index in engine._micro_batches(batch))
+    first = engine.train_step(batch)["actor/dpo_loss"]
+    assert first == pytest.approx(math.log(2), abs=1e-5)  # actor == reference: margin 0
+    assert engine.train_step(batch)["actor/dpo_loss"] < first
+
+
+def test_checkpoint_round_trip_and_sync(tiny_model_dir: Path, experiences: list[Experience], tmp_path: Path) -> None:
+    config = make_config(tiny_model_dir, "ppo")
+    original = TorchTrainingEngine(config)
+    batch = with_advantages(original, experiences)
+    for _ in range(2):
+        original.train_step(batch)
+    original.save_checkpoint(str(tmp_path), step=2)
+    assert (tmp_path / "actor" / "huggingface" / "model.safetensors").exists()
+    assert (tmp_path / "critic" / "extra_state.pt").exists()
+    expected = original.train_step(batch)
+
+    resumed = TorchTrainingEngine(config)
+    assert resumed.load_checkpoint(str(tmp_path)) == 2
+    got = resumed.train_step(batch)
+    assert got.keys() == expected.keys()
+    for key in expected:
+        assert got[key] == pytest.approx(expected[key], rel=1e-6, abs=1e-9), key
+    assert_same_weights(weights(resumed.actor), weights(original.actor), atol=1e-6)
+    assert_same_weights(weights(resumed.critic), weights(original.critic), atol=1e-6)
+
+    rollout = TransformersRolloutEngine(
+        InferenceModelConfig(model_path=str(tiny_model_dir)), ModelConfig(model_path=str(tiny_model_dir))
+    )
+    ids = batch.input_ids[0][batch.attention_mask[0].bool()].tolist()
+    response_len = int(batch.response_mask[0].sum())
+    rollout.update_weights(state_dict=original.weights_for_sync(), version=3)
+    synced = torch.tensor(rollout.logprobs([ids])[0][-response_len:])
+    torch.testing.assert_close(synced, original.compute_logprobs(batch)[0, :response_len], atol=1e-5, rtol=0)
+    rollout.update_weights(checkpoint_path=str(tmp_path), version=2)
+    from_disk = torch.tensor(rollout.logprobs([ids])[0][-response_len:])
+    trained_two_steps = resumed.compute_logprobs(batch)[0, :response_len]
+    assert not torch.allclose(from_disk, trained_two_steps)  # the checkpoint holds step 2, not 3
