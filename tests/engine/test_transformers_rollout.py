@@ -118,11 +118,11 @@ def test_prompt_truncation(tiny_model_dir: Path) -> None:
 
 def test_chat_template_and_thinking(tiny_model_dir: Path) -> None:
     messages = [{"role": "user", "content": "What is 12+7?"}]
-    engine = make_engine(tiny_model_dir)
-    text = "<|im_start|>user\nWhat is 12+7?<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n"
+    text = "<|im_start|>user\nWhat is 12+7?<|im_end|>\n<|im_start|>assistant\n"
+    engine = make_engine(tiny_model_dir)  # enable_thinking unset: the template's default
     assert engine.chat_prompt_ids(messages) == engine.tokenizer(text)["input_ids"]
-    thinking = make_engine(tiny_model_dir, enable_thinking=True)
-    assert thinking.tokenizer.decode(thinking.chat_prompt_ids(messages)) == text.split("<think>")[0]
+    no_thinking = make_engine(tiny_model_dir, enable_thinking=False)
+    assert no_thinking.tokenizer.decode(no_thinking.chat_prompt_ids(messages)) == text + "<think>\n\n</think>\n\n"
     custom = make_engine(tiny_model_dir, custom_chat_template="{{ messages[0]['content'] }} =")
     assert custom.tokenizer.decode(custom.chat_prompt_ids(messages)) == "What is 12+7? ="
     (completions,) = custom.chat([messages], SamplingArgs(n=2, max_tokens=4, min_tokens=4))

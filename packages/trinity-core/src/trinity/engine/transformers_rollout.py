@@ -79,7 +79,9 @@ class TransformersRolloutEngine(RolloutEngine):
         self.chat_template = config.chat_template or model.custom_chat_template
         if self.chat_template is None and model.chat_template_path:
             self.chat_template = Path(model.chat_template_path).read_text()
-        self.enable_thinking = model.enable_thinking if model.enable_thinking is not None else config.enable_thinking
+        thinking = _first(config.enable_thinking, model.enable_thinking)
+        # None leaves the flag undefined for the template, so its own default applies.
+        self.template_kwargs = {} if thinking is None else {"enable_thinking": thinking}
         self.max_model_len = _first(config.max_model_len, model.max_model_len)
         self.max_prompt_tokens = _first(config.max_prompt_tokens, model.max_prompt_tokens)
         self.max_response_tokens = _first(config.max_response_tokens, model.max_response_tokens)
@@ -103,7 +105,7 @@ class TransformersRolloutEngine(RolloutEngine):
             tokenize=False,
             add_generation_prompt=True,
             chat_template=self.chat_template,
-            enable_thinking=self.enable_thinking,
+            **self.template_kwargs,
         )
         return self.tokenizer(text, add_special_tokens=False)["input_ids"]
 
