@@ -1,0 +1,1 @@
+"""An example third-party trinity plugin: the text-reversal task."""
