@@ -41,12 +41,15 @@ def setup_role(config: Config, role: str, threads: int | None) -> MonitorGroup:
     path.parent.mkdir(parents=True, exist_ok=True)
     root = logging.getLogger()
     root.setLevel(config.log.level.upper())
-    if not any(getattr(h, "baseFilename", None) == str(path) for h in root.handlers):
-        handler = logging.FileHandler(path)
-        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
-        root.addHandler(handler)
-    if not any(type(h) is logging.StreamHandler for h in root.handlers):
-        root.addHandler(logging.StreamHandler())
+    formatter = logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s")
+    wanted = {f"trinity-file:{path}": lambda: logging.FileHandler(path), "trinity-console": logging.StreamHandler}
+    present = {h.get_name() for h in root.handlers}  # Ray workers bring handlers of their own
+    for name, make in wanted.items():
+        if name not in present:
+            handler = make()
+            handler.set_name(name)
+            handler.setFormatter(formatter)
+            root.addHandler(handler)
     if threads:
         import torch
 

@@ -161,11 +161,8 @@ class Trainer:
         return metrics
 
     def prepare(self, batch: Batch) -> tuple[Batch, dict[str, float]]:
-        """Values, reference logprobs, the KL reward penalty and advantages, in that order."""
-        if self.algorithm.use_critic:
-            batch = batch.with_fields(values=self.engine.compute_values(batch))
-        if self.config.algorithm.kl_penalty_fn != "none":
-            batch = batch.with_fields(ref_logprobs=self.engine.compute_ref_logprobs(batch))
+        """What the engine fills (old/ref logprobs, values), the KL reward penalty, advantages."""
+        batch = self.engine.prepare_batch(batch)
         batch, kl_metrics = self.kl_penalty_fn.apply_to_reward(batch)
         batch, adv_metrics = self.advantage_fn(batch)
         return batch, {**{f"critic/{k}": v for k, v in kl_metrics.items()}, **adv_metrics}
