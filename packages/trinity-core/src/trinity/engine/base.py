@@ -81,15 +81,25 @@ class TrainingEngine(ABC):
 
     @abstractmethod
     def train_step(self, batch: Batch) -> Metrics:
-        """One optimisation step on ``batch``; returns ``actor/*``, ``critic/*`` metrics."""
+        """One optimisation step on ``batch``; returns ``actor/*``, ``critic/*`` metrics. Fields
+        the batch lacks and the engine can compute (old/ref logprobs, values) are filled first."""
 
     @abstractmethod
     def compute_logprobs(self, batch: Batch) -> torch.Tensor:
         """Current actor logprobs ``[B, R]`` of the batch's responses."""
 
     @abstractmethod
+    def compute_ref_logprobs(self, batch: Batch) -> torch.Tensor:
+        """Reference-model logprobs ``[B, R]`` (KL penalty before advantages; KL loss; DPO)."""
+
+    @abstractmethod
+    def compute_values(self, batch: Batch) -> torch.Tensor:
+        """Critic values ``[B, R]`` (GAE advantages need them before ``train_step``)."""
+
+    @abstractmethod
     def save_checkpoint(self, directory: str, step: int) -> None:
-        """Weights (HF format), optimizer and scheduler state under ``directory``."""
+        """Weights (HF format, actor in ``<directory>/actor/huggingface``), optimizer and
+        scheduler state under ``directory``."""
 
     @abstractmethod
     def load_checkpoint(self, directory: str) -> int:
