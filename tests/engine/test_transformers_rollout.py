@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -55,6 +57,15 @@ def test_logprobs_are_raw_model_logprobs(engine: TransformersRolloutEngine, tiny
             full = engine.logprobs([c.prompt_token_ids + c.response_token_ids])[0]
             assert full[0] == 0.0
             torch.testing.assert_close(torch.tensor(full[len(c.prompt_token_ids) :]), expected, atol=1e-4, rtol=0)
+
+
+def test_checkpoint_generation_defaults_do_not_leak(tiny_model_dir: Path, tmp_path: Path) -> None:
+    shutil.copytree(tiny_model_dir, tmp_path, dirs_exist_ok=True)
+    settings = json.loads((tmp_path / "generation_config.json").read_text())
+    settings.update(top_k=1, min_p=0.99, do_sample=True)  # each would make every sample the greedy one
+    (tmp_path / "generation_config.json").write_text(json.dumps(settings))
+    (completions,) = make_engine(tmp_path).generate(PROMPTS[:1], SamplingArgs(n=4, max_tokens=8, seed=0))
+    assert len({tuple(c.response_token_ids) for c in completions}) > 1
 
 
 def test_greedy_is_deterministic_and_seeds_reproduce(engine: TransformersRolloutEngine, tiny_model_dir: Path) -> None:

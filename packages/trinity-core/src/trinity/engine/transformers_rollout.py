@@ -15,6 +15,10 @@ Semantics follow vLLM's where a workflow can tell the difference:
   ``prompt_truncated=True``; the trainer leaves them out of the loss, so the truncation
   side does not matter); without it, a ``ValueError``.
 
+Sampling settings come from ``SamplingArgs`` over ``ModelConfig`` (temperature, top_p, top_k,
+repetition_penalty), never from the checkpoint's ``generation_config.json``. ``max_model_len``
+bounds prompt + response for the longest prompt of a batch.
+
 Sampling draws from the engine's own RNG stream (seeded by ``InferenceModelConfig.seed``), or
 from ``SamplingArgs.seed`` for one call; the process's global RNG is left as it was.
 """
@@ -76,6 +80,9 @@ class TransformersRolloutEngine(RolloutEngine):
         eos_ids.add(self.tokenizer.eos_token_id)
         self.eos_ids = sorted(i for i in eos_ids if i is not None)
         self.pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else self.eos_ids[0]
+        # Sampling comes from the config and SamplingArgs only: generate() would otherwise fill
+        # every unset field from the checkpoint's generation_config.json (e.g. Qwen's top_k=20).
+        self.model.generation_config = GenerationConfig()
         self.chat_template = config.chat_template or model.custom_chat_template
         if self.chat_template is None and model.chat_template_path:
             self.chat_template = Path(model.chat_template_path).read_text()
@@ -190,7 +197,7 @@ class TransformersRolloutEngine(RolloutEngine):
                 "do_sample": True,
                 "temperature": temperature,
                 "top_p": _first(args.top_p, self.model_config.top_p),
-                "top_k": top_k if top_k > 0 else None,
+                "top_k": max(top_k, 0),  # 0 disables; None would mean transformers' default of 50
             }
         return GenerationConfig(
             max_new_tokens=max_new,
