@@ -26,6 +26,9 @@ from trinity_workflows.rewards import (
         ("7<|im_end|>", "7", 1.0),
         ("the answer is 7", "7", 1.0),
         ("3 + 4 = 7", 7, 1.0),  # an int truth, as JSON rows carry it
+        ("3+4", "7", 0.0),  # restating the question "3+4=" is not an answer
+        ("-3 - 4", "-7", 0.0),
+        ("$2\\sqrt{2}$", "\\sqrt{8}", 1.0),  # a product that is an answer
         ("I first got 5 but actually 7", "7", 1.0),  # the last expression counts
         ("7.0", "7", 1.0),
         ("8", "7", 0.0),
@@ -69,6 +72,7 @@ def test_math_reward_format_weight_keeps_the_reward_in_unit_interval():
         ("\\boxed{7", "7", 0.0),  # truncated before the box closed
         ("", "7", 0.0),
         ("\\boxed{}", "7", 0.0),
+        ("\\boxed{3 \\times 4}", "12", 0.0),  # still a computation, not an answer
     ],
 )
 def test_math_boxed_reward(response, truth, expected):

@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+import sympy
 from math_verify import parse, verify
 
 _SPECIAL_TOKEN = re.compile(r"<\|[^|<>]*\|>")
@@ -89,10 +90,25 @@ def _parse(text: str) -> list:
 def is_equivalent(prediction: str, truth: Any) -> bool:
     """Whether ``prediction`` is mathematically the same answer as ``truth``.
 
-    False when either side has no parsable answer (empty or malformed output).
+    False when either side has no parsable answer (empty or malformed output), and when
+    the prediction is still a sum or product of plain numbers: ``3+4`` restates the
+    question "3+4=" rather than answering 7 (``2\\sqrt{2}``, ``2\\pi`` and ``1/2`` are answers).
     """
     gold = _parse(truth_text(truth))
     answer = _parse(prediction)
-    if not gold or not answer:
+    if not gold or not answer or _unevaluated_arithmetic(answer[0]):
         return False
     return bool(verify(gold, answer, timeout_seconds=None))
+
+
+def _unevaluated_arithmetic(expression: Any) -> bool:
+    def operands(node: Any) -> int | None:
+        """How many numbers a sum/product of plain numbers combines; None for anything else."""
+        if isinstance(node, sympy.Number):
+            return 1
+        if not isinstance(node, (sympy.Add, sympy.Mul)):
+            return None
+        counts = [operands(arg) for arg in node.args if arg is not sympy.S.NegativeOne]  # a sign is no operand
+        return None if None in counts else sum(counts)
+
+    return (operands(expression) or 0) > 1
