@@ -71,7 +71,7 @@ class TransformersRolloutEngine(RolloutEngine):
         self.config, self.model_config = config, model
         self.device = default_device()
         path = config.model_path or model.model_path
-        self.tokenizer = AutoTokenizer.from_pretrained(path, padding_side="left")
+        self.tokenizer = AutoTokenizer.from_pretrained(path)
         self.model = AutoModelForCausalLM.from_pretrained(path, dtype=model_dtype(self.device, config.dtype))
         self.model.to(self.device).eval()
         self.model_version = 0
@@ -99,8 +99,7 @@ class TransformersRolloutEngine(RolloutEngine):
     # -- public API ---------------------------------------------------------------------
 
     def generate(self, prompts: list[str], args: SamplingArgs) -> list[list[Completion]]:
-        encoded = [self.tokenizer(p, add_special_tokens=True)["input_ids"] for p in prompts]
-        return self.generate_from_ids(encoded, args)
+        return self.generate_from_ids(self.tokenizer(prompts, add_special_tokens=True)["input_ids"], args)
 
     def chat(self, conversations: list[list[dict[str, Any]]], args: SamplingArgs) -> list[list[Completion]]:
         return self.generate_from_ids([self.chat_prompt_ids(c) for c in conversations], args)
