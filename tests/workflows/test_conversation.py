@@ -9,6 +9,12 @@ import pytest
 import torch
 from transformers import AutoTokenizer
 
+from trinity.common.experience import Task
+from trinity.config.schema import InferenceModelConfig, ModelConfig
+from trinity.engine.base import SamplingArgs
+from trinity.engine.transformers_rollout import TransformersRolloutEngine
+from trinity.explorer.model_wrapper import LocalEngineClient, ModelWrapper
+from trinity.plugins import Kind, resolve
 from trinity_workflows.base import WorkflowError
 from trinity_workflows.conversation import tokenize_conversation
 from trinity_workflows.rewards import math_reward
@@ -96,6 +102,25 @@ def test_max_turns_bounds_the_conversation(make_workflow):
         "multi_turn_workflow", ROW, reward_fn_type="math_reward", workflow_args={"max_turns": 2}
     ).run()
     assert [m["role"] for m in exp.messages].count("assistant") == 2
+
+
+@pytest.mark.parametrize("room", [4, -1])
+def test_a_conversation_that_outgrows_max_prompt_tokens_ends_there(tiny_model_dir, tokenizer, room):
+    """room 4: the first prompt fits, the second does not; -1: not even the first fits."""
+    first_prompt = tokenizer.apply_chat_template(
+        [{"role": "user", "content": ROW["prompt"]}], add_generation_prompt=True
+    )
+    path = str(tiny_model_dir)
+    config = ModelConfig(model_path=path, max_prompt_tokens=len(first_prompt["input_ids"]) + room)
+    client = LocalEngineClient(TransformersRolloutEngine(InferenceModelConfig(model_path=path), config))
+    try:
+        model = ModelWrapper(client, SamplingArgs(max_tokens=16))
+        task = Task(workflow_type="multi_turn_workflow", raw=ROW, reward_fn_type="math_reward", taskset_name="t")
+        (exp,) = resolve(Kind.WORKFLOW, "multi_turn_workflow")(task, model).run()
+    finally:
+        client.close()
+    assert [m["role"] for m in exp.messages] == ["user", "assistant"]
+    assert (exp.truncate_status == "prompt_truncated") == (room < 0)
 
 
 def test_step_wise_workflow_one_experience_per_turn_with_the_final_reward(make_workflow):

@@ -92,7 +92,8 @@ def tokenize_conversation(tokenizer: Any, messages: Messages, **template_args: A
 class ConversationWorkflow(CatalogueWorkflow):
     """The turn loop; subclasses decide what becomes of the turns (``experiences``).
 
-    Each run is one conversation, so the explorer runs ``repeat_times`` instances.
+    Each run is one conversation, so the explorer runs ``repeat_times`` instances. A turn
+    whose prompt no longer fits ``max_prompt_tokens`` ends the conversation without it.
     """
 
     can_repeat = False
@@ -113,17 +114,20 @@ class ConversationWorkflow(CatalogueWorkflow):
 
     async def rollout(self) -> list[Experience]:
         messages = self.messages()
+        prompt = last_user_text(messages)
         turns: list[Experience] = []
         for turn in range(self.max_turns):
             (reply,) = await self.model.chat_async(messages, n=1)
+            prompt_truncated = reply.truncate_status == "prompt_truncated"
+            if prompt_truncated and turns:
+                break  # the conversation outgrew max_prompt_tokens: it ends with the turns so far
             turns.append(reply)
-            messages = reply.messages
-            follow_up = await self.respond(messages, turn)
-            if not follow_up:
+            follow_up = None if prompt_truncated else await self.respond(reply.messages, turn)
+            if not follow_up:  # done (or not even the first prompt fit: the trainer leaves it out)
                 break
-            messages = [*messages, *follow_up]
-        components = self.score(turns[-1].info["response_text"], self.truth, last_user_text(self.messages()))
-        return await self.experiences(messages, turns, components)
+            messages = [*reply.messages, *follow_up]
+        components = self.score(turns[-1].info["response_text"], self.truth, prompt)
+        return await self.experiences(turns[-1].messages, turns, components)
 
     async def experiences(
         self, messages: Messages, turns: list[Experience], components: dict[str, float]
@@ -145,14 +149,13 @@ class MultiTurnWorkflow(ConversationWorkflow):
         tokenizer, template_args = chat_template_of(self.model)
         tokens, prompt_length, mask = tokenize_conversation(tokenizer, messages, **template_args)
         logprobs = await asyncio.to_thread(self.model.logprobs, tokens)
-        truncated = any(t.truncate_status for t in turns)
         experience = Experience(
             tokens=torch.tensor(tokens, dtype=torch.long),
             prompt_length=prompt_length,
             logprobs=torch.tensor(logprobs[prompt_length:], dtype=torch.float32),
             action_mask=torch.tensor(mask, dtype=torch.bool),
             model_version=turns[-1].model_version,
-            truncate_status="response_truncated" if truncated else None,
+            truncate_status=next((t.truncate_status for t in turns if t.truncate_status), None),
             messages=messages,
             info={"response_text": turns[-1].info["response_text"], "turns": len(turns)},
         )
