@@ -67,7 +67,8 @@ def _stored(name: str, tensor: torch.Tensor) -> torch.Tensor:
     """The tensor as it is written: contiguous, on the CPU, token ids narrowed to int32."""
     tensor = tensor.detach().cpu().contiguous()
     if name in _TOKEN_FIELDS and tensor.dtype == torch.int64 and tensor.numel():
-        if _INT32.min <= int(tensor.min()) and int(tensor.max()) <= _INT32.max:
+        low, high = torch.aminmax(tensor)
+        if _INT32.min <= int(low) and int(high) <= _INT32.max:
             return tensor.to(torch.int32)
     return tensor
 

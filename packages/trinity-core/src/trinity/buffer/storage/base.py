@@ -179,24 +179,31 @@ class LogReader(ExperienceReader):
         got: list[Experience] = []
         pause = _POLL_MIN
         while True:
-            done = self.log.writers_done()  # before the fetch: then an empty fetch means the end
-            if self.auto_commit:
-                rows, self.position = self.log.claim(self.reader, n - len(got))
-            else:
-                rows, self.position = self.log.fetch(self.position, n - len(got))
-                if rows:
-                    self.log.set_progress(self.reader, self.position)
-            got += rows
-            if len(got) >= n or (done and not rows):
-                return got, done and not rows
-            if rows:
-                pause = _POLL_MIN
+            got += self._next(n - len(got))
+            if len(got) >= n:
+                return got, False
+            # Short: the end if all writers had finished before a fetch that still found nothing.
+            if self.log.writers_done():
+                more = self._next(n - len(got))
+                if not more:
+                    return got, True
+                got += more
                 continue
             now = time.monotonic()
             if now >= deadline:
                 return got, False
             time.sleep(min(pause, deadline - now))
             pause = min(pause * 2, _POLL_MAX)
+
+    def _next(self, n: int) -> list[Experience]:
+        """Up to ``n`` rows after the position (claimed under auto-commit), moving it."""
+        if self.auto_commit:
+            rows, self.position = self.log.claim(self.reader, n)
+        else:
+            rows, self.position = self.log.fetch(self.position, n)
+            if rows:
+                self.log.set_progress(self.reader, self.position)
+        return rows
 
     def commit(self) -> None:
         if not self.auto_commit:

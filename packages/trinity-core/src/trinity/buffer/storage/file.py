@@ -1,7 +1,8 @@
 """Experiences as JSON lines, for debugging and for a queue's ``.jsonl`` mirror.
 
-``<path>`` holds one experience per line (``experience_to_dict``, readable); positions
-are byte offsets. ``<path>.state.json`` holds the writers and the reader cursors. Every
+``<path>`` holds one experience per line (``experience_to_dict``, readable). A position
+packs the lines read and their byte length: ``lines * 2**48 + offset``.
+``<path>.state.json`` holds the writers, the reader cursors and the line count. Every
 change happens under an exclusive ``flock`` on ``<path>.lock``, so several processes
 can append and read the same file; only complete lines are ever read.
 """
@@ -19,6 +20,8 @@ from trinity.buffer.serialization import experience_from_dict, experience_to_dic
 from trinity.buffer.storage.base import Log, LogStorage
 from trinity.common.experience import Experience
 from trinity.config.schema import StorageConfig
+
+_LINE = 2**48
 
 
 class JsonlLog(Log):
@@ -40,7 +43,7 @@ class JsonlLog(Log):
 
     def _state(self) -> dict[str, Any]:
         if not os.path.exists(self.state_path):
-            return {"writers": {}, "cursors": {}}
+            return {"writers": {}, "cursors": {}, "lines": 0}
         with open(self.state_path) as f:
             return json.load(f)
 
@@ -69,20 +72,25 @@ class JsonlLog(Log):
 
     def append(self, experiences: list[Experience]) -> None:
         lines = "".join(json.dumps(experience_to_dict(e)) + "\n" for e in experiences).encode()
-        with self._locked(), open(self.path, "ab") as f:
-            f.write(lines)
+        with self._locked():
+            with open(self.path, "ab") as f:
+                f.write(lines)
+            state = self._state()
+            state["lines"] += len(experiences)
+            self._save(state)
 
     def fetch(self, after: int, n: int) -> tuple[list[Experience], int]:
         out: list[Experience] = []
+        lines, offset = divmod(after, _LINE)
         with open(self.path, "rb") as f:
-            f.seek(after)
+            f.seek(offset)
             while len(out) < n:
                 line = f.readline()
                 if not line.endswith(b"\n"):  # end of file, or a line still being written
                     break
-                after += len(line)
+                offset += len(line)
                 out.append(experience_from_dict(json.loads(line)))
-        return out, after
+        return out, (lines + len(out)) * _LINE + offset
 
     def claim(self, reader: str, n: int) -> tuple[list[Experience], int]:
         with self._locked():
@@ -111,10 +119,8 @@ class JsonlLog(Log):
 
     def unread(self) -> int:
         with self._locked():
-            slowest = min((c["progress"] for c in self._state()["cursors"].values()), default=0)
-        with open(self.path, "rb") as f:
-            f.seek(slowest)
-            return f.read().count(b"\n")
+            state = self._state()
+        return state["lines"] - min((c["progress"] // _LINE for c in state["cursors"].values()), default=0)
 
 
 def jsonl_path(storage: StorageConfig) -> str:

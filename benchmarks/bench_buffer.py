@@ -1,0 +1,104 @@
+"""Experiences per second written and read by each buffer storage, and the serialisation cost.
+
+Experiences of 1024 tokens (256 prompt + 768 response, with response logprobs), written
+and read in batches of 64. Run: ``python benchmarks/bench_buffer.py [--n 6400] [--ray]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import tempfile
+import time
+
+import torch
+
+from trinity.buffer import open_experience_reader, open_experience_writer
+from trinity.buffer.serialization import deserialize_experience, serialize_experience
+from trinity.common.experience import EID, Experience
+from trinity.config.schema import StorageConfig
+
+PROMPT, RESPONSE, BATCH = 256, 768, 64
+
+
+def experiences(n: int) -> list[Experience]:
+    generator = torch.Generator().manual_seed(0)
+    return [
+        Experience(
+            tokens=torch.randint(0, 150_000, (PROMPT + RESPONSE,), generator=generator),
+            prompt_length=PROMPT,
+            logprobs=-torch.rand(RESPONSE, generator=generator),
+            reward=float(i % 2),
+            eid=EID(batch=str(i // BATCH), task=str(i // 8), run=i % 8),
+            model_version=i // BATCH,
+        )
+        for i in range(n)
+    ]
+
+
+def bench_storage(storage: StorageConfig, data: list[Experience]) -> tuple[float, float]:
+    writer = open_experience_writer(storage, "bench")
+    reader = open_experience_reader(storage, "bench")
+    started = time.perf_counter()
+    for i in range(0, len(data), BATCH):
+        writer.write(data[i : i + BATCH])
+    written = len(data) / (time.perf_counter() - started)
+    writer.finish()
+    started, got = time.perf_counter(), 0
+    while got < len(data):
+        got += len(reader.read(BATCH, timeout=10))
+    read = got / (time.perf_counter() - started)
+    return written, read
+
+
+def bench_serialization(data: list[Experience]) -> tuple[float, float, int]:
+    """Microseconds to serialise and to deserialise one experience, and its size in bytes."""
+    sample = data[:1000]
+    started = time.perf_counter()
+    blobs = [serialize_experience(exp) for exp in sample]
+    serialised = time.perf_counter()
+    for blob in blobs:
+        deserialize_experience(blob)
+    done = time.perf_counter()
+    per = 1e6 / len(sample)
+    return (serialised - started) * per, (done - serialised) * per, sum(map(len, blobs)) // len(blobs)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--n", type=int, default=6400, help="experiences per storage")
+    parser.add_argument("--ray", action="store_true", help="also the in-memory queue as a Ray actor")
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    data = experiences(args.n)
+    tmp = tempfile.mkdtemp(prefix="trinity-bench-")
+    cases = {
+        "queue (memory)": dict(storage_type="queue"),
+        "queue (sqlite)": dict(storage_type="queue", path=os.path.join(tmp, "queue.db")),
+        "sql (sqlite)": dict(storage_type="sql", path=f"sqlite:///{tmp}/sql.db"),
+        "queue (jsonl)": dict(storage_type="queue", path=os.path.join(tmp, "queue.jsonl")),
+        "file (jsonl)": dict(storage_type="file", path=tmp),
+    }
+    if args.ray:
+        cases["queue (Ray actor)"] = dict(storage_type="queue", name="bench_ray")
+    print(f"{args.n} experiences of {PROMPT}+{RESPONSE} tokens, batches of {BATCH}")
+    print(f"{'storage':<20} {'written/s':>10} {'read/s':>10}")
+    for label, fields in cases.items():
+        if label.endswith("(Ray actor)"):  # a queue without a path uses the actor once Ray runs
+            import ray
+
+            ray.init(num_cpus=2, include_dashboard=False, namespace="bench")
+        storage = StorageConfig(
+            name=fields.pop("name", label.split()[0] + "_bench"), capacity=10 * args.n, max_read_timeout=10, **fields
+        )
+        written, read = bench_storage(storage, data)
+        print(f"{label:<20} {written:>10,.0f} {read:>10,.0f}")
+    to_bytes, from_bytes, size = bench_serialization(data)
+    print(
+        f"serialisation round trip {to_bytes + from_bytes:.1f} µs ({to_bytes:.1f} + {from_bytes:.1f}), "
+        f"{size:,} bytes per experience"
+    )
+
+
+if __name__ == "__main__":
+    main()
