@@ -22,6 +22,14 @@ from trinity.plugins import Kind, resolve
 PROMPTS = ["12+7=", "The quick brown fox", "Question: What is 3 plus 4? Answer:"]
 
 
+SGD = {
+    "algorithm__optimizer__optimizer_type": "sgd",
+    "algorithm__optimizer__lr": 1.0,
+    "algorithm__optimizer__weight_decay": 0.0,
+    "trainer__grad_clip": 0.0,
+}
+
+
 def make_config(model_dir: Path, algorithm: str = "grpo", **fields: Any) -> Config:
     """A checked-algorithm config; ``fields`` are dotted paths, e.g. ``trainer__grad_clip``."""
     config = Config(mode="train")
@@ -106,12 +114,10 @@ def test_micro_batches_and_dynamic_bsz_equal_the_full_batch(
     tiny_model_dir: Path, experiences: list[Experience], mode: str
 ) -> None:
     common = {
+        **SGD,
         "algorithm__loss_agg_mode": mode,
         "algorithm__entropy_loss_fn_args": {"entropy_coef": 0.01},
         "algorithm__kl_loss_fn_args": {"kl_coef": 0.1},
-        "algorithm__optimizer__optimizer_type": "sgd",
-        "algorithm__optimizer__lr": 1.0,
-        "trainer__grad_clip": 0.0,
     }
     variants = {
         "full": {"trainer__micro_batch_size_per_gpu": len(experiences)},
@@ -133,6 +139,30 @@ def test_micro_batches_and_dynamic_bsz_equal_the_full_batch(
         assert_same_weights(actor, full_weights, atol=1e-6)
 
 
+def test_empty_responses_contribute_nothing(tiny_model_dir: Path, experiences: list[Experience]) -> None:
+    empty = Experience(tokens=experiences[0].prompt_tokens, prompt_length=experiences[0].prompt_length, reward=1.0)
+    trained = []
+    for rows in (experiences, [empty, *experiences]):
+        engine = TorchTrainingEngine(make_config(tiny_model_dir, trainer__micro_batch_size_per_gpu=1, **SGD))
+        batch = engine.prepare_batch(Batch.from_experiences(rows))
+        engine.train_step(batch.with_fields(advantages=batch.response_mask * (batch.rewards[:, None] - 0.5)))
+        trained.append(weights(engine.actor))
+    assert_same_weights(trained[1], trained[0], atol=1e-6)
+
+
+def test_ppo_epochs_are_optimizer_steps(tiny_model_dir: Path, experiences: list[Experience]) -> None:
+    twice = make_config(
+        tiny_model_dir, trainer__trainer_config={"actor_rollout_ref": {"actor": {"ppo_epochs": 2}}}, **SGD
+    )
+    engine = TorchTrainingEngine(twice)
+    batch = with_advantages(engine, experiences)
+    engine.train_step(batch)
+    stepwise = TorchTrainingEngine(make_config(tiny_model_dir, **SGD))
+    stepwise.train_step(batch)
+    stepwise.train_step(batch)
+    assert_same_weights(weights(engine.actor), weights(stepwise.actor), atol=1e-6)
+
+
 def test_micro_batch_partition() -> None:
     lengths = torch.tensor([5, 9, 3, 7, 20, 2, 8, 8])
     fixed = micro_batches(lengths, max_rows=3)
@@ -148,14 +178,7 @@ def test_micro_batch_partition() -> None:
 
 
 def test_grad_clip_bounds_the_update(tiny_model_dir: Path, experiences: list[Experience]) -> None:
-    config = make_config(
-        tiny_model_dir,
-        algorithm__optimizer__optimizer_type="sgd",
-        algorithm__optimizer__lr=1.0,
-        algorithm__optimizer__weight_decay=0.0,
-        trainer__grad_clip=1e-3,
-    )
-    engine = TorchTrainingEngine(config)
+    engine = TorchTrainingEngine(make_config(tiny_model_dir, **{**SGD, "trainer__grad_clip": 1e-3}))
     batch = with_advantages(engine, experiences)
     before = [p.detach().clone() for p in engine.actor.parameters()]
     metrics = engine.train_step(batch)

@@ -314,7 +314,8 @@ class TorchTrainingEngine(TrainingEngine):
             optimizer.zero_grad(set_to_none=True)
             for index in parts:
                 loss, micro_metrics, weight = micro_loss(batch.select(index).to(self.device))
-                loss.backward()
+                if loss.requires_grad:  # not when every response of the micro-batch is empty
+                    loss.backward()
                 for key, value in micro_metrics.items():
                     sums[key] = sums.get(key, 0.0) + weight * value / self.args.ppo_epochs
             clip = self.config.trainer.grad_clip
