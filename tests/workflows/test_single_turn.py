@@ -87,6 +87,15 @@ def test_countdown_builds_its_prompt_and_truth_from_the_row(make_workflow):
     assert workflow.reward_fn is countdown_reward
 
 
+def test_countdown_on_trinity_rft_rows_prompt_and_json_answer(make_workflow):
+    row = {"question": "Make 3 from 1, 2, 6.", "answer": '{"numbers": [1, 2, 6], "target": 3}'}
+    workflow = make_workflow("countdown_workflow", row, format=QUICKSTART_FORMAT)
+    assert workflow.messages() == [{"role": "user", "content": "Make 3 from 1, 2, 6."}]
+    assert workflow.score("<answer>6 / 2 * 1</answer>", workflow.truth) == pytest.approx(
+        {"format": 0.1, "accuracy": 0.9}
+    )
+
+
 def check_samples(experiences, count: int, reward_fn, truth, **reward_args) -> None:
     assert len(experiences) == count
     for exp in experiences:

@@ -77,27 +77,30 @@ class MathEvalWorkflow(SimpleWorkflow):
 
 
 class CountdownWorkflow(SimpleWorkflow):
-    """The countdown arithmetic puzzle (TinyZero's prompt) with ``countdown_reward``.
+    """The countdown arithmetic puzzle with ``countdown_reward``, in either data layout:
 
-    A row holds the numbers and the target (columns ``numbers`` and ``target``, renamed by
-    ``workflow_args.numbers_key`` / ``target_key``); the prompt is built from them unless
-    the row has a ``prompt_key`` column, and the truth is ``{"numbers", "target"}``.
+    - TinyZero's: ``numbers`` and ``target`` columns (renamed by ``workflow_args.numbers_key``
+      / ``target_key``) are the truth, and TinyZero's prompt is built from them when the row
+      has no prompt column;
+    - Trinity-RFT's: a prompt column and a response column holding ``{"numbers", "target"}``
+      (or its JSON text).
     """
 
     default_reward_fn = "countdown_reward"
 
     @property
-    def _puzzle(self) -> dict[str, Any]:
-        args = self.task.workflow_args
-        raw = self.task.raw
-        return {"numbers": raw[args.get("numbers_key", "numbers")], "target": raw[args.get("target_key", "target")]}
+    def _puzzle(self) -> dict[str, Any] | None:
+        args, raw = self.task.workflow_args, self.task.raw
+        numbers, target = args.get("numbers_key", "numbers"), args.get("target_key", "target")
+        return {"numbers": raw[numbers], "target": raw[target]} if numbers in raw and target in raw else None
 
     @property
     def user_prompt(self) -> str:
-        if (self.task.format.get("prompt_key") or "prompt") in self.task.raw:
-            return super().user_prompt
-        return COUNTDOWN_PROMPT.format(**self._puzzle)
+        puzzle = self._puzzle
+        if puzzle is not None and self._field("prompt_key", "prompt") is None:
+            return COUNTDOWN_PROMPT.format(**puzzle)
+        return super().user_prompt
 
     @property
-    def truth(self) -> dict[str, Any]:
-        return self._puzzle
+    def truth(self) -> Any:
+        return self._puzzle or super().truth
