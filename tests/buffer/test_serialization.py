@@ -11,6 +11,7 @@ from buffer_helpers import make_experience
 from trinity.buffer import SerializationError, deserialize_experiences, serialize_experiences
 from trinity.buffer.serialization import (
     FORMAT_VERSION,
+    TENSOR_FIELDS,
     deserialize_experience,
     experience_from_dict,
     experience_to_dict,
@@ -40,16 +41,7 @@ def full_experience() -> Experience:
 
 
 def assert_same(a: Experience, b: Experience) -> None:
-    for name in (
-        "tokens",
-        "logprobs",
-        "token_level_reward",
-        "advantages",
-        "returns",
-        "action_mask",
-        "chosen",
-        "rejected",
-    ):
+    for name in TENSOR_FIELDS:
         x, y = getattr(a, name), getattr(b, name)
         assert (x is None) == (y is None), name
         if x is not None:

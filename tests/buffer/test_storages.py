@@ -122,3 +122,17 @@ def test_unknown_storage_type_names_the_choices(tmp_path):
 
     with pytest.raises(UnknownPluginError, match="queue"):
         open_experience_writer(buffer_config("sqlite", tmp_path, storage_type="quue"))
+
+
+def test_jsonl_line_still_being_written_is_not_read(tmp_path):
+    storage = buffer_config("jsonl", tmp_path)
+    writer, reader = open_experience_writer(storage), open_experience_reader(storage)
+    writer.write([make_experience(0)])
+    path = tmp_path / "buffer.jsonl"
+    line = path.read_bytes()
+    with open(path, "ab") as f:  # another process half-way through its append
+        f.write(line[:-20])
+    assert rewards(reader.read(5, timeout=0.1)) == [0]
+    with open(path, "ab") as f:
+        f.write(line[-20:])
+    assert rewards(reader.read(5, timeout=0.1)) == [0]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from pathlib import Path
 
 import pyarrow as pa
@@ -207,10 +208,22 @@ def test_missing_prompt_key_names_file_and_row(tmp_path):
         TasksetReader(taskset(path))
 
 
-def test_non_utf8_file_names_file_and_row(tmp_path):
-    path = tmp_path / "t.jsonl"
-    path.write_bytes(b'{"question": "ok", "answer": "1"}\n\n{"question": "caf\xe9", "answer": "2"}\n')
-    with pytest.raises(BadDataError, match=rf"{path}, row 3: UnicodeDecodeError"):
+@pytest.mark.parametrize(
+    ("name", "content", "problem"),
+    [
+        (
+            "t.jsonl",
+            b'{"question": "ok", "answer": "1"}\n\n{"question": "caf\xe9", "answer": "2"}\n',
+            ", row 3: UnicodeDecodeError",
+        ),
+        ("t.jsonl", b'{"question": "ok"}\n["a list"]\n', ", row 2: ValueError: a row must be a JSON object"),
+        ("t.parquet", b"this is not parquet", ": cannot load"),
+    ],
+)
+def test_undecodable_files_name_file_and_row(tmp_path, name, content, problem):
+    path = tmp_path / name
+    path.write_bytes(content)
+    with pytest.raises(BadDataError, match=re.escape(f"{path}{problem}")):
         TasksetReader(taskset(path))
 
 
@@ -224,13 +237,6 @@ def test_parquet_with_a_wrong_schema_names_file_and_row(tmp_path):
         TasksetReader(taskset(path))
 
 
-def test_unreadable_file_names_the_file(tmp_path):
-    path = tmp_path / "t.parquet"
-    path.write_bytes(b"this is not parquet")
-    with pytest.raises(BadDataError, match=rf"{path}: cannot load"):
-        load_rows(taskset(path))
-
-
 def test_skip_bad_rows_counts_and_logs(tmp_path, caplog):
     path = tmp_path / "t.jsonl"
     good = [json.dumps(row).encode() for row in questions(3)]
@@ -241,3 +247,9 @@ def test_skip_bad_rows_counts_and_logs(tmp_path, caplog):
     assert drain(reader) == [[0, 1, 2]]
     assert reader.skipped == 1
     assert "skipped 1 undecodable row" in caplog.text and "skipped 1 row(s) that do not fit" in caplog.text
+
+
+def test_missing_path_or_hub_id_offline_names_it(tmp_path):
+    missing = tmp_path / "no-such-dataset"
+    with pytest.raises(BadDataError, match=re.escape(f"{missing}: cannot load")):
+        load_rows(taskset(missing))

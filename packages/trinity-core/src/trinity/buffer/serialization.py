@@ -30,7 +30,7 @@ _HEAD = struct.Struct("<3sBBI")  # magic, version, header codec, header length
 _LIST_HEAD = struct.Struct("<4sBI")  # magic, version, count
 _LEN = struct.Struct("<I")
 _JSON, _PICKLE = 0, 1
-_TENSOR_FIELDS = (
+TENSOR_FIELDS = (  # the Experience fields that hold tensors
     "tokens",
     "logprobs",
     "token_level_reward",
@@ -76,7 +76,7 @@ def _stored(name: str, tensor: torch.Tensor) -> torch.Tensor:
 def serialize_experience(exp: Experience) -> bytes:
     """One experience as bytes (see the module docstring for the layout)."""
     specs, chunks = [], []
-    for name in _TENSOR_FIELDS:
+    for name in TENSOR_FIELDS:
         value = getattr(exp, name)
         if value is None:
             continue
@@ -169,7 +169,7 @@ def deserialize_experiences(blob: bytes | bytearray | memoryview) -> list[Experi
 def experience_to_dict(exp: Experience) -> dict[str, Any]:
     """A JSON-ready dict (tensors as lists): the readable form the ``file`` storage writes."""
     out: dict[str, Any] = {
-        name: getattr(exp, name).tolist() for name in _TENSOR_FIELDS if getattr(exp, name) is not None
+        name: getattr(exp, name).tolist() for name in TENSOR_FIELDS if getattr(exp, name) is not None
     }
     e = exp.eid
     out.update(
@@ -187,7 +187,7 @@ def experience_from_dict(row: dict[str, Any]) -> Experience:
     """The experience ``experience_to_dict`` wrote (token ids long, per-token values float32)."""
     tensors = {
         name: torch.tensor(row[name], dtype=_LIST_DTYPES.get(name, torch.float32))
-        for name in _TENSOR_FIELDS
+        for name in TENSOR_FIELDS
         if row.get(name) is not None
     }
     return Experience(

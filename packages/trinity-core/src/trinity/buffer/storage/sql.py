@@ -67,27 +67,17 @@ class SqlLog(Log):
         self.engine = _engine(url)
         prefix = re.sub(r"\W", "_", name) or "experience_buffer"
         meta = sa.MetaData()
-        self.exp = sa.Table(
-            f"{prefix}_exp",
-            meta,
-            sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
-            sa.Column("model_version", sa.Integer, nullable=False),
-            sa.Column("data", sa.LargeBinary, nullable=False),
-        )
-        self.writers = sa.Table(
-            f"{prefix}_writers",
-            meta,
-            sa.Column("name", sa.String(255), primary_key=True),
-            sa.Column("finished", sa.Boolean, nullable=False),
-            sa.Column("updated", sa.Float, nullable=False),
-        )
-        self.cursors = sa.Table(
-            f"{prefix}_cursors",
-            meta,
-            sa.Column("reader", sa.String(255), primary_key=True),
-            sa.Column("position", sa.Integer, nullable=False),
-            sa.Column("progress", sa.Integer, nullable=False),
-        )
+
+        def table(suffix: str, key: sa.Column, **columns: Any) -> sa.Table:
+            not_null = (sa.Column(name, kind, nullable=False) for name, kind in columns.items())
+            return sa.Table(f"{prefix}_{suffix}", meta, key, *not_null)
+
+        serial = sa.Column("id", sa.Integer, primary_key=True, autoincrement=True)
+        self.exp = table("exp", serial, model_version=sa.Integer, data=sa.LargeBinary)
+        name_key = sa.Column("name", sa.String(255), primary_key=True)
+        self.writers = table("writers", name_key, finished=sa.Boolean, updated=sa.Float)
+        reader_key = sa.Column("reader", sa.String(255), primary_key=True)
+        self.cursors = table("cursors", reader_key, position=sa.Integer, progress=sa.Integer)
         with self._write() as conn:  # under the write lock: processes starting together cannot race
             meta.create_all(conn)
         self._lock_sql = (
