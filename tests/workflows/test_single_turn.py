@@ -14,9 +14,16 @@ import pytest
 
 from trinity.buffer.taskset import TasksetReader
 from trinity.config.schema import FormatConfig, StorageConfig
+from trinity.explorer.workflow import Workflow
 from trinity.plugins import Kind, resolve
 from trinity_workflows.base import WorkflowError
-from trinity_workflows.rewards import countdown_reward, math_boxed_reward, math_dapo_reward, math_reward
+from trinity_workflows.rewards import (
+    accuracy_reward,
+    countdown_reward,
+    math_boxed_reward,
+    math_dapo_reward,
+    math_reward,
+)
 from trinity_workflows.workflows import BOXED_SYSTEM_PROMPT, THINK_ANSWER_SYSTEM_PROMPT
 
 QUICKSTART_FORMAT = {"prompt_type": "plaintext", "prompt_key": "question", "response_key": "answer"}
@@ -135,6 +142,32 @@ def test_a_row_without_its_prompt_column_fails_with_the_task_id(make_workflow):
     workflow = make_workflow("math_workflow", {"q": "1+1="}, format=QUICKSTART_FORMAT)
     with pytest.raises(WorkflowError, match="failed on task t:3: KeyError: .*no prompt column 'question'"):
         asyncio.run(workflow.run_async())
+
+
+def test_simple_workflow_with_the_tasksets_reward_fn(make_workflow):
+    row = {"prompt": "Capital of France?", "response": "Paris"}
+    experiences = make_workflow("simple_workflow", row, reward_fn_type="accuracy_reward", repeat_times=2).run()
+    check_samples(experiences, 2, accuracy_reward, "Paris")
+    assert [m["role"] for m in experiences[0].messages] == ["user", "assistant"]  # no default system prompt
+
+
+@pytest.mark.parametrize(
+    ("name", "can_repeat"),
+    [
+        ("simple_workflow", True),
+        ("math_workflow", True),
+        ("math_boxed_workflow", True),
+        ("math_eval_workflow", True),
+        ("countdown_workflow", True),
+        ("multi_turn_workflow", False),
+        ("step_wise_workflow", False),
+        ("tool_call_workflow", False),
+        ("rubric_judge_workflow", True),
+    ],
+)
+def test_every_registered_workflow_resolves(name, can_repeat):
+    workflow_cls = resolve(Kind.WORKFLOW, name)
+    assert issubclass(workflow_cls, Workflow) and workflow_cls.can_repeat is can_repeat
 
 
 def test_math_boxed_workflow(make_workflow):
