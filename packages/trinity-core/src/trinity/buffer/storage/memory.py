@@ -1,7 +1,8 @@
 """An in-memory experience queue: FIFO with a capacity, or a priority replay buffer.
 
 Shared by writers and readers of one process (``local_queue``) and hosted by the Ray
-queue actor for sharing across actors. Thread-safe; blocking calls wait on a condition.
+queue actor for sharing across actors (which stores serialised experiences: the queue only
+ever looks at an item's ``model_version``). Thread-safe; blocking calls wait on a condition.
 
 Priority replay (``use_priority_queue``): ``get`` returns the highest-priority
 experiences (ties: oldest first); a full queue drops its lowest-priority experience

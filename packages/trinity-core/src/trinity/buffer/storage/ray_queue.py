@@ -1,21 +1,32 @@
 """A ``MemoryQueue`` in a named, detached Ray actor, so explorer and trainer actors share it.
 
-Experiences cross the actor boundary as ``serialize_experiences`` bytes (raw tensor bytes,
-no pickled tensors). The actor is threaded: a reader blocked in ``get`` does not stop
-writers. It is detached so the queue outlives the actor that created it (the explorer
+Experiences cross the actor boundary as ``serialize_experience`` bytes (raw tensor bytes,
+no pickled tensors) and stay bytes inside the actor: it only needs their model version
+(for priority replay), so nothing is deserialised there. The actor is threaded: a reader
+blocked in ``get`` does not stop writers. It is detached so the queue outlives the actor that created it (the explorer
 may finish first); ``kill_queue_actor`` removes it.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import ray
 
-from trinity.buffer.serialization import deserialize_experiences, serialize_experiences
+from trinity.buffer.serialization import deserialize_experience, serialize_experience
 from trinity.buffer.storage.memory import MemoryQueue
 from trinity.common.experience import Experience
 from trinity.config.schema import StorageConfig
 
 ACTOR_PREFIX = "trinity-buffer-"
+
+
+@dataclass
+class _Stored:
+    """A serialised experience as the queue holds it (``model_version`` is all priority needs)."""
+
+    model_version: int
+    data: bytes
 
 
 @ray.remote(num_cpus=0, max_concurrency=64)
@@ -29,12 +40,12 @@ class QueueActor:
     def finish_writer(self, writer: str) -> None:
         self.queue.finish_writer(writer)
 
-    def put(self, blob: bytes) -> None:
-        self.queue.put(deserialize_experiences(blob))
+    def put(self, items: list[tuple[int, bytes]]) -> None:
+        self.queue.put([_Stored(version, data) for version, data in items])
 
-    def get(self, n: int, timeout: float) -> tuple[bytes, bool]:
+    def get(self, n: int, timeout: float) -> tuple[list[bytes], bool]:
         got, ended = self.queue.get(n, timeout)
-        return serialize_experiences(got), ended
+        return [item.data for item in got], ended
 
     def size(self) -> int:
         return len(self.queue)
@@ -53,11 +64,11 @@ class RayQueueHandle:
         ray.get(self.actor.finish_writer.remote(writer))
 
     def put(self, experiences: list[Experience]) -> None:
-        ray.get(self.actor.put.remote(serialize_experiences(experiences)))
+        ray.get(self.actor.put.remote([(e.model_version, serialize_experience(e)) for e in experiences]))
 
     def get(self, n: int, timeout: float) -> tuple[list[Experience], bool]:
-        blob, ended = ray.get(self.actor.get.remote(n, timeout))
-        return deserialize_experiences(blob), ended
+        blobs, ended = ray.get(self.actor.get.remote(n, timeout))
+        return [deserialize_experience(blob) for blob in blobs], ended
 
     def __len__(self) -> int:
         return ray.get(self.actor.size.remote())
