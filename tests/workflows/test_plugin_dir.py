@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -54,16 +53,49 @@ def test_a_missing_directory_is_a_reported_failure(tmp_path, monkeypatch):
     assert [f.error for f in failures] == [f"{PLUGIN_DIRS_ENV} names a directory that does not exist"]
 
 
-@pytest.mark.timeout(120)
-def test_cli_plugin_dir_option(tmp_path):
+LOCAL_WORKFLOW = """
+from trinity.explorer.workflow import Workflow, set_reward
+from trinity.plugins import hookimpl
+
+
+class EchoWorkflow(Workflow):
+    async def run_async(self):
+        messages = [{"role": "user", "content": self.task.raw["prompt"]}]
+        experiences = await self.model.chat_async(messages, n=self.repeat_times)
+        return [set_reward(e, self.score(e.info["response_text"], truth=None)) for e in experiences]
+
+
+@hookimpl
+def trinity_register_workflows(register):
+    register("echo_local_workflow", "dir_plugin_run:EchoWorkflow")
+"""
+
+
+def test_cli_plugin_dir_option(tmp_path, trinity_cli):
     write_plugin(tmp_path, "dir_plugin_cli", "length_cli")
     env = {k: v for k, v in os.environ.items() if k != PLUGIN_DIRS_ENV}
-    out = subprocess.run(
-        [sys.executable, "-m", "trinity.cli", "--plugin-dir", str(tmp_path), "plugins", "--json"],
-        capture_output=True,
-        text=True,
-        env=env,
-        check=True,
-    ).stdout
-    rows = {(r["kind"], r["name"]): r for r in json.loads(out)}
+    rows = {
+        (r["kind"], r["name"]): r
+        for r in json.loads(trinity_cli(env, "--plugin-dir", str(tmp_path), "plugins", "--json"))
+    }
     assert rows[("reward_fn", "length_cli")]["distribution"] == f"local:{tmp_path}"
+
+
+@pytest.mark.timeout(300)
+def test_trinity_run_with_a_plugin_dir_reaches_the_explorer_process(tmp_path, explore):
+    plugins = tmp_path / "plugins"
+    write_plugin(plugins, "dir_plugin_reward", "length_run")
+    (plugins / "dir_plugin_run.py").write_text(LOCAL_WORKFLOW)
+    env = {k: v for k, v in os.environ.items() if k != PLUGIN_DIRS_ENV}
+    rows = explore(
+        env,
+        [{"prompt": "apple"}, {"prompt": "pear"}],
+        {},
+        "echo_local_workflow",
+        "length_run",
+        "--plugin-dir",
+        str(plugins),
+    )
+    assert len(rows) == 4
+    for row in rows:
+        assert row["metrics"] == {"length": float(len(row["info"]["response_text"]))}
