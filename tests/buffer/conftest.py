@@ -5,9 +5,10 @@ from __future__ import annotations
 import pytest
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def ray_session():
-    """One local Ray for the whole session (start-up costs ~2.5 s)."""
+    """One local Ray for a test module (start-up costs ~2.5 s). Shut down after the module:
+    while Ray runs, every queue without a path becomes a Ray actor."""
     ray = pytest.importorskip("ray")
     if not ray.is_initialized():
         ray.init(num_cpus=2, include_dashboard=False, namespace="trinity-buffer-tests")
