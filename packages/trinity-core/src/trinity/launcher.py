@@ -75,10 +75,7 @@ def run_stage(config: Config) -> dict[str, Any]:
     roles: dict[str, Any] = {}
     namespace = config.ray_namespace
     threads = default_threads(config, 2 if config.mode == "both" else 1)
-    if config.synchronizer.sync_method == "memory":
-        from trinity.synchronizer.methods import MemorySync
-
-        store = MemorySync.create_store(config)
+    shared = _start_shared_actors(config)
     if config.mode in ("both", "train"):
         roles[config.trainer.name] = _actor(Trainer, config.trainer.name, namespace).remote(config, threads)
     if config.mode in ("both", "explore", "bench"):
@@ -95,16 +92,41 @@ def run_stage(config: Config) -> dict[str, Any]:
             except ray.exceptions.RayError as exc:
                 raise RunFailed(f"{name} failed: {_cause(exc)}") from exc
     finally:
-        for actor in roles.values():
+        for actor in [*roles.values(), *shared]:
             ray.kill(actor)
-        if config.synchronizer.sync_method == "memory":
-            ray.kill(store)
     summary = {"stage": config.name, "mode": config.mode, "seconds": time.time() - started, "roles": results}
     trainer_result = results.get(config.trainer.name)
     if trainer_result and trainer_result.get("model_path"):
         summary["model_path"] = trainer_result["model_path"]
     summary["job_dir"] = config.checkpoint_job_dir
     return summary
+
+
+def _start_shared_actors(config: Config) -> list:
+    """The actors explorer and trainer meet through, created before either starts.
+
+    Two roles racing to create one named actor could each get their own; so the launcher
+    creates the weight store (memory sync) and the in-memory experience queue (a queue
+    with no path) first, fresh for the run, and removes them at the end.
+    """
+    shared = []
+    if config.synchronizer.sync_method == "memory":
+        from trinity.synchronizer.methods import MemorySync
+
+        shared.append(MemorySync.create_store(config))
+    experience = config.buffer.trainer_input.experience_buffer
+    if config.mode == "both" and experience.storage_type == "queue" and not experience.path:
+        import ray
+
+        from trinity.buffer.storage.ray_queue import get_or_create_queue_actor, kill_queue_actor
+
+        try:
+            kill_queue_actor(experience, config.ray_namespace)  # left over from an earlier run
+        except ValueError:
+            pass
+        shared.append(get_or_create_queue_actor(experience, config.ray_namespace).actor)
+        ray.get(shared[-1].size.remote())  # created before anyone else asks for it
+    return shared
 
 
 def _actor(cls: type, name: str, namespace: str):

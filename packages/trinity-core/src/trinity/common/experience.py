@@ -8,7 +8,7 @@ instead of one. Experiences become training batches through ``Batch.from_experie
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any
 
 import torch
 
@@ -44,23 +44,23 @@ class Experience:
     tokens: torch.Tensor
     """Prompt + response token ids, 1-D long (DPO: the prompt only)."""
     prompt_length: int
-    logprobs: Optional[torch.Tensor] = None
+    logprobs: torch.Tensor | None = None
     """Log-probabilities of the response tokens under the rollout model, 1-D float."""
-    reward: Optional[float] = None
-    token_level_reward: Optional[torch.Tensor] = None
-    advantages: Optional[torch.Tensor] = None
-    returns: Optional[torch.Tensor] = None
-    action_mask: Optional[torch.Tensor] = None
+    reward: float | None = None
+    token_level_reward: torch.Tensor | None = None
+    advantages: torch.Tensor | None = None
+    returns: torch.Tensor | None = None
+    action_mask: torch.Tensor | None = None
     """1 for response tokens the model produced (multi-turn: 0 on tool/user turns)."""
     eid: EID = field(default_factory=EID)
     model_version: int = 0
-    truncate_status: Optional[str] = None
+    truncate_status: str | None = None
     """None, ``"prompt_truncated"`` or ``"response_truncated"``."""
-    chosen: Optional[torch.Tensor] = None
+    chosen: torch.Tensor | None = None
     """DPO: token ids of the preferred response."""
-    rejected: Optional[torch.Tensor] = None
+    rejected: torch.Tensor | None = None
     """DPO: token ids of the rejected response."""
-    messages: Optional[list[dict[str, Any]]] = None
+    messages: list[dict[str, Any]] | None = None
     metrics: dict[str, float] = field(default_factory=dict)
     info: dict[str, Any] = field(default_factory=dict)
 
@@ -84,7 +84,7 @@ class Task:
     workflow_type: str
     raw: dict[str, Any]
     """The dataset row as read."""
-    reward_fn_type: Optional[str] = None
+    reward_fn_type: str | None = None
     workflow_args: dict[str, Any] = field(default_factory=dict)
     reward_fn_args: dict[str, Any] = field(default_factory=dict)
     rollout_args: dict[str, Any] = field(default_factory=dict)

@@ -37,8 +37,9 @@ def load_stage_configs(path: str | Path, overrides: list[str] | None = None) -> 
     for stage in config.stages:
         sections = {k: getattr(stage, k) for k in ("algorithm", "buffer", "explorer", "trainer") if getattr(stage, k)}
         merged = OmegaConf.merge(base, sections, {"name": f"{config.name}/{stage.stage_name}"})
-        if stage.mode:
+        if stage.mode and stage.mode != config.mode:
             merged.mode = stage.mode
+            merged.synchronizer.sync_method = None  # derived again for the stage's own mode
         issues = IssueCollector()
         stage_config = check_config(parse_config(merged, issues), issues)
         issues.raise_if_any(f"{path} (stage {stage.stage_name})")

@@ -35,6 +35,8 @@ SAVE_STRATEGIES = ("single_thread", "single_process", "single_node", "unrestrict
 SAVE_HF = ("last", "always", "never")
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 DEFAULT_EXPERIENCE_BUFFER = "experience_buffer"
+DEFAULT_TOKEN_BUDGET = 16384
+"""Default ``trainer.max_token_len_per_gpu`` floor (verl's ``ppo_max_token_len_per_gpu`` default)."""
 DEFAULT_WORKFLOW = "math_workflow"
 """The workflow of a taskset that names none at any level, as in the Trinity-RFT examples."""
 
@@ -389,7 +391,7 @@ def check_trainer(config: Config, issues: IssueCollector) -> None:
         issues.add("trainer.save_hf_checkpoint", f"'{trainer.save_hf_checkpoint}' is not one of {', '.join(SAVE_HF)}")
     max_len = config.model.max_model_len
     if trainer.max_token_len_per_gpu is None and max_len is not None:
-        trainer.max_token_len_per_gpu = 2 * max_len
+        trainer.max_token_len_per_gpu = max(2 * max_len, DEFAULT_TOKEN_BUDGET)
     elif max_len is not None and trainer.max_token_len_per_gpu < max_len:
         issues.add(
             "trainer.max_token_len_per_gpu",

@@ -88,10 +88,10 @@ class Explorer:
         if explorer.eval_on_startup and self.step == 0:
             self.evaluate()
         while True:
-            self.maybe_sync()
-            tasks = self.next_tasks()
+            tasks = self.next_tasks()  # first: at the end of data, finish without waiting for weights
             if tasks is None:
                 break
+            self.maybe_sync()
             metrics: dict[str, float] = {}
             with timer(metrics, "explore_step"):
                 experiences, failures = self.runner.run(tasks, batch_id=str(self.step + 1))

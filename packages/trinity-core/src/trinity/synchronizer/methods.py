@@ -55,6 +55,15 @@ class SyncMethod(ABC):
         """Explorer side: the newest version >= ``min_version``, waiting up to ``timeout``.
 
         ``timeout=0`` does not wait and returns None when nothing new enough exists.
+        While it waits, ``awaited()`` reports ``min_version``.
+        """
+
+    @abstractmethod
+    def awaited(self) -> int | None:
+        """Trainer side: the version an explorer is blocked waiting for, if any.
+
+        A trainer short of a full batch trains on what it has when an explorer waits for
+        the very version that batch would produce (no more experiences can come before it).
         """
 
 
@@ -82,15 +91,27 @@ class CheckpointSync(SyncMethod):
 
     def fetch(self, min_version: int, timeout: float) -> WeightUpdate | None:
         deadline = time.monotonic() + timeout
-        while True:
-            latest = read_json(self.root / "latest.json")
-            if latest and latest["version"] >= min_version:
-                return WeightUpdate(latest["version"], path=latest["path"])
-            if time.monotonic() >= deadline:
-                if timeout > 0:
-                    raise SyncTimeout(f"no weights of version >= {min_version} in {self.root} after {timeout:.0f} s")
-                return None
-            time.sleep(0.05)
+        waiting = self.root / "awaited.json"
+        try:
+            while True:
+                latest = read_json(self.root / "latest.json")
+                if latest and latest["version"] >= min_version:
+                    return WeightUpdate(latest["version"], path=latest["path"])
+                if time.monotonic() >= deadline:
+                    if timeout > 0:
+                        raise SyncTimeout(
+                            f"no weights of version >= {min_version} in {self.root} after {timeout:.0f} s"
+                        )
+                    return None
+                if not waiting.exists():
+                    write_json(waiting, {"version": min_version})
+                time.sleep(0.05)
+        finally:
+            waiting.unlink(missing_ok=True)
+
+    def awaited(self) -> int | None:
+        found = read_json(self.root / "awaited.json")
+        return found["version"] if found else None
 
 
 class MemorySync(SyncMethod):
@@ -120,6 +141,9 @@ class MemorySync(SyncMethod):
         ref = self._ray.put(state_dict)
         self._ray.get(self.store.publish.remote(version, [ref]))
 
+    def awaited(self) -> int | None:
+        return self._ray.get(self.store.awaited.remote())
+
     def fetch(self, min_version: int, timeout: float) -> WeightUpdate | None:
         found = self._ray.get(self.store.wait_for.remote(min_version, timeout))
         if found is None:
@@ -137,6 +161,10 @@ class WeightStore:
         self.version = -1
         self.refs: list = []
         self.changed = asyncio.Condition()
+        self.waiting: list[int] = []
+
+    async def awaited(self) -> int | None:
+        return min(self.waiting) if self.waiting else None
 
     async def publish(self, version: int, refs: list) -> None:
         async with self.changed:
@@ -146,10 +174,13 @@ class WeightStore:
     async def wait_for(self, min_version: int, timeout: float) -> tuple[int, list] | None:
         async with self.changed:
             if self.version < min_version:
+                self.waiting.append(min_version)
                 try:
                     await asyncio.wait_for(self.changed.wait_for(lambda: self.version >= min_version), timeout)
                 except asyncio.TimeoutError:
                     return None
+                finally:
+                    self.waiting.remove(min_version)
             return self.version, self.refs
 
 

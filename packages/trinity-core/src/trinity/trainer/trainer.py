@@ -17,6 +17,7 @@ import fcntl
 import logging
 import shutil
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -34,6 +35,8 @@ from trinity.plugins import Kind, resolve
 logger = logging.getLogger(__name__)
 
 _THREAD_SAVE_LOCK = threading.Lock()
+_READ_SLICE = 1.0
+"""Seconds of one wait on the buffer before checking whether an explorer waits on us."""
 HF_WEIGHTS_SUBDIR = "actor/huggingface"
 """Where a checkpoint keeps the actor's weights in Hugging Face format (both engines)."""
 
@@ -111,7 +114,7 @@ class Trainer:
             from trinity.trainer.supervised import SupervisedReader
 
             return SupervisedReader(storage, self.config.model, self.algorithm.data_schema, self.config.buffer.seed)
-        return open_experience_reader(storage, reader_name=self.name, auto_commit=False)
+        return open_experience_reader(storage, self.name, auto_commit=False, namespace=self.config.ray_namespace)
 
     def run(self) -> dict[str, Any]:
         """Train until ``total_steps`` or the end of the buffer; returns a summary."""
@@ -122,7 +125,7 @@ class Trainer:
             metrics: dict[str, float] = {}
             try:
                 with timer(metrics, "read_experiences"):
-                    experiences = self.reader.read(self.config.buffer.train_batch_size)
+                    experiences = self.read_batch()
             except EndOfBuffer:
                 break
             except BufferTimeout as exc:
@@ -149,6 +152,35 @@ class Trainer:
             "final_step": self.step,
             "model_path": str(model_path),
         }
+
+    def read_batch(self) -> list[Experience]:
+        """``train_batch_size`` experiences, or fewer when no more can come in time.
+
+        Fewer: the buffer ended, ``max_read_timeout`` passed, or an explorer is blocked
+        waiting for the weights this very step will produce (its last step came up short,
+        e.g. failed tasks), so waiting longer would deadlock.
+        """
+        wanted = self.config.buffer.train_batch_size
+        deadline = time.monotonic() + self.config.buffer.trainer_input.experience_buffer.max_read_timeout
+        got: list[Experience] = []
+        while len(got) < wanted:
+            remaining = deadline - time.monotonic()
+            try:
+                got += self.reader.read(wanted - len(got), timeout=max(0.0, min(_READ_SLICE, remaining)))
+            except BufferTimeout:
+                if remaining <= _READ_SLICE and not got:
+                    raise
+            except EndOfBuffer:
+                if not got:
+                    raise
+                break
+            if got and (remaining <= _READ_SLICE or (len(got) < wanted and self._explorer_blocked())):
+                break
+        return got
+
+    def _explorer_blocked(self) -> bool:
+        awaited = self.sync.awaited()
+        return awaited is not None and awaited > self.step
 
     def train_step(self, experiences: list[Experience]) -> dict[str, float]:
         """One update from ``experiences``; returns its metrics."""

@@ -41,6 +41,9 @@ def _engine(url: str) -> sa.Engine:
     key = f"{os.getpid()}:{url}"
     if key not in _ENGINES:
         if url.startswith("sqlite"):
+            database = sa.engine.make_url(url).database
+            if database and database != ":memory:":
+                os.makedirs(os.path.dirname(os.path.abspath(database)), exist_ok=True)
             engine = sa.create_engine(url, connect_args={"timeout": 120, "check_same_thread": False})
 
             @sa.event.listens_for(engine, "connect")
