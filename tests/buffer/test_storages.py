@@ -91,6 +91,13 @@ def test_uncommitted_reads_come_back(kind, tmp_path):
     assert rewards(restarted.read(4)) == [2, 3, 4, 5]
 
 
+@pytest.mark.parametrize("kind", ["sqlite", "sql", "jsonl"])
+def test_missing_parent_folders_are_created(kind, tmp_path):
+    storage = buffer_config(kind, tmp_path / "job" / "buffer")
+    open_experience_writer(storage).write([make_experience(0)])
+    assert rewards(open_experience_reader(storage).read(1)) == [0]
+
+
 def test_writer_restarted_under_its_name_reopens_the_buffer(tmp_path):
     storage = buffer_config("sqlite", tmp_path)
     writer = open_experience_writer(storage, "explorer")
