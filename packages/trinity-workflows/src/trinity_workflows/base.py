@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any, ClassVar
 
+from trinity.common.errors import PicklableError
 from trinity.common.experience import Experience, Task
 from trinity.explorer.model_wrapper import ModelWrapper
 from trinity.explorer.workflow import Workflow, set_reward
@@ -20,7 +21,7 @@ from trinity.explorer.workflow import Workflow, set_reward
 Messages = list[dict[str, Any]]
 
 
-class WorkflowError(RuntimeError):
+class WorkflowError(PicklableError, RuntimeError):
     """A workflow failed on a task; the message names both, ``__cause__`` is the original."""
 
     def __init__(self, workflow: str, task: Task, error: BaseException):

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from trinity.common.errors import PicklableError
 
-class TrinityBufferError(Exception):
+
+class TrinityBufferError(PicklableError):
     """Base class of the buffer's errors."""
 
 

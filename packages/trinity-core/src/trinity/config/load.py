@@ -20,6 +20,7 @@ import yaml
 from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from trinity.common.errors import PicklableError
 from trinity.config.schema import Config
 
 
@@ -34,7 +35,7 @@ class ConfigIssue:
         return f"{self.path}: {self.message}" if self.path else self.message
 
 
-class ConfigError(ValueError):
+class ConfigError(PicklableError, ValueError):
     """A config that cannot run; carries every issue found."""
 
     def __init__(self, issues: list[ConfigIssue], source: str = ""):

@@ -27,6 +27,7 @@ from typing import Any
 
 import pluggy
 
+from trinity.common.errors import PicklableError
 from trinity.plugins import hookspecs
 from trinity.plugins.kinds import KNOWN_PROVIDERS, Kind, sibling_distribution
 
@@ -39,7 +40,7 @@ ALLOWLIST_ENV = "TRINITY_PLUGINS_ALLOWLIST"
 PLUGIN_DIRS_ENV = "TRINITY_PLUGIN_DIRS"
 
 
-class PluginError(Exception):
+class PluginError(PicklableError):
     """Base class of the plugin system's errors."""
 
 
