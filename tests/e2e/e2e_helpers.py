@@ -28,6 +28,7 @@ def write_experiment(tmp_path: Path, model: Path, data: Path, *changes: str, sta
     )
     if stages:
         config.stages[0].buffer.trainer_input.experience_buffer.path = str(data / "sft")
+    tmp_path.mkdir(parents=True, exist_ok=True)
     path = tmp_path / "experiment.yaml"
     OmegaConf.save(config, path)
     return path

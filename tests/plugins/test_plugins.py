@@ -154,6 +154,28 @@ def _write_distribution(root: Path, dist: str, module: str, body: str) -> Path:
     return src
 
 
+def pip_install_to(target: Path, *sources: Path) -> Path:
+    """Install distributions into ``target`` only (found through PYTHONPATH), not the test environment."""
+    for src in sources:
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "install",
+                "--quiet",
+                "--no-deps",
+                "--no-build-isolation",
+                "--target",
+                str(target),
+                str(src),
+            ],
+            check=True,
+            capture_output=True,
+        )
+    return target
+
+
 @pytest.fixture(scope="module")
 def third_party(tmp_path_factory) -> Path:
     """Three real distributions pip-installed into one target dir: a good one, a broken one, a duplicate."""
@@ -180,25 +202,7 @@ def third_party(tmp_path_factory) -> Path:
     broken = _write_distribution(
         root, "trinity-broken-plugin", "broken_plugin", "raise RuntimeError('boom at import')\n"
     )
-    target = root / "site"
-    for src in (good, broken):
-        subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "pip",
-                "install",
-                "--quiet",
-                "--no-deps",
-                "--no-build-isolation",
-                "--target",
-                str(target),
-                str(src),
-            ],
-            check=True,
-            capture_output=True,
-        )
-    return target
+    return pip_install_to(root / "site", good, broken)
 
 
 def test_third_party_plugin_resolves_from_config(third_party, tmp_path):
@@ -257,23 +261,7 @@ def test_third_party_duplicate_of_a_core_name_is_refused(tmp_path):
             register("grpo", "dup_plugin.plugin:X")
         """,
     )
-    target = tmp_path / "site"
-    subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pip",
-            "install",
-            "--quiet",
-            "--no-deps",
-            "--no-build-isolation",
-            "--target",
-            str(target),
-            str(dup),
-        ],
-        check=True,
-        capture_output=True,
-    )
+    target = pip_install_to(tmp_path / "site", dup)
     result = run_cli("plugins", env={"PYTHONPATH": str(target)})
     assert result.returncode != 0
     assert "advantage function 'grpo' is registered twice" in result.stderr
