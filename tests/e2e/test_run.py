@@ -144,6 +144,7 @@ def test_failing_and_hanging_workflows_are_retried_and_the_run_goes_on(tmp_path,
     (plugins / "flaky.py").write_text(
         textwrap.dedent(
             """
+            import asyncio
             import time
             from pathlib import Path
             from trinity.plugins import hookimpl
@@ -152,16 +153,16 @@ def test_failing_and_hanging_workflows_are_retried_and_the_run_goes_on(tmp_path,
             MARKS = Path(__file__).parent
 
             class FlakyWorkflow(MathWorkflow):
-                \"\"\"Task 0 hangs every time; every other task fails on its first attempt.\"\"\"
+                \"\"\"Task 0 hangs in a worker thread every time; the others fail on their first attempt.\"\"\"
 
-                def run(self):
+                async def run_async(self):
                     if self.task.index == 0:
-                        time.sleep(30)
+                        await asyncio.to_thread(time.sleep, 30)
                     mark = MARKS / f"tried_{self.task.index}"
                     if not mark.exists():
                         mark.write_text("once")
                         raise RuntimeError("flaky on purpose")
-                    return super().run()
+                    return await super().run_async()
 
             @hookimpl
             def trinity_register_workflows(register):
