@@ -204,3 +204,15 @@ def test_global_loss_agg_mode_reaches_the_loss_functions(tmp_path):
     assert cfg.algorithm.kl_loss_fn_args["loss_agg_mode"] == "seq-mean-token-sum"
     own = load_config(write(tmp_path), ["algorithm.policy_loss_fn_args={loss_agg_mode: token-mean}"])
     assert own.algorithm.policy_loss_fn_args["loss_agg_mode"] == "token-mean"
+
+
+def test_stages_inherit_and_rederive_per_mode(tmp_path):
+    from trinity.config import load_stage_configs
+
+    path = write(tmp_path, "stages:\n  - {stage_name: warm, mode: train, algorithm: {algorithm_type: sft}}\n  - {stage_name: rl}\n")
+    warm, rl = load_stage_configs(path, ["synchronizer.sync_method=memory"])
+    assert (warm.name, warm.mode, warm.algorithm.algorithm_type) == ("run/warm", "train", "sft")
+    assert warm.synchronizer.sync_method == "checkpoint"  # re-derived for mode train
+    assert (rl.name, rl.mode, rl.algorithm.algorithm_type) == ("run/rl", "both", "grpo")
+    assert rl.synchronizer.sync_method == "memory"
+    assert rl.checkpoint_job_dir == str(tmp_path / "ckpt" / "demo" / "run" / "rl")

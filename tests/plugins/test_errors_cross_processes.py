@@ -17,7 +17,9 @@ ERRORS = [
     ConfigError([ConfigIssue("buffer.batch_size", "expected int, got str 'x'")], "my.yaml"),
     BufferTimeout("experience_buffer", 3.0),
     BadDataError("tasks.jsonl", 7, "missing prompt key 'question'"),
-    WorkflowError("math_workflow", Task(workflow_type="math_workflow", raw={}, taskset_name="gsm8k", index=3), KeyError("x")),
+    WorkflowError(
+        "math_workflow", Task(workflow_type="math_workflow", raw={}, taskset_name="gsm8k", index=3), KeyError("x")
+    ),
 ]
 
 
