@@ -1,9 +1,9 @@
 """Write the quickstart's synthetic arithmetic data: tasks for GRPO and pairs for the SFT warm-up.
 
-The tasks are the 25 sums a+b of digits 0-4 ("3+4=" -> "7"). The SFT warm-up sees the
-answers of only SFT_PROBLEMS of them: it teaches the answer format and to read the digits
-of the prompt, while GRPO, from rewards alone, has to find the other answers and sharpen
-all of them.
+The tasks are the 25 sums a+b of digits 0-4 ("3+4=" -> "7"); the SFT pairs are the same
+25 with their answers. The warm-up is kept short on purpose: it teaches the answer format
+and leaves the model unsure (about a quarter of its samples right), so GRPO, from rewards
+alone, has varied groups to learn from and sharpens every answer.
 
     python examples/quickstart/make_data.py OUT_DIR
 """
@@ -23,16 +23,13 @@ def write_jsonl(path: Path, rows: list[dict]) -> None:
             file.write(json.dumps(row) + "\n")
 
 
-SFT_PROBLEMS = 10
-
-
 def main(out_dir: str) -> None:
     out = Path(out_dir)
     problems = [{"question": f"{a}+{b}=", "answer": str(a + b)} for a in range(5) for b in range(5)]
     random.Random(0).shuffle(problems)
     write_jsonl(out / "tasks" / "train.jsonl", problems)
-    write_jsonl(out / "sft" / "train.jsonl", problems[:SFT_PROBLEMS])
-    print(f"wrote {len(problems)} arithmetic tasks and {SFT_PROBLEMS} SFT pairs under {out}")
+    write_jsonl(out / "sft" / "train.jsonl", problems)
+    print(f"wrote {len(problems)} arithmetic tasks and SFT pairs under {out}")
 
 
 if __name__ == "__main__":
