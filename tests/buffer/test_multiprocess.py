@@ -11,6 +11,10 @@ import time
 from collections import Counter
 from pathlib import Path
 
+from buffer_procs import storage
+
+from trinity.buffer import open_experience_writer
+
 HERE = Path(__file__).parent
 PER_WRITER = 2500
 
@@ -20,7 +24,15 @@ def spawn(*args: object) -> subprocess.Popen:
 
 
 def writers(db: Path, name: str) -> list[subprocess.Popen]:
-    return [spawn("write", db, name, f"explorer{w}", w * PER_WRITER, PER_WRITER, 50) for w in range(2)]
+    """Two writer processes, registered up front: a reader may otherwise end the buffer when the
+    first has finished before the second has even started (the contract: readers end once every
+    registered writer has finished)."""
+    names = [f"explorer{w}" for w in range(2)]
+    for writer_name in names:
+        open_experience_writer(storage(str(db), name), writer_name).close()
+    return [
+        spawn("write", db, name, writer_name, w * PER_WRITER, PER_WRITER, 50) for w, writer_name in enumerate(names)
+    ]
 
 
 def wait_all(procs: list[subprocess.Popen], timeout: float = 90) -> None:
