@@ -50,7 +50,8 @@ def test_staleness_downweight():
 
 def test_mix_marks_expert_rows():
     fn = MixSampleStrategy(expert_data_ratio=0.25)
-    assert fn.expert_count(8) == 2
+    assert fn.expert_reads(8) == ("sft_dataset", 2)
+    assert DefaultSampleStrategy().expert_reads(8) is None
     exps = [experience(3, run=i) for i in range(3)] + [experience(0, task="sft", expert=True)]
     batch, metrics = fn.sample(exps, step=1, current_version=3)
     assert batch.is_expert.tolist() == [False, False, False, True]

@@ -209,10 +209,24 @@ def test_global_loss_agg_mode_reaches_the_loss_functions(tmp_path):
 def test_stages_inherit_and_rederive_per_mode(tmp_path):
     from trinity.config import load_stage_configs
 
-    path = write(tmp_path, "stages:\n  - {stage_name: warm, mode: train, algorithm: {algorithm_type: sft}}\n  - {stage_name: rl}\n")
+    path = write(
+        tmp_path,
+        "stages:\n  - {stage_name: warm, mode: train, algorithm: {algorithm_type: sft}}\n  - {stage_name: rl}\n",
+    )
     warm, rl = load_stage_configs(path, ["synchronizer.sync_method=memory"])
     assert (warm.name, warm.mode, warm.algorithm.algorithm_type) == ("run/warm", "train", "sft")
     assert warm.synchronizer.sync_method == "checkpoint"  # re-derived for mode train
     assert (rl.name, rl.mode, rl.algorithm.algorithm_type) == ("run/rl", "both", "grpo")
     assert rl.synchronizer.sync_method == "memory"
     assert rl.checkpoint_job_dir == str(tmp_path / "ckpt" / "demo" / "run" / "rl")
+
+
+def test_mix_needs_its_expert_buffer(tmp_path):
+    path = write(tmp_path)
+    found = issues_of(path, ["algorithm.algorithm_type=mix"])
+    assert (
+        "'sft_dataset', which is not configured (configured: none)" in found["buffer.trainer_input.auxiliary_buffers"]
+    )
+    renamed = ["algorithm.algorithm_type=mix", "algorithm.sample_strategy_args={sft_dataset_name: experts}"]
+    renamed.append("buffer.trainer_input.auxiliary_buffers={experts: {storage_type: file, path: /data/sft}}")
+    assert load_config(path, renamed).algorithm.sample_strategy_args["sft_dataset_name"] == "experts"

@@ -195,3 +195,30 @@ def test_failing_and_hanging_workflows_are_retried_and_the_run_goes_on(tmp_path,
     log = (tmp_path / JOB / "log" / "explorer.log").read_text()
     assert "task arithmetic:0 (flaky_workflow), attempt 2/2: timed out after 3 s" in log
     assert "flaky on purpose" in log
+
+
+def test_mix_trains_on_rollouts_and_expert_data(tmp_path, tiny_model_dir, arithmetic_data):
+    """algorithm mix: half of each batch comes from the auxiliary SFT dataset, and its position is
+    saved with the checkpoint."""
+    expert = "buffer.trainer_input.auxiliary_buffers.sft_dataset"
+    config = write_experiment(
+        tmp_path,
+        tiny_model_dir,
+        arithmetic_data,
+        "algorithm.algorithm_type=mix",
+        "algorithm.repeat_times=4",
+        "buffer.batch_size=4",
+        "buffer.train_batch_size=32",  # 16 rollouts + 16 expert rows (expert_data_ratio 0.5)
+        "buffer.total_steps=2",
+        f"{expert}.storage_type=file",
+        f"{expert}.path={arithmetic_data / 'sft'}",
+        f"{expert}.format.prompt_key=question",
+        f"{expert}.format.response_key=answer",
+        f"{expert}.total_epochs=10",
+    )
+    assert_ok(trinity_run(config))
+    trainer = metrics(tmp_path, "trainer")
+    assert [r["step"] for r in trainer] == [1, 2]
+    assert all(r["experience_count"] == 32 and r["expert_fraction"] == 0.5 for r in trainer)
+    assert all("actor/expert/sft_loss" in r and "actor/usual/pg_loss" in r for r in trainer), trainer[0].keys()
+    assert read_json(tmp_path / JOB / "meta" / "trainer.json")["expert_reader"]["served"] == 32

@@ -86,6 +86,12 @@ class SampleStrategy(AlgorithmFn):
     @abstractmethod
     def sample(self, experiences: list, step: int, current_version: int) -> tuple[Batch, Metrics]: ...
 
+    def expert_reads(self, train_batch_size: int) -> tuple[str, int] | None:
+        """``(auxiliary buffer name, rows)``: how much of each batch the trainer reads from expert
+        data in ``buffer.trainer_input.auxiliary_buffers`` (tagged ``info["is_expert"]``) instead
+        of rollouts; None for rollouts only."""
+        return None
+
 
 @dataclass(frozen=True)
 class AlgorithmType:

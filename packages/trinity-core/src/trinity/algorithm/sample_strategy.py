@@ -62,18 +62,17 @@ class StalenessControlSampleStrategy(SampleStrategy):
 class MixSampleStrategy(SampleStrategy):
     """Rollouts mixed with expert (SFT) data for the ``mix`` algorithm (Trinity-RFT).
 
-    The trainer reads ``expert_count(n)`` experiences from the auxiliary (expert) buffer and the
-    rest of the ``n``-row batch from the experience buffer, marks the expert ones with
+    The trainer reads ``expert_data_ratio`` of each batch from the auxiliary buffer
+    ``sft_dataset_name`` and the rest from the experience buffer, marks the expert rows with
     ``info["is_expert"] = True`` and passes both; the batch gets ``is_expert`` accordingly.
     """
 
     @classmethod
     def default_args(cls) -> dict[str, Any]:
-        return {"expert_data_ratio": 0.5}
+        return {"expert_data_ratio": 0.5, "sft_dataset_name": "sft_dataset"}
 
-    def expert_count(self, train_batch_size: int) -> int:
-        """Rows of a ``train_batch_size`` batch that come from the expert buffer."""
-        return round(train_batch_size * float(self.args["expert_data_ratio"]))
+    def expert_reads(self, train_batch_size: int) -> tuple[str, int]:
+        return self.args["sft_dataset_name"], round(train_batch_size * float(self.args["expert_data_ratio"]))
 
     def sample(self, experiences: Sequence[Experience], step: int, current_version: int) -> tuple[Batch, Metrics]:
         batch = Batch.from_experiences(experiences)

@@ -374,6 +374,7 @@ def check_trainer(config: Config, issues: IssueCollector) -> None:
     trainer = config.trainer
     if _trainer_runs(config):
         _plugin_ok(issues, Kind.TRAINER_ENGINE, trainer.trainer_type, "trainer.trainer_type")
+        _check_expert_buffer(config, issues)
     if trainer.trainer_config is not None and trainer.trainer_config_path:
         issues.add("trainer.trainer_config_path", "give either trainer_config or trainer_config_path, not both")
     elif trainer.trainer_config_path:
@@ -399,6 +400,22 @@ def check_trainer(config: Config, issues: IssueCollector) -> None:
         )
     if config.log.level.upper() not in LOG_LEVELS:
         issues.add("log.level", f"'{config.log.level}' is not one of {', '.join(LOG_LEVELS)}")
+
+
+def _check_expert_buffer(config: Config, issues: IssueCollector) -> None:
+    """Expert data the sample strategy reads (``mix``) comes from an auxiliary buffer that exists."""
+    algo = config.algorithm
+    if algo.sample_strategy not in get_registry().names(Kind.SAMPLE_STRATEGY):
+        return  # reported by check_algorithm
+    strategy = resolve(Kind.SAMPLE_STRATEGY, algo.sample_strategy)(**algo.sample_strategy_args)
+    reads = strategy.expert_reads(config.buffer.train_batch_size)
+    auxiliary = config.buffer.trainer_input.auxiliary_buffers
+    if reads and reads[0] not in auxiliary:
+        issues.add(
+            "buffer.trainer_input.auxiliary_buffers",
+            f"sample strategy '{algo.sample_strategy}' reads expert data from the auxiliary buffer "
+            f"'{reads[0]}', which is not configured (configured: {', '.join(auxiliary) or 'none'})",
+        )
 
 
 _STAGE_SECTIONS = {

@@ -1,6 +1,7 @@
 """The trainer: reads experiences, applies the algorithm, updates the model, publishes weights.
 
-Each step reads ``train_batch_size`` experiences, turns them into a batch with the sample
+Each step reads ``train_batch_size`` experiences (part of them from an auxiliary expert
+buffer when the sample strategy asks, as ``mix`` does), turns them into a batch with the sample
 strategy, adds values / reference logprobs, the KL reward penalty and advantages where
 the algorithm computes them trainer-side, and runs one engine step. Weights are published
 every ``sync_interval`` steps; checkpoints are saved every ``save_interval`` steps and at
@@ -28,7 +29,7 @@ from trinity.common.batch import Batch
 from trinity.common.experience import Experience
 from trinity.common.files import read_json, write_json
 from trinity.common.runtime import setup_role
-from trinity.config.schema import Config
+from trinity.config.schema import Config, StorageConfig
 from trinity.monitor.metrics import stats, timer
 from trinity.plugins import Kind, resolve
 
@@ -96,7 +97,13 @@ class Trainer:
         self.kl_penalty_fn = resolve(Kind.KL_FN, algo.kl_penalty_fn)(**algo.kl_penalty_fn_args)
         self.sample_strategy = resolve(Kind.SAMPLE_STRATEGY, algo.sample_strategy)(**algo.sample_strategy_args)
         self.engine = resolve(Kind.TRAINER_ENGINE, config.trainer.trainer_type, "trainer.trainer_type")(config)
-        self.reader = self._open_reader()
+        storage = config.buffer.trainer_input
+        self.reader = self._open_reader(storage.experience_buffer, self.algorithm.data_schema)
+        self.expert_reader, self.expert_rows = None, 0
+        expert = self.sample_strategy.expert_reads(config.buffer.train_batch_size)
+        if expert:
+            self.expert_reader = self._open_reader(storage.auxiliary_buffers[expert[0]], "sft")
+            self.expert_rows = expert[1]
         self.sync = resolve(Kind.SYNC_METHOD, config.synchronizer.sync_method)(config)
         self.step = 0
         self.saved_step = 0
@@ -104,16 +111,17 @@ class Trainer:
         if meta:
             self.step = self.saved_step = self.engine.load_checkpoint(meta["checkpoint"])
             self.reader.load_state_dict(meta["reader"])
+            if self.expert_reader is not None:
+                self.expert_reader.load_state_dict(meta["expert_reader"])
             logger.info("%s: resumed from %s (step %d)", self.name, meta["checkpoint"], self.step)
             self.publish()  # explorers resume from these weights
 
-    def _open_reader(self):
-        """Rollouts from the experience buffer, or a supervised dataset for SFT/DPO."""
-        storage = self.config.buffer.trainer_input.experience_buffer
-        if self.algorithm.data_schema != "rollout" and storage.storage_type == "file":
+    def _open_reader(self, storage: StorageConfig, schema: str):
+        """An experience buffer, or a supervised dataset (SFT/DPO rows in files) as one."""
+        if schema != "rollout" and storage.storage_type == "file":
             from trinity.trainer.supervised import SupervisedReader
 
-            return SupervisedReader(storage, self.config.model, self.algorithm.data_schema, self.config.buffer.seed)
+            return SupervisedReader(storage, self.config.model, schema, self.config.buffer.seed)
         return open_experience_reader(storage, self.name, auto_commit=False, namespace=self.config.ray_namespace)
 
     def run(self) -> dict[str, Any]:
@@ -125,7 +133,7 @@ class Trainer:
             metrics: dict[str, float] = {}
             try:
                 with timer(metrics, "read_experiences"):
-                    experiences = self.read_batch()
+                    experiences = self.read_batch() + self.read_expert()
             except EndOfBuffer:
                 break
             except BufferTimeout as exc:
@@ -160,7 +168,7 @@ class Trainer:
         waiting for the weights this very step will produce (its last step came up short,
         e.g. failed tasks), so waiting longer would deadlock.
         """
-        wanted = self.config.buffer.train_batch_size
+        wanted = self.config.buffer.train_batch_size - self.expert_rows
         deadline = time.monotonic() + self.config.buffer.trainer_input.experience_buffer.max_read_timeout
         got: list[Experience] = []
         while len(got) < wanted:
@@ -177,6 +185,15 @@ class Trainer:
             if got and (remaining <= _READ_SLICE or (len(got) < wanted and self._explorer_blocked())):
                 break
         return got
+
+    def read_expert(self) -> list[Experience]:
+        """This step's expert rows (the sample strategy's ``expert_reads``), tagged as such."""
+        if self.expert_reader is None:
+            return []
+        rows = self.expert_reader.read(self.expert_rows)
+        for exp in rows:
+            exp.info["is_expert"] = True
+        return rows
 
     def _explorer_blocked(self) -> bool:
         awaited = self.sync.awaited()
@@ -218,14 +235,18 @@ class Trainer:
         with save_guard(self.config):
             shutil.rmtree(target, ignore_errors=True)
             self.engine.save_checkpoint(str(target), self.step)
-        write_json(
-            trainer_meta_path(self.config),
-            {"step": self.step, "checkpoint": str(target), "reader": self.reader.state_dict()},
-        )
-        self.reader.commit()
+        meta = {"step": self.step, "checkpoint": str(target), "reader": self.reader.state_dict()}
+        if self.expert_reader is not None:
+            meta["expert_reader"] = self.expert_reader.state_dict()
+        write_json(trainer_meta_path(self.config), meta)
+        for reader in (self.reader, self.expert_reader):
+            if reader is not None:
+                reader.commit()
         self.saved_step = self.step
         logger.info("%s: saved %s", self.name, target)
 
     def shutdown(self) -> None:
-        self.reader.close()
+        for reader in (self.reader, self.expert_reader):
+            if reader is not None:
+                reader.close()
         self.monitor.close()
