@@ -4,16 +4,14 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Any
 
 import pytest
 import torch
 
+from engine_helpers import make_config
 from trinity.common.batch import Batch
 from trinity.common.experience import EID, Experience
-from trinity.config.check import check_algorithm
-from trinity.config.load import IssueCollector
-from trinity.config.schema import Config, InferenceModelConfig, ModelConfig
+from trinity.config.schema import InferenceModelConfig, ModelConfig
 from trinity.engine.base import SamplingArgs
 from trinity.engine.torch_trainer import TorchTrainingEngine, lr_factor, micro_batches
 from trinity.engine.transformers_rollout import TransformersRolloutEngine
@@ -28,28 +26,6 @@ SGD = {
     "algorithm__optimizer__weight_decay": 0.0,
     "trainer__grad_clip": 0.0,
 }
-
-
-def make_config(model_dir: Path, algorithm: str = "grpo", **fields: Any) -> Config:
-    """A checked-algorithm config; ``fields`` are dotted paths, e.g. ``trainer__grad_clip``."""
-    config = Config(mode="train")
-    config.model.model_path = str(model_dir)
-    config.algorithm.algorithm_type = algorithm
-    config.algorithm.repeat_times = 4
-    config.algorithm.optimizer.lr = 1e-3
-    config.trainer.trainer_type = "torch"
-    config.trainer.use_dynamic_bsz = False
-    config.trainer.micro_batch_size_per_gpu = 4
-    for path, value in fields.items():
-        *parents, leaf = path.split("__")
-        target = config
-        for part in parents:
-            target = getattr(target, part)
-        setattr(target, leaf, value)
-    issues = IssueCollector()
-    check_algorithm(config, issues)
-    issues.raise_if_any()
-    return config
 
 
 @pytest.fixture(scope="module")

@@ -79,6 +79,24 @@ class RolloutEngine(ABC):
 class TrainingEngine(ABC):
     """Runs the updates of the actor (and critic) with the configured algorithm functions."""
 
+    reference: Any = None
+    """The engine's reference model, or None when the algorithm needs none."""
+    critic: Any = None
+    """The engine's critic, or None when the algorithm has none."""
+
+    def prepare_batch(self, batch: Batch) -> Batch:
+        """Fill what the advantage function and the losses need and the batch lacks:
+        ``old_logprobs`` (current actor), ``ref_logprobs`` (reference), ``values`` (critic).
+        The trainer calls it before the KL penalty and the advantage function."""
+        changes: dict[str, torch.Tensor] = {}
+        if batch.old_logprobs is None:
+            changes["old_logprobs"] = self.compute_logprobs(batch)
+        if self.reference is not None and batch.ref_logprobs is None:
+            changes["ref_logprobs"] = self.compute_ref_logprobs(batch)
+        if self.critic is not None and batch.values is None:
+            changes["values"] = self.compute_values(batch)
+        return batch.with_fields(**changes) if changes else batch
+
     @abstractmethod
     def train_step(self, batch: Batch) -> Metrics:
         """One optimisation step on ``batch``; returns ``actor/*``, ``critic/*`` metrics. Fields

@@ -47,10 +47,10 @@ import torch
 import torch.nn.functional as F
 from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForTokenClassification, AutoTokenizer
 
-from trinity.algorithm.utils import agg_loss, masked_mean
 from trinity.common.batch import Batch
 from trinity.config.schema import Config, OptimizerConfig
 from trinity.engine.base import Metrics, TrainingEngine
+from trinity.engine.losses import LossFns, Totals, batch_totals, critic_micro_loss
 from trinity.engine.modeling import HF_SUBDIR, default_device, load_weights_into, read_hf_weights, token_logprobs
 from trinity.plugins import Kind, resolve
 
@@ -145,9 +145,7 @@ class TorchTrainingEngine(TrainingEngine):
         algo_cfg, trainer = config.algorithm, config.trainer
         self.algorithm = resolve(Kind.ALGORITHM_TYPE, algo_cfg.algorithm_type)
         self.args = TorchEngineArgs.from_trainer_config(trainer.trainer_config)
-        self.policy_loss = self._fn(Kind.POLICY_LOSS_FN, "policy_loss_fn")
-        self.kl_loss = self._fn(Kind.KL_FN, "kl_loss_fn")
-        self.entropy_loss = self._fn(Kind.ENTROPY_LOSS_FN, "entropy_loss_fn")
+        self.losses = LossFns.from_config(config)
         self.device = default_device()
         self.global_step = 0
 
@@ -163,7 +161,10 @@ class TorchTrainingEngine(TrainingEngine):
         self.critic: torch.nn.Module | None = None
         if self.algorithm.use_critic:
             critic_path = config.model.critic_model_path or path
-            critic_config = AutoConfig.from_pretrained(critic_path, num_labels=1, classifier_dropout=0.0)
+            critic_config = AutoConfig.from_pretrained(critic_path, num_labels=1)
+            # set, not passed: transformers 5 drops from_pretrained kwargs the config class lacks
+            # (Qwen2's has no classifier_dropout), which left the value head with dropout 0.1
+            critic_config.classifier_dropout = 0.0
             self.critic, info = AutoModelForTokenClassification.from_pretrained(
                 critic_path, config=critic_config, dtype=torch.float32, output_loading_info=True
             )
@@ -175,11 +176,6 @@ class TorchTrainingEngine(TrainingEngine):
             self.critic_optimizer, self.critic_scheduler = self._optimizer(self.critic, critic_lr)
 
     # -- construction helpers -------------------------------------------------------------
-
-    def _fn(self, kind: Kind, field: str) -> Any:
-        """The algorithm function named in the config (after the config pass) or the type's default."""
-        name = getattr(self.config.algorithm, field) or getattr(self.algorithm, field)
-        return resolve(kind, name)(**(getattr(self.config.algorithm, f"{field}_args") or {}))
 
     def _optimizer(
         self, model: torch.nn.Module, lr: float
@@ -264,25 +260,12 @@ class TorchTrainingEngine(TrainingEngine):
             raise RuntimeError(f"algorithm '{self.algorithm.name}' has no critic")
         return self._per_token(batch, self._values)
 
-    def prepare_batch(self, batch: Batch) -> Batch:
-        """Fill what the advantage function and the losses need and the batch lacks:
-        ``old_logprobs`` (current actor), ``ref_logprobs`` (reference), ``values`` (critic)."""
-        changes: dict[str, torch.Tensor] = {}
-        if batch.old_logprobs is None:
-            changes["old_logprobs"] = self.compute_logprobs(batch)
-        if self.reference is not None and batch.ref_logprobs is None:
-            changes["ref_logprobs"] = self.compute_ref_logprobs(batch)
-        if self.critic is not None and batch.values is None:
-            changes["values"] = self.compute_values(batch)
-        return batch.with_fields(**changes) if changes else batch
-
     # -- updates --------------------------------------------------------------------------
 
     def train_step(self, batch: Batch) -> Metrics:
         batch = self.prepare_batch(batch)
         parts = self._micro_batches(batch)
-        mask = batch.response_mask.float()
-        totals = (mask.sum().clamp(min=1), (mask.sum(dim=1) > 0).sum().clamp(min=1))
+        totals = batch_totals(batch)
         metrics: Metrics = {}
         if self.critic is not None:
             if batch.returns is None:
@@ -325,53 +308,18 @@ class TorchTrainingEngine(TrainingEngine):
             norms.append(float(norm))
         return {**sums, "grad_norm": sum(norms) / len(norms)}
 
-    @staticmethod
-    def _share(fn_or_mode: Any, mask: torch.Tensor, totals: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
-        """The micro-batch's share of the batch for a term aggregated with the given mode."""
-        mode = fn_or_mode if isinstance(fn_or_mode, str) else getattr(fn_or_mode, "args", {}).get("loss_agg_mode")
-        if mode == "token-mean":
-            return mask.sum() / totals[0].to(mask.device)
-        return (mask.sum(dim=1) > 0).sum() / totals[1].to(mask.device)
-
-    def _actor_loss(self, totals: tuple[torch.Tensor, torch.Tensor]) -> MicroLoss:
-        coef = getattr(self.entropy_loss, "args", {}).get("entropy_coef")
-        entropy_grad = coef is None or coef != 0
-
+    def _actor_loss(self, totals: Totals) -> MicroLoss:
         def loss(mb: Batch) -> tuple[torch.Tensor, Metrics, float]:
-            mask = mb.response_mask.float()
             logprobs, entropy = self._logprobs(self.actor, mb, with_entropy=True)
-            if not entropy_grad:
-                entropy = entropy.detach()
-            pg, pg_metrics = self.policy_loss(logprobs, mb)
-            kl, kl_metrics = self.kl_loss.calculate_kl_loss(logprobs, mb)
-            ent, ent_metrics = self.entropy_loss(entropy, mb)
-            weight = self._share(self.policy_loss, mask, totals)
-            total = (
-                pg * weight
-                + kl * self._share(self.kl_loss, mask, totals)
-                + ent * self._share(self.entropy_loss, mask, totals)
-            )
-            return total, {**pg_metrics, **kl_metrics, **ent_metrics}, float(weight)
+            return self.losses.actor_micro_loss(logprobs, entropy, mb, totals)
 
         return loss
 
-    def _critic_loss(self, totals: tuple[torch.Tensor, torch.Tensor]) -> MicroLoss:
-        """verl's clipped value loss: ``0.5 * agg(max((v - R)^2, (clip(v, v_old +- c) - R)^2))``."""
+    def _critic_loss(self, totals: Totals) -> MicroLoss:
         mode, clip = self.config.algorithm.loss_agg_mode, self.args.cliprange_value
 
         def loss(mb: Batch) -> tuple[torch.Tensor, Metrics, float]:
-            mask = mb.response_mask.float()
-            values, old, returns = self._values(mb), mb.values.float(), mb.returns.float()
-            clipped = old + (values - old).clamp(-clip, clip)
-            unclipped_loss, clipped_loss = (values - returns).square(), (clipped - returns).square()
-            vf_loss = 0.5 * agg_loss(torch.maximum(unclipped_loss, clipped_loss), mask, mode)
-            weight = self._share(mode, mask, totals)
-            metrics = {
-                "vf_loss": vf_loss.item(),
-                "vf_clipfrac": masked_mean((clipped_loss > unclipped_loss).float(), mask).item(),
-                "vpred_mean": masked_mean(values.detach(), mask).item(),
-            }
-            return vf_loss * weight, metrics, float(weight)
+            return critic_micro_loss(self._values(mb), mb, totals, mode, clip)
 
         return loss
 

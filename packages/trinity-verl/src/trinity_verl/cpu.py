@@ -1,0 +1,207 @@
+"""verl on a CPU, through verl's own extension points (no file of verl is changed).
+
+verl 0.9.1 knows nvidia/huawei/amd platforms and registers its FSDP engines for cuda/npu
+only. ``enable_cpu()`` supplies what is missing, before any verl engine module is imported
+(``verl.workers.engine.fsdp.transformer_impl`` reads the device name at import):
+
+- a ``cpu`` platform in verl's ``PlatformRegistry``, made current, whose device module adds
+  the calls verl makes that ``torch.cpu`` lacks (memory statistics, RNG state, caches);
+- verl's FSDP engines (``FSDPEngineWithLMHead``, ``FSDPEngineWithValueHead``) registered
+  for device ``cpu`` in its ``EngineRegistry``;
+- a plain ``gloo`` process group (verl would ask for ``cpu:gloo,cpu:gloo``, which torch
+  rejects).
+
+The config side (``attn_implementation: sdpa``, no ``torch.compile``, fsdp2) is set by
+``trinity_verl.config.verl_config`` for ``device: cpu``.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import types
+from contextlib import contextmanager, nullcontext
+from typing import Any
+
+import torch
+
+PLATFORM = "cpu"
+
+
+class _CpuDeviceModule(types.ModuleType):
+    """``torch.cpu`` plus the ``torch.cuda``-style calls verl makes on its device module."""
+
+    def __init__(self) -> None:
+        super().__init__("trinity_verl.cpu.device")
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(torch.cpu, name)
+
+    @staticmethod
+    def max_memory_allocated(device: Any = None) -> int:
+        return 0
+
+    max_memory_reserved = memory_allocated = memory_reserved = max_memory_allocated
+
+    @staticmethod
+    def mem_get_info(device: Any = None) -> tuple[int, int]:
+        pages, size = os.sysconf("SC_AVPHYS_PAGES"), os.sysconf("SC_PAGE_SIZE")
+        return pages * size, os.sysconf("SC_PHYS_PAGES") * size
+
+    @staticmethod
+    def empty_cache() -> None:
+        return None
+
+    reset_peak_memory_stats = synchronize = empty_cache
+
+    @staticmethod
+    def manual_seed(seed: int) -> None:
+        torch.manual_seed(seed)
+
+    manual_seed_all = manual_seed
+
+    @staticmethod
+    def get_rng_state(device: Any = None) -> torch.Tensor:
+        return torch.get_rng_state()
+
+    @staticmethod
+    def set_rng_state(state: torch.Tensor, device: Any = None) -> None:
+        torch.set_rng_state(state)
+
+    @staticmethod
+    def current_device() -> str:
+        return PLATFORM
+
+    @staticmethod
+    def device_count() -> int:
+        return 1
+
+    @staticmethod
+    def is_available() -> bool:
+        return True
+
+    @staticmethod
+    def get_device_name(device: Any = None) -> str:
+        return "CPU"
+
+
+DEVICE = _CpuDeviceModule()
+
+
+def _platform_class() -> type:
+    """verl's platform base is imported only here, when a verl engine is being built."""
+    from verl.plugin.platform.platform_base import PlatformBase
+
+    class PlatformCPU(PlatformBase):
+        """The host CPU as verl's accelerator: gloo collectives, no IPC, no profiler."""
+
+        device_name = PLATFORM
+        vendor_name = PLATFORM
+        device_module = DEVICE
+
+        def is_available(self) -> bool:
+            return True
+
+        def is_platform_available(self, use_smi_check: bool = False) -> bool:
+            return not torch.cuda.is_available()
+
+        def current_device(self) -> str:
+            """verl passes this to ``.to()`` and ``torch.device()``: an index would mean an accelerator."""
+            return PLATFORM
+
+        def device_count(self) -> int:
+            return 1
+
+        def set_device(self, device_index: int) -> None:
+            return None
+
+        def synchronize(self, device_index: int | None = None) -> None:
+            return None
+
+        def manual_seed(self, seed: int) -> None:
+            torch.manual_seed(seed)
+
+        manual_seed_all = manual_seed
+
+        def set_allocator_settings(self, settings: str) -> None:
+            return None
+
+        def empty_cache(self) -> None:
+            return None
+
+        def get_device_capability(self, device_index: int = 0) -> tuple[int | None, int | None]:
+            return None, None
+
+        def communication_backend_name(self) -> str:
+            return "gloo"
+
+        def visible_devices_envvar(self) -> str:
+            return "TRINITY_VERL_VISIBLE_CPUS"
+
+        @contextmanager
+        def nvtx_range(self, msg: str):
+            with nullcontext():
+                yield
+
+        def profiler_start(self) -> None:
+            return None
+
+        profiler_stop = profiler_start
+
+        def ray_resource_name(self) -> str:
+            return "CPU"
+
+        def ray_noset_envvars(self) -> list[str]:
+            return []
+
+        def is_ipc_supported(self) -> bool:
+            return False
+
+        def cudart(self) -> Any:
+            return None
+
+    return PlatformCPU
+
+
+def enable_cpu() -> None:
+    """Make verl train on the CPU in this process (idempotent). Call before building workers."""
+    os.environ["VERL_PLATFORM"] = PLATFORM  # for processes this one starts
+    from verl.plugin.platform import platform_manager
+
+    if platform_manager.PlatformRegistry.get(PLATFORM) is None:
+        platform_manager.PlatformRegistry.register(PLATFORM)(_platform_class())
+    current = platform_manager._current_platform  # noqa: SLF001 (read only: set_platform warns on replace)
+    if current is None or current.device_name != PLATFORM:
+        platform_manager.set_platform(platform_manager.PlatformRegistry.get(PLATFORM)())
+
+    from verl.workers.engine import EngineRegistry
+    from verl.workers.engine.fsdp.transformer_impl import FSDPEngineWithLMHead, FSDPEngineWithValueHead
+
+    for model_type, engine in (("language_model", FSDPEngineWithLMHead), ("value_model", FSDPEngineWithValueHead)):
+        for backend in ("fsdp", "fsdp2"):
+            registered = EngineRegistry._engines.setdefault(model_type, {}).setdefault(backend, {})  # noqa: SLF001
+            registered.setdefault(PLATFORM, engine)
+    init_process_group("gloo")
+
+
+def world_of_one() -> None:
+    """The torch.distributed environment of a world of one (this process), unless torchrun
+    or Ray already set one up; verl's workers read it."""
+    os.environ.setdefault("RANK", "0")
+    os.environ.setdefault("LOCAL_RANK", "0")
+    os.environ.setdefault("WORLD_SIZE", "1")
+    os.environ.setdefault("LOCAL_WORLD_SIZE", "1")
+    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+    if "MASTER_PORT" not in os.environ:
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            os.environ["MASTER_PORT"] = str(sock.getsockname()[1])
+
+
+def init_process_group(backend: str) -> None:
+    if torch.distributed.is_initialized():
+        return
+    world_of_one()
+    torch.distributed.init_process_group(
+        backend=backend, rank=int(os.environ["RANK"]), world_size=int(os.environ["WORLD_SIZE"])
+    )
