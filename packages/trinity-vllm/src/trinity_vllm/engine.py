@@ -1,11 +1,78 @@
-"""The vLLM rollout engine (not implemented yet)."""
+"""The vLLM rollout engine (``engine_type: vllm``), as the explorer sees it.
+
+The explorer builds one per ``engine_num``, as it does any rollout engine; each starts its
+own Ray actor (``VLLMServer``) holding vLLM with ``tensor_parallel_size`` GPUs where the
+cluster has GPUs (none on a CPU), so that vLLM's processes and memory stay out of the
+explorer's. This side applies the chat template and prompt limits with the same
+``PromptFormatter`` as the reference engine, then forwards token ids.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import ray
+import torch
+from transformers import AutoTokenizer
+
+from trinity.config.schema import InferenceModelConfig, ModelConfig
+from trinity.engine.base import Completion, RolloutEngine, SamplingArgs
+from trinity.engine.prompts import PromptFormatter
+from trinity_vllm.server import EngineStartError, VLLMServer
 
 
-class VLLMRolloutEngine:
-    """Placeholder until the vLLM engine lands; fails loudly instead of generating wrongly."""
+class VLLMRolloutEngine(RolloutEngine):
+    """Forwards to a ``VLLMServer`` actor; ``model_version`` follows its weight updates."""
 
-    def __init__(self, *args, **kwargs):
-        raise NotImplementedError(
-            "engine_type 'vllm' is registered by trinity-vllm but not implemented yet; "
-            "use explorer.rollout_model.engine_type: transformers (the reference engine of trinity-core) for now"
-        )
+    def __init__(self, config: InferenceModelConfig, model: ModelConfig) -> None:
+        path = config.model_path or model.model_path
+        self.name = f"vllm engine {config.name or path!r}"
+        try:
+            tokenizer = AutoTokenizer.from_pretrained(path)
+        except Exception as exc:
+            raise EngineStartError(
+                f"{self.name}: cannot load a tokenizer from model_path {path!r}: {type(exc).__name__}: {exc}"
+            ) from None
+        self.prompts = PromptFormatter(tokenizer, config, model)
+        gpus = config.tensor_parallel_size if ray.cluster_resources().get("GPU", 0) else 0
+        # vLLM reads its settings (VLLM_CPU_KVCACHE_SPACE, ...) from the environment, which
+        # explorer.env_vars sets in this process, not in the new actor's.
+        env = {key: value for key, value in os.environ.items() if key.startswith("VLLM_")}
+        actor = ray.remote(num_cpus=0, num_gpus=gpus, max_restarts=0)(VLLMServer)
+        self.server = actor.options(runtime_env={"env_vars": env}).remote(config, model, self.name)
+        self.model_version = 0
+        self._call("start")
+
+    def generate(self, prompts: list[str], args: SamplingArgs) -> list[list[Completion]]:
+        return self._call("generate", [self.prompts.fit(ids) for ids in self.prompts.text_ids(prompts)], args)
+
+    def chat(self, conversations: list[list[dict[str, Any]]], args: SamplingArgs) -> list[list[Completion]]:
+        return self._call("generate", [self.prompts.fit(self.prompts.chat_ids(c)) for c in conversations], args)
+
+    def logprobs(self, token_ids: list[list[int]]) -> list[list[float]]:
+        return self._call("logprobs", token_ids)
+
+    def update_weights(
+        self,
+        state_dict: dict[str, torch.Tensor] | None = None,
+        checkpoint_path: str | None = None,
+        version: int = 0,
+    ) -> None:
+        self.model_version = self._call("update_weights", state_dict, checkpoint_path, version)
+
+    def shutdown(self) -> None:
+        try:
+            ray.get(self.server.shutdown.remote())
+        finally:
+            ray.kill(self.server)
+
+    def _call(self, method: str, *args: Any) -> Any:
+        """``server.<method>(*args)``; the server's own error is raised as it was, a dead
+        actor as an error naming this engine."""
+        try:
+            return ray.get(getattr(self.server, method).remote(*args))
+        except ray.exceptions.RayTaskError as exc:
+            raise exc.cause from None
+        except ray.exceptions.RayActorError as exc:
+            raise RuntimeError(f"{self.name}: its Ray actor died ({method}): {exc}") from None

@@ -248,7 +248,9 @@ def check_synchronizer(config: Config, issues: IssueCollector) -> None:
     if sync.sync_method is None:
         if config.mode == "both":
             engine = config.explorer.rollout_model.engine_type
-            sync.sync_method = "nccl" if engine.startswith("vllm") else "memory"
+            gpus = config.cluster.node_num * config.cluster.gpu_per_node
+            # NCCL needs GPUs: vLLM engines on a CPU take their weights in memory.
+            sync.sync_method = "nccl" if engine.startswith("vllm") and gpus else "memory"
         else:
             sync.sync_method = "checkpoint"
     elif config.mode != "both" and sync.sync_method != "checkpoint":

