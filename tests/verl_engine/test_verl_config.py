@@ -7,10 +7,13 @@ merge over verl's own defaults needs verl installed and is skipped without it.
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from omegaconf import OmegaConf
 
 from trinity.config import ConfigError, load_config
@@ -187,3 +190,31 @@ def test_without_verl_the_error_says_what_to_install(monkeypatch):
     monkeypatch.setattr("importlib.util.find_spec", lambda name: None)
     with pytest.raises(ModuleNotFoundError, match=r"trinity-verl\[engine\]"):
         verl_config(load_config(SEEDS / "verl_grpo_example.yaml"))
+
+
+def trinity_config(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "trinity.cli", "config", *args], capture_output=True, text=True, timeout=120
+    )
+
+
+def test_trinity_config_verl_prints_the_verl_config():
+    pytest.importorskip("verl")
+    result = trinity_config("verl", str(SEEDS / "verl_grpo_example.yaml"), "trainer.max_token_len_per_gpu=30000")
+    assert result.returncode == 0, result.stderr
+    printed = yaml.safe_load(result.stdout)
+    assert printed["actor_rollout_ref"]["actor"]["ppo_max_token_len_per_gpu"] == 30000  # the override
+    assert printed["actor_rollout_ref"]["rollout"]["n"] == 8
+    assert printed["critic"]["ppo_max_token_len_per_gpu"] == 30000
+    assert printed["trainer"]["default_local_dir"].endswith(
+        "verl_grpo_example_gsm8k/deepseek_llm_7b_function_rm_seq_packing"
+    )
+
+
+def test_trinity_config_for_engines_without_a_config_of_their_own():
+    result = trinity_config("torch", str(SEEDS / "verl_grpo_example.yaml"))
+    assert result.returncode == 2
+    assert "training engine 'torch' has no config of its own" in result.stderr
+    result = trinity_config("verll", str(SEEDS / "verl_grpo_example.yaml"))
+    assert result.returncode == 2
+    assert "unknown trainer engine 'verll'; did you mean 'verl'?" in result.stderr

@@ -52,9 +52,46 @@ def plugins(as_json: bool) -> None:
         )
 
 
-@main.group()
+class _ConfigGroup(click.Group):
+    """``trinity config``: its own commands, and ``trinity config ENGINE FILE`` for any training
+    engine (``trainer.trainer_type``) that has a config of its own, e.g. ``verl``."""
+
+    def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
+        return super().get_command(ctx, name) or _engine_config_command(name)
+
+
+def _engine_config_command(engine: str) -> click.Command:
+    @click.command(engine)
+    @click.argument("config_file", type=click.Path(dir_okay=False))
+    @click.argument("overrides", nargs=-1)
+    def show(config_file: str, overrides: tuple[str, ...]) -> None:
+        """Print, as YAML, the config the training engine builds from CONFIG_FILE (exit 2 on errors)."""
+        import yaml
+
+        from trinity.config import ConfigError, load_config
+        from trinity.plugins import Kind, PluginError, resolve
+
+        try:
+            native = resolve(Kind.TRAINER_ENGINE, engine).native_config(load_config(config_file, list(overrides)))
+        except (ConfigError, PluginError, ModuleNotFoundError) as exc:
+            click.echo(str(exc), err=True)
+            sys.exit(2)
+        if native is None:
+            click.echo(f"training engine '{engine}' has no config of its own", err=True)
+            sys.exit(2)
+        click.echo(yaml.safe_dump(native, sort_keys=False, allow_unicode=True), nl=False)
+
+    return show
+
+
+@main.group(cls=_ConfigGroup)
 def config() -> None:
-    """Check and convert configuration files."""
+    """Check and convert configuration files.
+
+    \b
+    trinity config check FILE    validate, print the resolved config
+    trinity config ENGINE FILE   print the config training engine ENGINE builds (e.g. verl)
+    """
 
 
 @config.command("check")

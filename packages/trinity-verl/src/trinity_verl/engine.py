@@ -123,6 +123,11 @@ class VerlTrainingEngine(TrainingEngine):
         self.reference = self._worker("ref") if needs_ref else None
         self.critic = self._critic() if self.algorithm.use_critic else None
 
+    @classmethod
+    def native_config(cls, config: Config) -> dict[str, Any]:
+        """The verl config (resolved) the engine would run with on a GPU."""
+        return OmegaConf.to_container(verl_config(config, "cuda"), resolve=True)
+
     # -- construction ---------------------------------------------------------------------
 
     def _worker(self, role: str) -> Any:

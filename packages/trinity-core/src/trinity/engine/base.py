@@ -16,6 +16,7 @@ from typing import Any
 import torch
 
 from trinity.common.batch import Batch
+from trinity.config.schema import Config
 
 Metrics = dict[str, float]
 
@@ -53,6 +54,9 @@ class RolloutEngine(ABC):
     """Generates responses with logprobs; receives new weights from the trainer."""
 
     model_version: int = 0
+    api_url: str | None = None
+    """Base URL of the engine's OpenAI-compatible endpoint (``enable_openai_api``); None
+    where it serves none."""
 
     @abstractmethod
     def generate(self, prompts: list[str], args: SamplingArgs) -> list[list[Completion]]:
@@ -83,6 +87,12 @@ class TrainingEngine(ABC):
     """The engine's reference model, or None when the algorithm needs none."""
     critic: Any = None
     """The engine's critic, or None when the algorithm has none."""
+
+    @classmethod
+    def native_config(cls, config: Config) -> dict[str, Any] | None:
+        """The engine's own configuration that ``config`` becomes, for ``trinity config ENGINE
+        FILE`` to print; None for an engine that has none (the torch engine)."""
+        return None
 
     def prepare_batch(self, batch: Batch) -> Batch:
         """Fill what the advantage function and the losses need and the batch lacks:
