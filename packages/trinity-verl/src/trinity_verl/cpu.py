@@ -7,12 +7,12 @@ only. ``enable_cpu()`` supplies what is missing, before any verl engine module i
 - a ``cpu`` platform in verl's ``PlatformRegistry``, made current, whose device module adds
   the calls verl makes that ``torch.cpu`` lacks (memory statistics, RNG state, caches);
 - verl's FSDP engines (``FSDPEngineWithLMHead``, ``FSDPEngineWithValueHead``) registered
-  for device ``cpu`` in its ``EngineRegistry``;
+  for device ``cpu``, backend ``fsdp2``, in its ``EngineRegistry`` (FSDP1 needs an accelerator);
 - a plain ``gloo`` process group (verl would ask for ``cpu:gloo,cpu:gloo``, which torch
   rejects).
 
-The config side (``attn_implementation: sdpa``, no ``torch.compile``, fsdp2) is set by
-``trinity_verl.config.verl_config`` for ``device: cpu``.
+The config side (FSDP2, fp32, sdpa attention, no ``torch.compile``, a reference engine that
+is not forward-only) is ``trinity_verl.config.cpu_fields``.
 """
 
 from __future__ import annotations
@@ -20,7 +20,8 @@ from __future__ import annotations
 import os
 import socket
 import types
-from contextlib import contextmanager, nullcontext
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import torch
@@ -139,9 +140,8 @@ def _platform_class() -> type:
             return "TRINITY_VERL_VISIBLE_CPUS"
 
         @contextmanager
-        def nvtx_range(self, msg: str):
-            with nullcontext():
-                yield
+        def nvtx_range(self, msg: str) -> Iterator[None]:
+            yield
 
         def profiler_start(self) -> None:
             return None
@@ -165,22 +165,22 @@ def _platform_class() -> type:
 
 def enable_cpu() -> None:
     """Make verl train on the CPU in this process (idempotent). Call before building workers."""
-    os.environ["VERL_PLATFORM"] = PLATFORM  # for processes this one starts
-    from verl.plugin.platform import platform_manager
+    os.environ["VERL_PLATFORM"] = PLATFORM  # read by get_platform here and in processes this one starts
+    from verl.plugin.platform import PlatformRegistry, get_platform, set_platform
 
-    if platform_manager.PlatformRegistry.get(PLATFORM) is None:
-        platform_manager.PlatformRegistry.register(PLATFORM)(_platform_class())
-    current = platform_manager._current_platform  # noqa: SLF001 (read only: set_platform warns on replace)
-    if current is None or current.device_name != PLATFORM:
-        platform_manager.set_platform(platform_manager.PlatformRegistry.get(PLATFORM)())
+    if PlatformRegistry.get(PLATFORM) is None:
+        PlatformRegistry.register(PLATFORM)(_platform_class())
+    if get_platform().device_name != PLATFORM:  # verl picked its platform before this call
+        set_platform(PlatformRegistry.get(PLATFORM)())
 
     from verl.workers.engine import EngineRegistry
     from verl.workers.engine.fsdp.transformer_impl import FSDPEngineWithLMHead, FSDPEngineWithValueHead
 
     for model_type, engine in (("language_model", FSDPEngineWithLMHead), ("value_model", FSDPEngineWithValueHead)):
-        for backend in ("fsdp", "fsdp2"):
-            registered = EngineRegistry._engines.setdefault(model_type, {}).setdefault(backend, {})  # noqa: SLF001
-            registered.setdefault(PLATFORM, engine)
+        try:
+            EngineRegistry.get_engine_cls(model_type, "fsdp2")
+        except ValueError:  # none for this device yet (FSDP1, backend "fsdp", needs an accelerator)
+            EngineRegistry.register(model_type, backend="fsdp2", device=PLATFORM)(engine)
     init_process_group("gloo")
 
 
