@@ -26,7 +26,7 @@ def vllm_engine(ray_session, tiny_model_dir: Path):
 
     limits = {"max_prompt_tokens": 32, "max_response_tokens": 24, "max_model_len": 56}
     engine = VLLMRolloutEngine(
-        InferenceModelConfig(model_path=str(tiny_model_dir), enforce_eager=True, seed=1),
+        InferenceModelConfig(model_path=str(tiny_model_dir), enforce_eager=True, seed=1, enable_openai_api=True),
         ModelConfig(model_path=str(tiny_model_dir), **limits),
     )
     yield engine

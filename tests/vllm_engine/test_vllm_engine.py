@@ -17,6 +17,7 @@ from trinity.common.tiny_model import build_tiny_model  # noqa: E402
 from trinity.config.schema import InferenceModelConfig, ModelConfig  # noqa: E402
 from trinity.engine.base import SamplingArgs  # noqa: E402
 from trinity.engine.prompts import PromptFormatter  # noqa: E402
+from trinity.explorer.model_wrapper import LocalEngineClient, ModelWrapper  # noqa: E402
 from trinity_vllm.engine import VLLMRolloutEngine  # noqa: E402
 from trinity_vllm.server import EngineStartError  # noqa: E402
 
@@ -117,6 +118,31 @@ def test_weights_from_checkpoint_and_state_dict(vllm_engine, tiny_model_dir: Pat
         vllm_engine.update_weights(state_dict=weights, version=4)
     assert vllm_engine.model_version == 4
     torch.testing.assert_close(torch.tensor(vllm_engine.logprobs([ids])[0]), torch.tensor(before), atol=1e-6, rtol=0)
+
+
+def test_openai_endpoint_through_the_model_wrapper(vllm_engine) -> None:
+    """The engine's OpenAI server shares its weights, chat template and raw logprobs."""
+    assert vllm_engine.api_url.startswith("http://127.0.0.1:")
+    wrapper = ModelWrapper(LocalEngineClient(vllm_engine), SamplingArgs(), enable_history=True)
+    client = wrapper.get_openai_client()
+    (model,) = [m.id for m in client.models.list().data]
+    messages = [{"role": "user", "content": "What is 12+7?"}]
+    response = client.chat.completions.create(model=model, messages=messages, n=2, max_tokens=6)
+    assert len(response.choices) == 2
+    prompt = response.model_extra["prompt_token_ids"]
+    assert prompt == vllm_engine.prompts.chat_ids(messages)
+    for choice in response.choices:
+        tokens = choice.model_extra["token_ids"]
+        assert 1 <= len(tokens) <= 6
+        served = torch.tensor([t.logprob for t in choice.logprobs.content])
+        expected = torch.tensor(vllm_engine.logprobs([prompt + tokens])[0][len(prompt) :])
+        torch.testing.assert_close(served, expected, atol=LOGPROB_TOLERANCE, rtol=0)
+    recorded = wrapper.extract_experience_from_history()  # enable_history: each choice an experience
+    assert [e.tokens.tolist()[e.prompt_length :] for e in recorded] == [
+        c.model_extra["token_ids"] for c in response.choices
+    ]
+    assert all(e.prompt_length == len(prompt) and len(e.logprobs) == e.response_length for e in recorded)
+    assert recorded[0].messages[-1] == {"role": "assistant", "content": response.choices[0].message.content}
 
 
 def test_bad_model_path_names_engine_and_cause(ray_session, tmp_path: Path) -> None:

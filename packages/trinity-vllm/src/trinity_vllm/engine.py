@@ -42,7 +42,7 @@ class VLLMRolloutEngine(RolloutEngine):
         actor = ray.remote(num_cpus=0, num_gpus=gpus, max_restarts=0)(VLLMServer)
         self.server = actor.options(runtime_env={"env_vars": env}).remote(config, model, self.name)
         self.model_version = 0
-        self._call("start")
+        self.api_url = self._call("start", self.prompts.chat_template)
 
     def generate(self, prompts: list[str], args: SamplingArgs) -> list[list[Completion]]:
         return self._call("generate", [self.prompts.fit(ids) for ids in self.prompts.text_ids(prompts)], args)

@@ -16,6 +16,7 @@ the reference engine's (``trinity.engine.transformers_rollout``):
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import tempfile
 import uuid
@@ -46,8 +47,12 @@ class VLLMServer:
         self.min_response_tokens = first(config.min_response_tokens, model.min_response_tokens, 1)
         self.version = 0
         self.engine: Any = None
+        self.api_url: str | None = None
+        self._api_server: asyncio.Task | None = None
 
-    async def start(self) -> None:
+    async def start(self, chat_template: str | None = None) -> str | None:
+        """Start vLLM (and its OpenAI endpoint with ``enable_openai_api``, applying
+        ``chat_template`` over the tokenizer's); returns the endpoint's base URL, or None."""
         from vllm.engine.arg_utils import AsyncEngineArgs
         from vllm.v1.engine.async_llm import AsyncLLM
 
@@ -60,6 +65,45 @@ class VLLMServer:
                 "(vLLM's own log above names the root cause; common ones: gpu_memory_utilization above the free "
                 "GPU memory, max_model_len too long for the KV cache)"
             ) from None
+        if self.config.enable_openai_api:
+            self.api_url = await self._serve_openai(chat_template)
+        return self.api_url
+
+    async def _serve_openai(self, chat_template: str | None) -> str:
+        """vLLM's own OpenAI server over this engine, on a free port of ``openai_api_host``, in
+        this actor's event loop: its requests join the explorer's in one scheduler."""
+        import uvicorn
+        from vllm.entrypoints.launchers.api_server.app_state import init_app_state
+        from vllm.entrypoints.launchers.app import build_app
+        from vllm.entrypoints.launchers.cli_args import make_arg_parser
+        from vllm.entrypoints.launchers.launcher import create_server_socket
+        from vllm.utils.argparse_utils import FlexibleArgumentParser
+
+        config = self.config
+        host = config.openai_api_host
+        sock = create_server_socket((host, 0), reuse_port=False)
+        port = sock.getsockname()[1]
+        argv = ["--model", self.path]
+        if chat_template is not None:
+            argv += ["--chat-template", chat_template]
+        thinking = first(config.enable_thinking, self.model_config.enable_thinking)
+        if thinking is not None:
+            argv += ["--default-chat-template-kwargs", json.dumps({"enable_thinking": thinking})]
+        if config.enable_auto_tool_choice:
+            argv += ["--enable-auto-tool-choice"]
+        if config.tool_call_parser:
+            argv += ["--tool-call-parser", config.tool_call_parser]
+        if config.reasoning_parser:
+            argv += ["--reasoning-parser", config.reasoning_parser]
+        args = make_arg_parser(FlexibleArgumentParser()).parse_args(argv)
+        tasks = await self.engine.get_supported_tasks()
+        app = build_app(args, tasks, self.engine.model_config)
+        await init_app_state(self.engine, app.state, args, tasks)
+        # uvicorn directly: vLLM's serve_http installs signal handlers, which only the main
+        # thread may (a Ray actor's event loop runs on another).
+        server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False))
+        self._api_server = asyncio.create_task(server.serve(sockets=[sock]))
+        return f"http://{host}:{port}/v1"
 
     def engine_args(self) -> dict[str, Any]:
         """vLLM engine arguments from the config; ``engine_args`` override them."""
@@ -194,6 +238,8 @@ class VLLMServer:
         return version
 
     def shutdown(self) -> None:
+        if self._api_server is not None:
+            self._api_server.cancel()
         if self.engine is not None:
             self.engine.shutdown()
             self.engine = None

@@ -44,6 +44,10 @@ class LocalEngineClient:
     def model_version(self) -> int:
         return self.engine.model_version
 
+    @property
+    def api_url(self) -> str | None:
+        return self.engine.api_url
+
     def submit(self, method: str, items: list, args: SamplingArgs) -> Future:
         """Queue ``engine.<method>(items, args)``; the future gets this request's results."""
         return asyncio.run_coroutine_threadsafe(self._enqueue(method, items, args), self._loop)
@@ -142,6 +146,63 @@ class ModelWrapper:
         (completions,) = await asyncio.wrap_future(self.client.submit("generate", [prompt], args))
         return self._record([_to_experience(c, None) for c in completions])
 
+    def get_openai_client(self) -> Any:
+        """An ``openai.OpenAI`` client of the engine's endpoint (``enable_openai_api``); with
+        ``enable_history`` its chat completions are recorded as experiences."""
+        import openai
+
+        client = openai.OpenAI(base_url=self._api_url(), api_key="EMPTY")
+        if self.enable_history:
+            create = client.chat.completions.create
+
+            def create_recorded(**kwargs: Any) -> Any:
+                response = create(**_with_tokens(kwargs))
+                self._record(self._openai_experiences(response, kwargs["messages"]))
+                return response
+
+            client.chat.completions.create = create_recorded
+        return client
+
+    def get_openai_async_client(self) -> Any:
+        """``openai.AsyncOpenAI`` counterpart of ``get_openai_client``."""
+        import openai
+
+        client = openai.AsyncOpenAI(base_url=self._api_url(), api_key="EMPTY")
+        if self.enable_history:
+            create = client.chat.completions.create
+
+            async def create_recorded(**kwargs: Any) -> Any:
+                response = await create(**_with_tokens(kwargs))
+                self._record(self._openai_experiences(response, kwargs["messages"]))
+                return response
+
+            client.chat.completions.create = create_recorded
+        return client
+
+    def _openai_experiences(self, response: Any, messages: list[dict[str, Any]]) -> list[Experience]:
+        """One experience per choice of a chat completion asked for with ``_with_tokens``."""
+        prompt = response.model_extra["prompt_token_ids"]
+        completions = [
+            Completion(
+                prompt_token_ids=prompt,
+                response_token_ids=choice.model_extra["token_ids"],
+                response_logprobs=[t.logprob for t in choice.logprobs.content],
+                text=choice.message.content or "",
+                finish_reason="length" if choice.finish_reason == "length" else "stop",
+                model_version=self.model_version,
+            )
+            for choice in response.choices
+        ]
+        return [_to_experience(c, messages) for c in completions]
+
+    def _api_url(self) -> str:
+        if self.client.api_url is None:
+            raise ValueError(
+                "this model serves no OpenAI API: set enable_openai_api on its config "
+                "(explorer.rollout_model or the auxiliary model), with an engine that serves one (vllm)"
+            )
+        return self.client.api_url
+
     def logprobs(self, token_ids: Sequence[int]) -> list[float]:
         """Logprob of each token given its prefix under the current weights."""
         return self.client.call("logprobs", [list(token_ids)]).result()[0]
@@ -155,6 +216,13 @@ class ModelWrapper:
         if self.enable_history:
             self.history.extend(experiences)
         return experiences
+
+
+def _with_tokens(kwargs: dict[str, Any]) -> dict[str, Any]:
+    """Request arguments that make a vLLM endpoint return what an experience needs: token ids
+    of prompt and response, and response logprobs."""
+    extra_body = {"return_token_ids": True, **(kwargs.get("extra_body") or {})}
+    return {**kwargs, "logprobs": True, "extra_body": extra_body}
 
 
 def _to_experience(completion: Completion, messages: list[dict[str, Any]] | None) -> Experience:
