@@ -30,12 +30,12 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from omegaconf import DictConfig, OmegaConf, open_dict
+from omegaconf import DictConfig, OmegaConf
 
 from trinity.common.batch import Batch
 from trinity.config.schema import Config
 from trinity.engine.base import Metrics, TrainingEngine
-from trinity.engine.losses import LossFns, batch_totals, critic_micro_loss
+from trinity.engine.losses import LossFns, Totals, batch_totals, critic_micro_loss
 from trinity.plugins import Kind, resolve
 from trinity_verl import cpu
 from trinity_verl.config import verl_config
@@ -99,8 +99,6 @@ class VerlTrainingEngine(TrainingEngine):
     """Actor, reference and critic updates through verl's FSDP workers."""
 
     def __init__(self, config: Config) -> None:
-        from verl.workers.config import TrainingWorkerConfig  # noqa: F401 (fail early without verl)
-
         self.config = config
         self.device = "cuda" if torch.cuda.is_available() else "cpu"
         if self.device == "cpu":
@@ -108,12 +106,13 @@ class VerlTrainingEngine(TrainingEngine):
         else:
             cpu.world_of_one()
         self.verl: DictConfig = verl_config(config, self.device)
+        # HF weights in every checkpoint: checkpoint weight sync and the next stage load them
         self.verl.actor_rollout_ref.actor.checkpoint.save_contents = ["model", "optimizer", "extra", "hf_model"]
         self.algorithm = resolve(Kind.ALGORITHM_TYPE, config.algorithm.algorithm_type)
         self.losses = LossFns.from_config(config)
         self.global_step = 0
         self._batch: Batch | None = None  # the batch of the update under way, for the loss callbacks
-        self._totals: tuple[torch.Tensor, torch.Tensor] | None = None
+        self._totals: Totals | None = None
         self._metrics = _Accumulator(1)
 
         self.actor = self._worker("actor")
@@ -142,8 +141,6 @@ class VerlTrainingEngine(TrainingEngine):
         from verl.workers.engine_workers import TrainingWorker, TrainingWorkerConfig
 
         section = self.verl.critic
-        with open_dict(section):
-            section.checkpoint.save_contents = ["model", "optimizer", "extra"]
         critic = omega_conf_to_dataclass(section)
         engine = critic.engine
         engine.infer_max_token_len_per_gpu = critic.ppo_infer_max_token_len_per_gpu
