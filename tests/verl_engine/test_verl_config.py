@@ -186,6 +186,15 @@ def test_token_budgets_below_max_model_len_are_refused(tmp_path):
     ) in str(error.value)
 
 
+def test_sequence_parallel_size_must_divide_the_trainer_gpus(tmp_path):
+    pytest.importorskip("verl")
+    path = write_variant(tmp_path, "verl_grpo_example.yaml", "trainer.ulysses_sequence_parallel_size=4")
+    with pytest.raises(
+        ConfigError, match=r"trainer.ulysses_sequence_parallel_size: 4 does not divide the trainer's 6 GPUs"
+    ):
+        verl_config(load_config(path))
+
+
 def test_without_verl_the_error_says_what_to_install(monkeypatch):
     monkeypatch.setattr("importlib.util.find_spec", lambda name: None)
     with pytest.raises(ModuleNotFoundError, match=r"trinity-verl\[engine\]"):

@@ -20,6 +20,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from trinity.config.check import trainer_gpu_num
 from trinity.config.load import IssueCollector
 from trinity.config.schema import Config
 
@@ -226,6 +227,9 @@ def build_verl_config(config: Config, issues: IssueCollector, device: str | None
     for key, value in mapped.items():
         OmegaConf.update(merged, key, value, merge=True, force_add=True)
     _check_budgets(config, merged, issues)
+    gpus, sp = trainer_gpu_num(config), config.trainer.ulysses_sequence_parallel_size
+    if gpus and gpus % sp:
+        issues.add("trainer.ulysses_sequence_parallel_size", f"{sp} does not divide the trainer's {gpus} GPUs")
     return merged
 
 

@@ -23,6 +23,7 @@ model, optimizer, extra state) plus the HF export in ``<dir>/actor/huggingface``
 from __future__ import annotations
 
 import json
+import logging
 import math
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -33,12 +34,15 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from trinity.common.batch import Batch
+from trinity.config.check import trainer_gpu_num
 from trinity.config.schema import Config
 from trinity.engine.base import Metrics, TrainingEngine
 from trinity.engine.losses import LossFns, Totals, batch_totals, critic_micro_loss
 from trinity.plugins import Kind, resolve
 from trinity_verl import cpu
 from trinity_verl.config import verl_config
+
+logger = logging.getLogger(__name__)
 
 MICRO_BATCH_SIZES = (
     "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu",
@@ -106,6 +110,11 @@ class VerlTrainingEngine(TrainingEngine):
         else:
             cpu.world_of_one()
         self.verl: DictConfig = verl_config(config, self.device)
+        if trainer_gpu_num(config) > 1:
+            logger.warning(
+                "trinity-verl trains on one device (world size 1) for now; the other %d trainer GPUs stay idle",
+                trainer_gpu_num(config) - 1,
+            )
         # HF weights in every checkpoint: checkpoint weight sync and the next stage load them
         self.verl.actor_rollout_ref.actor.checkpoint.save_contents = ["model", "optimizer", "extra", "hf_model"]
         self.algorithm = resolve(Kind.ALGORITHM_TYPE, config.algorithm.algorithm_type)
