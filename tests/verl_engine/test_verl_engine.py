@@ -6,6 +6,7 @@ verl is not installed (the main environment), run where it is (see tests/verl/RE
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any
 
@@ -35,22 +36,27 @@ differences of near-zero gradients become a sizeable part of a step (measured: 1
 with fixed micro-batches, 1.1e-4 with dynamic ones, where the two engines group rows differently)."""
 
 
+def sampled(n: int = 12) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """``n`` (prompt, response) pairs: prompts of 5-7 and responses of 4-12 random tokens."""
+    gen = torch.Generator().manual_seed(0)
+    return [
+        (torch.randint(3, 500, (5 + i % 3,), generator=gen), torch.randint(3, 500, (4 + (3 * i) % 9,), generator=gen))
+        for i in range(n)
+    ]
+
+
 @pytest.fixture(scope="module")
 def batch() -> Batch:
-    """Twelve rows in three groups, prompts of 5-7 and responses of 4-12 tokens, rewards 1/0."""
-    gen = torch.Generator().manual_seed(0)
-    experiences = []
-    for i in range(12):
-        prompt = torch.randint(3, 500, (5 + i % 3,), generator=gen)
-        response = torch.randint(3, 500, (4 + (3 * i) % 9,), generator=gen)
-        experiences.append(
-            Experience(
-                tokens=torch.cat([prompt, response]),
-                prompt_length=len(prompt),
-                reward=float(i % 2),
-                eid=EID(batch=0, task=i // 4, run=i % 4),
-            )
+    """Twelve rows in three groups of four, rewards 1/0."""
+    experiences = [
+        Experience(
+            tokens=torch.cat([prompt, response]),
+            prompt_length=len(prompt),
+            reward=float(i % 2),
+            eid=EID(batch=0, task=i // 4, run=i % 4),
         )
+        for i, (prompt, response) in enumerate(sampled())
+    ]
     return Batch.from_experiences(experiences)
 
 
@@ -152,3 +158,22 @@ def test_checkpoint_in_verl_format_resumes(tiny_model_dir: Path, batch: Batch, t
     assert resumed.load_checkpoint(str(directory)) == 1
     resumed.train_step(prepared(resumed, config, batch))
     assert_close_weights(actor_weights(resumed), after_two)
+
+
+def test_dpo_pairs_match_the_torch_engine(tiny_model_dir: Path):
+    """Chosen/rejected rows stay paired in verl's fixed micro-batches: same loss, same update."""
+    rows = sampled()
+    pairs = [
+        Experience(tokens=prompt, prompt_length=len(prompt), chosen=chosen, rejected=rejected)
+        for (prompt, chosen), (_, rejected) in zip(rows[0::2], rows[1::2], strict=True)
+    ]
+    dpo = Batch.from_experiences(pairs)
+    configs = {name: make_config(tiny_model_dir, "dpo", name, **SGD) for name in ("verl", "torch")}
+    verl, reference = VerlTrainingEngine(configs["verl"]), TorchTrainingEngine(configs["torch"])
+    for _ in range(2):
+        verl_metrics, torch_metrics = verl.train_step(dpo), reference.train_step(dpo)
+        assert_close_metrics(verl_metrics, torch_metrics, "actor/")
+    assert verl_metrics["actor/dpo_loss"] < math.log(2)  # the second step sees the first one's update
+    assert_close_weights(actor_weights(verl), actor_weights(reference))
+    with pytest.raises(ValueError, match="DPO on trainer_type verl"):
+        VerlTrainingEngine(make_config(tiny_model_dir, "dpo", "verl", trainer__use_dynamic_bsz=True))

@@ -118,6 +118,11 @@ class VerlTrainingEngine(TrainingEngine):
         # HF weights in every checkpoint: checkpoint weight sync and the next stage load them
         self.verl.actor_rollout_ref.actor.checkpoint.save_contents = ["model", "optimizer", "extra", "hf_model"]
         self.algorithm = resolve(Kind.ALGORITHM_TYPE, config.algorithm.algorithm_type)
+        if self.algorithm.data_schema == "dpo" and (config.trainer.use_dynamic_bsz or self._odd_micro_batches()):
+            raise ValueError(
+                "DPO on trainer_type verl keeps chosen/rejected pairs in one micro-batch only with "
+                "trainer.use_dynamic_bsz: false and even micro-batch sizes"
+            )
         self.losses = LossFns.from_config(config)
         self.global_step = 0
         self._batch: Batch | None = None  # the batch of the update under way, for the loss callbacks
@@ -177,13 +182,18 @@ class VerlTrainingEngine(TrainingEngine):
     def _dp_size(self) -> int:
         return self.actor.actor.engine.get_data_parallel_size()
 
+    def _micro_batch_sizes(self) -> list[int]:
+        return [int(size) for size in (OmegaConf.select(self.verl, key) for key in MICRO_BATCH_SIZES) if size]
+
+    def _odd_micro_batches(self) -> bool:
+        return any(size % 2 for size in self._micro_batch_sizes())
+
     def _row_unit(self) -> int:
         """What a batch's row count must divide by: the DP size, times (without dynamic batching)
         every micro-batch size, since verl splits each rank's rows into equal micro-batches."""
         if self.config.trainer.use_dynamic_bsz:
             return self._dp_size()
-        sizes = [OmegaConf.select(self.verl, key) for key in MICRO_BATCH_SIZES]
-        return self._dp_size() * math.lcm(*(int(size) for size in sizes if size))
+        return self._dp_size() * math.lcm(*self._micro_batch_sizes())
 
     def _padded(self, batch: Batch) -> Batch:
         """``batch`` plus copies of row 0 with an empty response mask, to a multiple of ``_row_unit``."""
