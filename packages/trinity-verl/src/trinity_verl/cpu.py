@@ -18,13 +18,14 @@ is not forward-only) is ``trinity_verl.config.cpu_fields``.
 from __future__ import annotations
 
 import os
-import socket
 import types
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
 import torch
+
+from trinity_verl.distributed import init_process_group
 
 PLATFORM = "cpu"
 
@@ -182,26 +183,3 @@ def enable_cpu() -> None:
         except ValueError:  # none for this device yet (FSDP1, backend "fsdp", needs an accelerator)
             EngineRegistry.register(model_type, backend="fsdp2", device=PLATFORM)(engine)
     init_process_group("gloo")
-
-
-def world_of_one() -> None:
-    """The torch.distributed environment of a world of one (this process), unless torchrun
-    or Ray already set one up; verl's workers read it."""
-    os.environ.setdefault("RANK", "0")
-    os.environ.setdefault("LOCAL_RANK", "0")
-    os.environ.setdefault("WORLD_SIZE", "1")
-    os.environ.setdefault("LOCAL_WORLD_SIZE", "1")
-    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
-    if "MASTER_PORT" not in os.environ:
-        with socket.socket() as sock:
-            sock.bind(("127.0.0.1", 0))
-            os.environ["MASTER_PORT"] = str(sock.getsockname()[1])
-
-
-def init_process_group(backend: str) -> None:
-    if torch.distributed.is_initialized():
-        return
-    world_of_one()
-    torch.distributed.init_process_group(
-        backend=backend, rank=int(os.environ["RANK"]), world_size=int(os.environ["WORLD_SIZE"])
-    )

@@ -41,6 +41,7 @@ from trinity.engine.losses import LossFns, Totals, batch_totals, critic_micro_lo
 from trinity.plugins import Kind, resolve
 from trinity_verl import cpu
 from trinity_verl.config import verl_config
+from trinity_verl.distributed import init_process_group
 
 logger = logging.getLogger(__name__)
 
@@ -108,7 +109,7 @@ class VerlTrainingEngine(TrainingEngine):
         if self.device == "cpu":
             cpu.enable_cpu()
         else:
-            cpu.world_of_one()
+            init_process_group("cpu:gloo,cuda:nccl")
         self.verl: DictConfig = verl_config(config, self.device)
         if trainer_gpu_num(config) > 1:
             logger.warning(
