@@ -56,17 +56,17 @@ def direct(config: InferenceModelConfig, model: ModelConfig, prompts: list[str],
 
     engine = loop.run_until_complete(start())
 
-    async def one(prompt: list[int]) -> int:
+    async def one(engine: AsyncLLM, prompt: list[int]) -> int:
         outputs = [
             out async for out in engine.generate({"prompt_token_ids": prompt}, params, request_id=uuid.uuid4().hex)
         ]
         return sum(len(sample.token_ids) for sample in outputs[-1].outputs)
 
-    async def batch() -> int:
-        return sum(await asyncio.gather(*(one(p) for p in ids)))
+    async def batch(engine: AsyncLLM) -> int:
+        return sum(await asyncio.gather(*(one(engine, p) for p in ids)))
 
     try:
-        return best_rate(lambda: loop.run_until_complete(batch()), repeat)
+        return best_rate(lambda e=engine: loop.run_until_complete(batch(e)), repeat)
     finally:
         engine.shutdown()
         del engine  # now, not at interpreter exit, where AsyncLLM.__del__ fails
