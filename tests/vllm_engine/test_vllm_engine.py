@@ -76,6 +76,16 @@ def test_greedy_and_seeded_sampling_repeat(vllm_engine) -> None:
     assert first == again
 
 
+def test_stop_string_ends_text_before_it_and_tokens_after_it(vllm_engine) -> None:
+    greedy = SamplingArgs(temperature=0.0, max_tokens=16, min_tokens=16)
+    (full,) = vllm_engine.generate(PROMPTS[:1], greedy)[0]
+    stop = full.text[len(full.text) // 2 :][:2]
+    (cut,) = vllm_engine.generate(PROMPTS[:1], SamplingArgs(temperature=0.0, max_tokens=16, stop=[stop]))[0]
+    assert cut.finish_reason == "stop" and cut.text == full.text[: full.text.index(stop)]
+    assert cut.response_token_ids == full.response_token_ids[: len(cut.response_token_ids)]
+    assert stop in vllm_engine.prompts.tokenizer.decode(cut.response_token_ids)
+
+
 def test_chat_template_thinking_and_prompt_truncation(vllm_engine, tiny_model_dir: Path) -> None:
     messages = [{"role": "user", "content": "What is 12+7?"}]
     (completions,) = vllm_engine.chat([messages], SamplingArgs(n=2, max_tokens=4))
