@@ -45,3 +45,10 @@ def trinity_run(config: Path, *overrides: str, timeout: float = 600, **popen) ->
         cwd=config.parent,
         **popen,
     )
+
+
+def trinity_start(config: Path, *overrides: str, **popen) -> subprocess.Popen:
+    """``trinity run`` in the background, in a session of its own (a test may kill its processes)."""
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    command = [sys.executable, "-m", "trinity.cli", "run", "--config", str(config), *overrides]
+    return subprocess.Popen(command, env=env, cwd=config.parent, start_new_session=True, **popen)

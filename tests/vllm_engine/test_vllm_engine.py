@@ -15,7 +15,7 @@ from transformers import AutoModelForCausalLM  # noqa: E402
 
 from trinity.common.tiny_model import build_tiny_model  # noqa: E402
 from trinity.config.schema import InferenceModelConfig, ModelConfig  # noqa: E402
-from trinity.engine.base import SamplingArgs  # noqa: E402
+from trinity.engine.base import EngineCrashed, SamplingArgs  # noqa: E402
 from trinity.engine.prompts import PromptFormatter  # noqa: E402
 from trinity.explorer.model_wrapper import LocalEngineClient, ModelWrapper  # noqa: E402
 from trinity_vllm.engine import VLLMRolloutEngine  # noqa: E402
@@ -165,3 +165,12 @@ def test_unsupported_head_size_names_engine_and_cause(ray_session, tmp_path: Pat
     model = build_tiny_model(tmp_path / "head16", hidden_size=64, num_heads=4)  # head_dim 16
     with pytest.raises(EngineStartError, match=r"vllm engine .*head16.*head size 16.*CPU attention supports"):
         VLLMRolloutEngine(InferenceModelConfig(model_path=str(model)), ModelConfig(max_model_len=64))
+
+
+def test_a_dead_engine_actor_is_reported_as_a_crash(vllm_engine) -> None:
+    """Last: it kills the shared engine (whose teardown then finds it gone)."""
+    import ray
+
+    ray.kill(vllm_engine.server)
+    with pytest.raises(EngineCrashed, match=r"vllm engine .*Ray actor died \(generate\)"):
+        vllm_engine.generate(PROMPTS[:1], SamplingArgs(max_tokens=2))

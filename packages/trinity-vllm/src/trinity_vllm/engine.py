@@ -17,7 +17,7 @@ import torch
 from transformers import AutoTokenizer
 
 from trinity.config.schema import InferenceModelConfig, ModelConfig
-from trinity.engine.base import Completion, RolloutEngine, SamplingArgs
+from trinity.engine.base import Completion, EngineCrashed, RolloutEngine, SamplingArgs
 from trinity.engine.prompts import PromptFormatter
 from trinity_vllm.server import EngineStartError, VLLMServer
 
@@ -64,6 +64,8 @@ class VLLMRolloutEngine(RolloutEngine):
     def shutdown(self) -> None:
         try:
             ray.get(self.server.shutdown.remote())
+        except ray.exceptions.RayActorError:
+            pass  # already gone
         finally:
             ray.kill(self.server)
 
@@ -75,4 +77,4 @@ class VLLMRolloutEngine(RolloutEngine):
         except ray.exceptions.RayTaskError as exc:
             raise exc.cause from None
         except ray.exceptions.RayActorError as exc:
-            raise RuntimeError(f"{self.name}: its Ray actor died ({method}): {exc}") from None
+            raise EngineCrashed(f"{self.name}: its Ray actor died ({method}): {exc}") from None

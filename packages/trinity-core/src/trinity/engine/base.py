@@ -50,6 +50,11 @@ class Completion:
     model_version: int = 0
 
 
+class EngineCrashed(RuntimeError):
+    """A rollout engine's process died. Workflows do not retry it: the explorer's step
+    fails and the run stops (experiences already written stay in the buffer)."""
+
+
 class RolloutEngine(ABC):
     """Generates responses with logprobs; receives new weights from the trainer."""
 

@@ -2,7 +2,8 @@
 
 One long-lived event loop per explorer: async workflows run on it, sync ones on its
 thread pool. A workflow that hangs past ``max_timeout`` is abandoned (its thread cannot be
-killed) and the batch goes on; ``runner_per_model`` workflows run at once per engine.
+killed) and the batch goes on; ``runner_per_model`` workflows run at once per engine. A
+crashed engine (``EngineCrashed``) is not retried: the batch raises it.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from typing import Any
 
 from trinity.common.experience import EID, Experience, Task
 from trinity.config.schema import Config, InferenceModelConfig
-from trinity.engine.base import SamplingArgs
+from trinity.engine.base import EngineCrashed, SamplingArgs
 from trinity.explorer.model_wrapper import LocalEngineClient, ModelWrapper
 from trinity.plugins import Kind, resolve
 
@@ -46,6 +47,9 @@ class TaskRunner:
             *(self._run_task(task, i % len(self.engines), batch_id, limit) for i, task in enumerate(tasks)),
             return_exceptions=True,
         )
+        crashed = next((r for r in results if isinstance(r, EngineCrashed)), None)
+        if crashed is not None:
+            raise crashed
         experiences: list[Experience] = []
         failures = 0
         for result in results:
@@ -80,6 +84,8 @@ class TaskRunner:
                 )
                 return await asyncio.wait_for(workflow.run_async(), explorer.max_timeout)
             except Exception as exc:  # retried, then reported; the step goes on
+                if (crash := _engine_crash(exc)) is not None:
+                    raise crash from None  # but not against a dead engine
                 reason = (
                     f"timed out after {explorer.max_timeout} s"
                     if isinstance(exc, asyncio.TimeoutError)
@@ -114,6 +120,13 @@ class TaskRunner:
             ModelWrapper(clients[0], self._sampling(task, model, 1))
             for model, clients in zip(models, self.auxiliary, strict=True)
         ]
+
+
+def _engine_crash(error: BaseException | None) -> EngineCrashed | None:
+    """The ``EngineCrashed`` behind an error, if any (a workflow may wrap what it caught)."""
+    while error is not None and not isinstance(error, EngineCrashed):
+        error = error.__cause__ or error.__context__
+    return error
 
 
 def _first(*values: Any) -> Any:
