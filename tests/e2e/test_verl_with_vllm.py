@@ -1,0 +1,38 @@
+"""The pairing GPU users run: the verl training engine with the vLLM rollout engine, in one
+environment (verl 0.9.1 with vllm-cpu 0.31 here). Skipped unless both are installed."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+from e2e_helpers import trinity_run, write_experiment
+from test_run import JOB, assert_ok, metrics
+
+pytest.importorskip("verl")
+pytest.importorskip("vllm")
+
+os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")  # GiB, for the run's engine
+
+
+def test_grpo_with_verl_trainer_and_vllm_explorer(tmp_path, tiny_model_dir, arithmetic_data):
+    config = write_experiment(
+        tmp_path,
+        tiny_model_dir,
+        arithmetic_data,
+        "trainer.trainer_type=verl",
+        "explorer.rollout_model.engine_type=vllm",
+        "explorer.rollout_model.enforce_eager=true",
+        "buffer.batch_size=4",
+        "algorithm.repeat_times=4",
+        "buffer.total_steps=3",
+    )
+    result = trinity_run(config)
+    assert_ok(result)
+    assert [r["rollout/experience_count"] for r in metrics(tmp_path, "explorer")] == [16, 16, 16]
+    trained = metrics(tmp_path, "trainer")
+    assert [r["step"] for r in trained] == [1, 2, 3]
+    assert all("actor/pg_loss" in r and "actor/grad_norm" in r for r in trained)
+    # The verl engine's weights reached vLLM after every step.
+    assert "weights of version 2 loaded" in result.stdout + result.stderr
+    assert (tmp_path / JOB / "global_step_3" / "actor" / "huggingface" / "config.json").is_file()
