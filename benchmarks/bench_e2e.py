@@ -33,7 +33,9 @@ def prepare(root: Path) -> tuple[Path, Path]:
     from trinity.common.tiny_model import build_tiny_model
 
     model = build_tiny_model(root / "model", hidden_size=256, num_layers=4, intermediate_size=512)
-    subprocess.run([sys.executable, str(QUICKSTART / "make_data.py"), str(root / "data")], check=True, capture_output=True)
+    subprocess.run(
+        [sys.executable, str(QUICKSTART / "make_data.py"), str(root / "data")], check=True, capture_output=True
+    )
     return model, root / "data"
 
 
@@ -71,7 +73,9 @@ def run_seconds(config: Path, steps: int) -> float:
     return time.perf_counter() - started
 
 
-def trinity_step_seconds(root: Path, model: Path, data: Path, name: str, *changes: str, short: int = 2, long: int = 6) -> float:
+def trinity_step_seconds(
+    root: Path, model: Path, data: Path, name: str, *changes: str, short: int = 2, long: int = 6
+) -> float:
     times = [run_seconds(experiment(root, model, data, f"{name}_{n}", *changes), n) for n in (short, long)]
     return (times[1] - times[0]) / (long - short)
 
@@ -80,13 +84,16 @@ def direct_step_seconds(model_dir: Path, steps: int = 4) -> float:
     """The same work without trinity: one process, transformers generate, a GRPO update."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
+
     from trinity_workflows.rewards import math_reward
 
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     model = AutoModelForCausalLM.from_pretrained(model_dir)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
     prompts = [
-        tokenizer.apply_chat_template([{"role": "user", "content": f"{a}+{a}="}], tokenize=False, add_generation_prompt=True)
+        tokenizer.apply_chat_template(
+            [{"role": "user", "content": f"{a}+{a}="}], tokenize=False, add_generation_prompt=True
+        )
         for a in range(PROMPTS)
     ]
     inputs = tokenizer(prompts, return_tensors="pt", padding=True)
@@ -95,15 +102,23 @@ def direct_step_seconds(model_dir: Path, steps: int = 4) -> float:
         started = time.perf_counter()
         with torch.no_grad():
             out = model.generate(
-                **inputs, do_sample=True, num_return_sequences=SAMPLES, max_new_tokens=TOKENS, min_new_tokens=TOKENS - 1,
-                pad_token_id=tokenizer.pad_token_id, return_dict_in_generate=True, output_logits=True,
+                **inputs,
+                do_sample=True,
+                num_return_sequences=SAMPLES,
+                max_new_tokens=TOKENS,
+                min_new_tokens=TOKENS - 1,
+                pad_token_id=tokenizer.pad_token_id,
+                return_dict_in_generate=True,
+                output_logits=True,
             )
         width = inputs["input_ids"].shape[1]
         responses = out.sequences[:, width:]
         old = torch.stack(out.logits, 1).log_softmax(-1).gather(-1, responses.unsqueeze(-1)).squeeze(-1)
         texts = tokenizer.batch_decode(responses, skip_special_tokens=True)
         truths = [str(2 * a) for a in range(PROMPTS) for _ in range(SAMPLES)]
-        rewards = torch.tensor([sum(math_reward(response=t, truth=y).values()) for t, y in zip(texts, truths)])
+        rewards = torch.tensor(
+            [sum(math_reward(response=t, truth=y).values()) for t, y in zip(texts, truths, strict=True)]
+        )
         rewards = rewards.view(PROMPTS, SAMPLES)
         advantages = ((rewards - rewards.mean(1, keepdim=True)) / (rewards.std(1, keepdim=True) + 1e-6)).view(-1, 1)
         mask = (responses != tokenizer.pad_token_id).float()
@@ -123,12 +138,18 @@ def direct_step_seconds(model_dir: Path, steps: int = 4) -> float:
 def overhead(root: Path, model: Path, data: Path) -> None:
     direct = direct_step_seconds(model)
     through = trinity_step_seconds(root, model, data, "overhead", "synchronizer.sync_offset=0")
-    print(f"overhead: direct {direct:.3f} s/step, trinity {through:.3f} s/step, ratio {through / direct:.3f} (target <= 1.05)")
+    print(
+        f"overhead: direct {direct:.3f} s/step, trinity {through:.3f} s/step, ratio {through / direct:.3f} (target <= 1.05)"
+    )
 
 
 def async_speedup(root: Path, model: Path, data: Path) -> None:
-    alternating = trinity_step_seconds(root, model, data, "alternate", "synchronizer.sync_offset=0", "cluster.cpu_threads=1")
-    overlapping = trinity_step_seconds(root, model, data, "overlap", "synchronizer.sync_offset=1", "cluster.cpu_threads=1")
+    alternating = trinity_step_seconds(
+        root, model, data, "alternate", "synchronizer.sync_offset=0", "cluster.cpu_threads=1"
+    )
+    overlapping = trinity_step_seconds(
+        root, model, data, "overlap", "synchronizer.sync_offset=1", "cluster.cpu_threads=1"
+    )
     print(
         f"async: alternating {60 / alternating:.1f} steps/min, overlapping {60 / overlapping:.1f} steps/min, "
         f"speed-up {alternating / overlapping:.2f} (target >= 1.8)"
@@ -141,8 +162,12 @@ def startup(root: Path, model: Path, data: Path) -> None:
     config = experiment(root, model, data, "startup", "buffer.total_steps=1")
     metrics = root / "ckpt" / "quickstart" / "startup" / "monitor" / "explorer.jsonl"
     started = time.perf_counter()
-    process = subprocess.Popen([sys.executable, "-m", "trinity.cli", "run", "--config", str(config)], cwd=root,
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "trinity.cli", "run", "--config", str(config)],
+        cwd=root,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     while not (metrics.is_file() and metrics.read_text().strip()):
         time.sleep(0.01)
     seen = time.perf_counter() - started
