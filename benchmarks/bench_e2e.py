@@ -154,6 +154,23 @@ def async_speedup(root: Path, model: Path, data: Path) -> None:
         f"async: alternating {60 / alternating:.1f} steps/min, overlapping {60 / overlapping:.1f} steps/min, "
         f"speed-up {alternating / overlapping:.2f} (target >= 1.8)"
     )
+    # Overlap cannot beat the slower role: the bound is (explore + train) / max(explore, train).
+    explore, train = (role_step_seconds(root, "alternate_6", role, key) for role, key in ROLE_TIMERS)
+    print(
+        f"async: per step explore {explore:.2f} s, train {train:.2f} s (one thread each): "
+        f"the best overlap could give is {(explore + train) / max(explore, train):.2f}"
+    )
+
+
+ROLE_TIMERS = (("explorer", "time/explore_step"), ("trainer", "time/train_step"))
+
+
+def role_step_seconds(root: Path, name: str, role: str, key: str) -> float:
+    """Mean of a role's per-step timer in a finished run, its first step (warm-up) left out."""
+    from trinity.monitor.console import read_jsonl
+
+    values = [r[key] for r in read_jsonl(root / "ckpt" / "quickstart" / name / "monitor" / f"{role}.jsonl")][1:]
+    return sum(values) / len(values)
 
 
 def startup(root: Path, model: Path, data: Path) -> None:
