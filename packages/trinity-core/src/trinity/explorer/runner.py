@@ -11,11 +11,11 @@ from __future__ import annotations
 import asyncio
 import logging
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
 
 from trinity.common.experience import EID, Experience, Task
 from trinity.config.schema import Config, InferenceModelConfig
 from trinity.engine.base import EngineCrashed, SamplingArgs
+from trinity.engine.prompts import first as _first
 from trinity.explorer.model_wrapper import LocalEngineClient, ModelWrapper
 from trinity.plugins import Kind, resolve
 
@@ -127,7 +127,3 @@ def _engine_crash(error: BaseException | None) -> EngineCrashed | None:
     while error is not None and not isinstance(error, EngineCrashed):
         error = error.__cause__ or error.__context__
     return error
-
-
-def _first(*values: Any) -> Any:
-    return next((v for v in values if v is not None), None)

@@ -124,6 +124,11 @@ class Trainer:
             return SupervisedReader(storage, self.config.model, schema, self.config.buffer.seed)
         return open_experience_reader(storage, self.name, auto_commit=False, namespace=self.config.ray_namespace)
 
+    @property
+    def readers(self) -> list:
+        """The rollout reader and, with expert data, the expert reader."""
+        return [r for r in (self.reader, self.expert_reader) if r is not None]
+
     def run(self) -> dict[str, Any]:
         """Train until ``total_steps`` or the end of the buffer; returns a summary."""
         total = self.config.trainer.total_steps
@@ -239,14 +244,12 @@ class Trainer:
         if self.expert_reader is not None:
             meta["expert_reader"] = self.expert_reader.state_dict()
         write_json(trainer_meta_path(self.config), meta)
-        for reader in (self.reader, self.expert_reader):
-            if reader is not None:
-                reader.commit()
+        for reader in self.readers:
+            reader.commit()
         self.saved_step = self.step
         logger.info("%s: saved %s", self.name, target)
 
     def shutdown(self) -> None:
-        for reader in (self.reader, self.expert_reader):
-            if reader is not None:
-                reader.close()
+        for reader in self.readers:
+            reader.close()
         self.monitor.close()
