@@ -34,21 +34,19 @@ def write_experiment(tmp_path: Path, model: Path, data: Path, *changes: str, sta
     return path
 
 
+def _trinity(config: Path, overrides: tuple[str, ...]) -> dict:
+    """What both ways of running ``trinity run`` on ``config`` share: command, env, cwd."""
+    return {
+        "args": [sys.executable, "-m", "trinity.cli", "run", "--config", str(config), *overrides],
+        "env": {**os.environ, "PYTHONUNBUFFERED": "1"},
+        "cwd": config.parent,
+    }
+
+
 def trinity_run(config: Path, *overrides: str, timeout: float = 600, **popen) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    return subprocess.run(
-        [sys.executable, "-m", "trinity.cli", "run", "--config", str(config), *overrides],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env=env,
-        cwd=config.parent,
-        **popen,
-    )
+    return subprocess.run(**_trinity(config, overrides), capture_output=True, text=True, timeout=timeout, **popen)
 
 
 def trinity_start(config: Path, *overrides: str, **popen) -> subprocess.Popen:
     """``trinity run`` in the background, in a session of its own (a test may kill its processes)."""
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    command = [sys.executable, "-m", "trinity.cli", "run", "--config", str(config), *overrides]
-    return subprocess.Popen(command, env=env, cwd=config.parent, start_new_session=True, **popen)
+    return subprocess.Popen(**_trinity(config, overrides), start_new_session=True, **popen)

@@ -5,13 +5,12 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
 import textwrap
 import time
 from pathlib import Path
 
 import pytest
-from e2e_helpers import trinity_run, write_experiment
+from e2e_helpers import trinity_run, trinity_start, write_experiment
 
 from trinity.common.files import read_json
 from trinity.monitor.console import read_jsonl
@@ -81,14 +80,7 @@ def test_async_explorer_and_trainer_processes_exchange_data_and_weights(tmp_path
     train = write_experiment(tmp_path / "t", tiny_model_dir, arithmetic_data, "mode=train", *common)
     # Both processes must name the same experiment directory (the buffer and weights live there).
     train.write_text(train.read_text().replace(str(tmp_path / "t" / "ckpt"), str(tmp_path / "e" / "ckpt")))
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    trainer = subprocess.Popen(
-        [sys.executable, "-m", "trinity.cli", "run", "--config", str(train)],
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
+    trainer = trinity_start(train, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     explorer = trinity_run(explore)
     assert_ok(explorer)
     out, _ = trainer.communicate(timeout=300)
@@ -114,14 +106,7 @@ def test_trainer_killed_mid_run_resumes_from_its_checkpoint(tmp_path, tiny_model
         tmp_path, tiny_model_dir, arithmetic_data, "mode=train", "trainer.save_interval=2", *common
     )
     meta = tmp_path / JOB / "meta" / "trainer.json"
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    first = subprocess.Popen(
-        [sys.executable, "-m", "trinity.cli", "run", "--config", str(train)],
-        env=env,
-        start_new_session=True,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+    first = trinity_start(train, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 240
     while not (meta.is_file() and read_json(meta)["step"] >= 2):
         assert first.poll() is None and time.monotonic() < deadline, "the trainer never saved a checkpoint"

@@ -7,20 +7,9 @@ from pathlib import Path
 
 import pytest
 from e2e_helpers import trinity_run, write_experiment
-
-from trinity.monitor.console import read_jsonl
+from test_run import JOB, assert_ok, metrics
 
 pytest.importorskip("verl")
-
-JOB = Path("ckpt") / "quickstart" / "arithmetic"
-
-
-def assert_ok(result) -> None:
-    assert result.returncode == 0, f"stdout:\n{result.stdout[-3000:]}\nstderr:\n{result.stderr[-5000:]}"
-
-
-def trainer_metrics(tmp_path: Path, job: Path = JOB) -> list[dict]:
-    return read_jsonl(tmp_path / job / "monitor" / "trainer.jsonl")
 
 
 def assert_verl_checkpoint(step_dir: Path, *roles: str) -> None:
@@ -45,13 +34,13 @@ def test_sft_then_grpo_train_through_verl(tmp_path, tiny_model_dir, arithmetic_d
         stages=True,
     )
     assert_ok(trinity_run(config))
-    sft = trainer_metrics(tmp_path, JOB / "sft_warmup")
+    sft = metrics(tmp_path, "trainer", JOB / "sft_warmup")
     assert [r["step"] for r in sft] == list(range(1, 11))
     assert sft[-1]["actor/sft_loss"] < 0.75 * sft[0]["actor/sft_loss"]
-    grpo = trainer_metrics(tmp_path, JOB / "grpo")
+    grpo = metrics(tmp_path, "trainer", JOB / "grpo")
     assert [r["step"] for r in grpo] == [1, 2, 3]
     assert any(r["actor/grad_norm"] > 0 for r in grpo)  # some group had differing rewards
-    explorer = read_jsonl(tmp_path / JOB / "grpo" / "monitor" / "explorer.jsonl")
+    explorer = metrics(tmp_path, "explorer", JOB / "grpo")
     assert [r["step"] for r in explorer] == [1, 2, 3]
     assert_verl_checkpoint(tmp_path / JOB / "grpo" / "global_step_3", "actor")
 
@@ -61,12 +50,12 @@ def test_ppo_with_critic_trains_saves_and_resumes_through_verl(tmp_path, tiny_mo
     changes += ("buffer.batch_size=4", "trainer.save_interval=2")
     config = write_experiment(tmp_path, tiny_model_dir, arithmetic_data, *changes, "buffer.total_steps=2")
     assert_ok(trinity_run(config))
-    first = trainer_metrics(tmp_path)
+    first = metrics(tmp_path, "trainer")
     assert [r["step"] for r in first] == [1, 2]
     assert all("critic/vf_loss" in r and "actor/pg_loss" in r for r in first)  # rewards 0: no signal yet
     assert_verl_checkpoint(tmp_path / JOB / "global_step_2", "actor", "critic")
 
     assert_ok(trinity_run(config, "buffer.total_steps=3", "continue_from_checkpoint=true"))
-    resumed = trainer_metrics(tmp_path)
+    resumed = metrics(tmp_path, "trainer")
     assert [r["step"] for r in resumed] == [1, 2, 3]  # step 3 continued from global_step_2
     assert_verl_checkpoint(tmp_path / JOB / "global_step_3", "actor", "critic")
