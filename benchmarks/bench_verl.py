@@ -44,6 +44,7 @@ def make_batch(rows: int, prompt: int, response: int, seed: int = 0) -> Batch:
 
 def make_config(model_dir: str, engine: str, micro_batch: int) -> Config:
     config = Config(mode="train")
+    config.cluster.gpu_per_node = 1  # one device, as the torch engine
     config.model.model_path = model_dir
     config.algorithm.algorithm_type = "grpo"
     config.algorithm.kl_loss_fn = "low_var_kl"

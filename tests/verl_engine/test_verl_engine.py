@@ -1,11 +1,12 @@
 """The verl FSDP engine on a CPU against the torch reference engine: same batch, same numbers.
 
-Real verl 0.9.1 workers (FSDP2, gloo, world size 1) and the real tiny model; skipped where
+Real verl 0.9.1 workers (FSDP2, gloo; world size 1, and 2 as Ray actors) and the real tiny model; skipped where
 verl is not installed (the main environment), run where it is (see tests/verl/README.md).
 """
 
 from __future__ import annotations
 
+import itertools
 import math
 from pathlib import Path
 from typing import Any
@@ -34,6 +35,7 @@ SGD = {
 """Updates are compared under SGD: AdamW divides each gradient by its own scale, so rounding-level
 differences of near-zero gradients become a sizeable part of a step (measured: 1.4e-5 at lr 1e-3
 with fixed micro-batches, 1.1e-4 with dynamic ones, where the two engines group rows differently)."""
+KL = {**SGD, "algorithm__kl_loss_fn": "low_var_kl"}
 
 
 def sampled(n: int = 12) -> list[tuple[torch.Tensor, torch.Tensor]]:
@@ -91,7 +93,7 @@ def masked_diff(a: torch.Tensor, b: torch.Tensor, batch: Batch) -> float:
 
 @pytest.mark.parametrize("dynamic", [False, True], ids=["micro_batches", "dynamic_bsz"])
 def test_logprobs_and_one_grpo_update_match_the_torch_engine(tiny_model_dir: Path, batch: Batch, dynamic: bool):
-    fields = {**SGD, "algorithm__kl_loss_fn": "low_var_kl", "trainer__use_dynamic_bsz": dynamic}
+    fields = {**KL, "trainer__use_dynamic_bsz": dynamic}
     if dynamic:
         fields["trainer__max_token_len_per_gpu"] = 64
     configs = {name: make_config(tiny_model_dir, engine=name, **fields) for name in ("verl", "torch")}
@@ -125,18 +127,49 @@ def test_ppo_critic_values_and_update_match_the_torch_engine(tiny_model_dir: Pat
     assert masked_diff(verl.compute_values(batch), reference.compute_values(batch), batch) < TOLERANCE
 
 
-def test_padding_to_the_data_parallel_size_changes_nothing(tiny_model_dir: Path, batch: Batch, monkeypatch):
-    """12 rows on 5 "ranks" of micro-batches of 4: 8 filler rows with empty masks; the loss,
-    gradient and update are those of the 12 rows."""
-    config = make_config(tiny_model_dir, engine="verl", **SGD)
-    plain, padded = VerlTrainingEngine(config), VerlTrainingEngine(config)
-    monkeypatch.setattr(padded, "_dp_size", lambda: 5)
-    assert padded._padded(batch).batch_size == 20
-    assert torch.equal(padded.compute_logprobs(batch), plain.compute_logprobs(batch))
-    plain_metrics = plain.train_step(prepared(plain, config, batch))
-    padded_metrics = padded.train_step(prepared(padded, config, batch))
-    assert_close_metrics(padded_metrics, plain_metrics, "actor/")
-    assert_close_weights(actor_weights(padded), actor_weights(plain))
+@pytest.mark.parametrize("dynamic", [False, True], ids=["micro_batches", "dynamic_bsz"])
+def test_two_ranks_train_an_odd_batch_as_one_rank_does(tiny_model_dir: Path, batch: Batch, dynamic: bool, ray_session):
+    """A real world of two gloo ranks (Ray actors, FSDP2 shards): 11 rows, padded to 16 (two ranks
+    x micro-batches of 4; 12 with dynamic batching) with fully masked rows; log-probs, loss
+    metrics and the update are those of one rank on the 11 rows (measured: log-probs 0 / 5e-7,
+    metrics 2e-6, SGD weights 1e-8; under AdamW the weights differ by 3e-7 / 9e-6)."""
+    odd = batch.select(range(11))
+    fields = {**KL, "trainer__use_dynamic_bsz": dynamic, "trainer__max_token_len_per_gpu": 64 if dynamic else None}
+    one, two = (make_config(tiny_model_dir, engine="verl", cluster__gpu_per_node=n, **fields) for n in (1, 2))
+    single, double = VerlTrainingEngine(one), VerlTrainingEngine(two)
+    assert single.ranks.size == 1 and double.ranks.size == 2
+    assert [p.batch_size for p in double.ranks.call("padded", odd)] == [12 if dynamic else 16] * 2
+    assert masked_diff(double.compute_logprobs(odd), single.compute_logprobs(odd), odd) < TOLERANCE
+    assert masked_diff(double.compute_ref_logprobs(odd), single.compute_ref_logprobs(odd), odd) < TOLERANCE
+
+    single_metrics = single.train_step(prepared(single, one, odd))
+    double_metrics = double.train_step(prepared(double, two, odd))
+    assert_close_metrics(double_metrics, single_metrics, "actor/")
+    assert single_metrics["actor/pg_loss"] != 0 and single_metrics["actor/grad_norm"] > 0
+    assert_close_weights(actor_weights(double), actor_weights(single))
+
+
+def test_two_ranks_save_and_resume_without_hf_weights(tiny_model_dir: Path, batch: Batch, tmp_path: Path, ray_session):
+    """PPO with a critic on two ranks: each rank saves its shards; a checkpoint saved without HF
+    weights (``trainer.save_hf_checkpoint`` other than ``always``) resumes all the same."""
+    config = make_config(tiny_model_dir, "ppo", "verl", cluster__gpu_per_node=2, **SGD)
+    first = VerlTrainingEngine(config)
+    first.train_step(prepared(first, config, batch))
+    directory = tmp_path / "global_step_1"
+    first.save_checkpoint(str(directory), step=1, hf_weights=False)
+    first.train_step(prepared(first, config, batch))
+    after_two = actor_weights(first)
+    first.ranks.shutdown()
+
+    for role, rank in itertools.product(("actor", "critic"), (0, 1)):
+        assert (directory / role / f"model_world_size_2_rank_{rank}.pt").is_file()
+        assert (directory / role / f"optim_world_size_2_rank_{rank}.pt").is_file()
+    assert not list((directory / "actor" / "huggingface").glob("*.safetensors"))
+
+    resumed = VerlTrainingEngine(config)
+    assert resumed.load_checkpoint(str(directory)) == 1
+    resumed.train_step(prepared(resumed, config, batch))
+    assert_close_weights(actor_weights(resumed), after_two)
 
 
 def test_checkpoint_in_verl_format_resumes(tiny_model_dir: Path, batch: Batch, tmp_path: Path):

@@ -7,9 +7,10 @@ only. ``enable_cpu()`` supplies what is missing, before any verl engine module i
 - a ``cpu`` platform in verl's ``PlatformRegistry``, made current, whose device module adds
   the calls verl makes that ``torch.cpu`` lacks (memory statistics, RNG state, caches);
 - verl's FSDP engines (``FSDPEngineWithLMHead``, ``FSDPEngineWithValueHead``) registered
-  for device ``cpu``, backend ``fsdp2``, in its ``EngineRegistry`` (FSDP1 needs an accelerator);
-- a plain ``gloo`` process group (verl would ask for ``cpu:gloo,cpu:gloo``, which torch
-  rejects).
+  for device ``cpu``, backend ``fsdp2``, in its ``EngineRegistry`` (FSDP1 needs an accelerator).
+
+The engine then joins a plain ``gloo`` process group (verl would ask for ``cpu:gloo,cpu:gloo``,
+which torch rejects).
 
 The config side (FSDP2, fp32, sdpa attention, no ``torch.compile``, a reference engine that
 is not forward-only) is ``trinity_verl.config.cpu_fields``.
@@ -24,8 +25,6 @@ from contextlib import contextmanager
 from typing import Any
 
 import torch
-
-from trinity_verl.distributed import init_process_group
 
 PLATFORM = "cpu"
 
@@ -165,7 +164,7 @@ def _platform_class() -> type:
 
 
 def enable_cpu() -> None:
-    """Make verl train on the CPU in this process (idempotent). Call before building workers."""
+    """Make verl train on the CPU in this process (idempotent). Call before importing verl's engines."""
     os.environ["VERL_PLATFORM"] = PLATFORM  # read by get_platform here and in processes this one starts
     from verl.plugin.platform import PlatformRegistry, get_platform, set_platform
 
@@ -182,4 +181,3 @@ def enable_cpu() -> None:
             EngineRegistry.get_engine_cls(model_type, "fsdp2")
         except ValueError:  # none for this device yet (FSDP1, backend "fsdp", needs an accelerator)
             EngineRegistry.register(model_type, backend="fsdp2", device=PLATFORM)(engine)
-    init_process_group("gloo")
