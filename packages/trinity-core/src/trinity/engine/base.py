@@ -130,9 +130,10 @@ class TrainingEngine(ABC):
         """Critic values ``[B, R]`` (GAE advantages need them before ``train_step``)."""
 
     @abstractmethod
-    def save_checkpoint(self, directory: str, step: int) -> None:
-        """Weights (HF format, actor in ``<directory>/actor/huggingface``), optimizer and
-        scheduler state under ``directory``."""
+    def save_checkpoint(self, directory: str, step: int, hf_weights: bool = True) -> None:
+        """Weights, optimizer and scheduler state under ``directory``; the actor's weights in HF
+        format in ``<directory>/actor/huggingface`` at least when ``hf_weights`` (the trainer's
+        reading of ``trainer.save_hf_checkpoint``; an engine whose only format is HF ignores it)."""
 
     @abstractmethod
     def load_checkpoint(self, directory: str) -> int:

@@ -331,7 +331,7 @@ class TorchTrainingEngine(TrainingEngine):
             parts.append(("critic", self.critic, self.critic_optimizer, self.critic_scheduler))
         return parts
 
-    def save_checkpoint(self, directory: str, step: int) -> None:
+    def save_checkpoint(self, directory: str, step: int, hf_weights: bool = True) -> None:
         for name, model, optimizer, scheduler in self._parts():
             root = Path(directory) / name
             model.save_pretrained(root / HF_SUBDIR)

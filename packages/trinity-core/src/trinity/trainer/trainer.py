@@ -5,7 +5,8 @@ buffer when the sample strategy asks, as ``mix`` does), turns them into a batch 
 strategy, adds values / reference logprobs, the KL reward penalty and advantages where
 the algorithm computes them trainer-side, and runs one engine step. Weights are published
 every ``sync_interval`` steps; checkpoints are saved every ``save_interval`` steps and at
-the end.
+the end, with the actor's HF weights in each (``trainer.save_hf_checkpoint: always``), in the
+last (``last``, the default: bench mode and the next stage read them) or in none (``never``).
 
 Resume contract: a checkpoint is written, then the metadata naming it together with the
 buffer reader's position, then the reader commits. A crash anywhere restarts from the
@@ -50,14 +51,19 @@ def checkpoint_dir(config: Config, step: int) -> Path:
     return Path(config.checkpoint_job_dir) / f"global_step_{step}"
 
 
+def has_hf_weights(checkpoint: Path) -> bool:
+    """Whether a checkpoint holds the actor's HF weights (verl writes the config and tokenizer
+    there either way; ``trainer.save_hf_checkpoint`` decides about the weights)."""
+    return any((checkpoint / HF_WEIGHTS_SUBDIR).glob("*.safetensors"))
+
+
 def saved_checkpoints(config: Config) -> list[tuple[int, Path]]:
-    """``(step, HF weights dir)`` of every complete checkpoint of the experiment, by step."""
+    """``(step, HF weights dir)`` of every checkpoint of the experiment with HF weights, by step."""
     found = []
     for path in Path(config.checkpoint_job_dir).glob("global_step_*"):
         step = path.name.removeprefix("global_step_")
-        weights = path / HF_WEIGHTS_SUBDIR
-        if step.isdigit() and (weights / "config.json").is_file():
-            found.append((int(step), weights))
+        if step.isdigit() and has_hf_weights(path):
+            found.append((int(step), path / HF_WEIGHTS_SUBDIR))
     return sorted(found)
 
 
@@ -107,9 +113,11 @@ class Trainer:
         self.sync = resolve(Kind.SYNC_METHOD, config.synchronizer.sync_method)(config)
         self.step = 0
         self.saved_step = 0
+        self.saved_hf = True  # whether the last checkpoint holds HF weights
         meta = read_json(trainer_meta_path(config)) if config.continue_from_checkpoint else None
         if meta:
             self.step = self.saved_step = self.engine.load_checkpoint(meta["checkpoint"])
+            self.saved_hf = has_hf_weights(Path(meta["checkpoint"]))
             self.reader.load_state_dict(meta["reader"])
             if self.expert_reader is not None:
                 self.expert_reader.load_state_dict(meta["expert_reader"])
@@ -152,12 +160,12 @@ class Trainer:
                     self.publish()
             if save_interval and self.step % save_interval == 0:
                 with timer(metrics, "save_checkpoint"):
-                    self.save()
+                    self.save(final=self.step == total)
             self.monitor.log(metrics, self.step)
         if self.step % self.config.synchronizer.sync_interval:
             self.publish()
-        if self.step != self.saved_step:
-            self.save()
+        if self.step != self.saved_step or (self.hf_weights(final=True) and not self.saved_hf):
+            self.save(final=True)
         model_path = checkpoint_dir(self.config, self.step) / HF_WEIGHTS_SUBDIR
         return {
             "role": self.name,
@@ -234,19 +242,25 @@ class Trainer:
     def publish(self) -> None:
         self.sync.publish(self.engine.weights_for_sync(), self.step)
 
-    def save(self) -> None:
+    def hf_weights(self, final: bool) -> bool:
+        """Whether a checkpoint gets the actor's HF weights: ``trainer.save_hf_checkpoint``
+        ``always``, or ``last`` for the run's final one (the next stage and bench mode read them)."""
+        policy = self.config.trainer.save_hf_checkpoint
+        return policy == "always" or (policy == "last" and final)
+
+    def save(self, final: bool = False) -> None:
         """Checkpoint, then the metadata naming it and the reader position, then commit."""
         target = checkpoint_dir(self.config, self.step)
         with save_guard(self.config):
             shutil.rmtree(target, ignore_errors=True)
-            self.engine.save_checkpoint(str(target), self.step)
+            self.engine.save_checkpoint(str(target), self.step, self.hf_weights(final))
         meta = {"step": self.step, "checkpoint": str(target), "reader": self.reader.state_dict()}
         if self.expert_reader is not None:
             meta["expert_reader"] = self.expert_reader.state_dict()
         write_json(trainer_meta_path(self.config), meta)
         for reader in self.readers:
             reader.commit()
-        self.saved_step = self.step
+        self.saved_step, self.saved_hf = self.step, has_hf_weights(target)
         logger.info("%s: saved %s", self.name, target)
 
     def shutdown(self) -> None:
