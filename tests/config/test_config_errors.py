@@ -134,6 +134,14 @@ def test_sync_method_must_suit_the_mode(tmp_path):
     assert "mode 'train' runs them apart: use checkpoint" in found["synchronizer.sync_method"]
 
 
+def test_nccl_sync_needs_vllm_engines(tmp_path):
+    found = issues_of(write(tmp_path), ["synchronizer.sync_method=nccl"])
+    assert found["synchronizer.sync_method"] == (
+        "'nccl' broadcasts into vLLM engines only (explorer.rollout_model.engine_type is 'transformers'); "
+        "use memory (mode both) or checkpoint, which work with every engine"
+    )
+
+
 def test_queue_buffer_gets_a_file_when_processes_are_apart(tmp_path):
     cfg = load_config(write(tmp_path), ["mode=explore"])
     assert cfg.synchronizer.sync_method == "checkpoint"

@@ -18,6 +18,7 @@ from typing import Any
 from trinity.common.files import read_json, write_json
 from trinity.config import load_stage_configs
 from trinity.config.schema import Config
+from trinity.plugins import Kind, resolve
 
 logger = logging.getLogger(__name__)
 
@@ -106,14 +107,11 @@ def _start_shared_actors(config: Config) -> list:
     """The actors explorer and trainer meet through, created before either starts.
 
     Two roles racing to create one named actor could each get their own; so the launcher
-    creates the weight store (memory sync) and the in-memory experience queue (a queue
-    with no path) first, fresh for the run, and removes them at the end.
+    creates the sync method's actors (memory: the weight store; nccl: its coordinator) and
+    the in-memory experience queue (a queue with no path) first, fresh for the run, and
+    removes them at the end.
     """
-    shared = []
-    if config.synchronizer.sync_method == "memory":
-        from trinity.synchronizer.methods import MemorySync
-
-        shared.append(MemorySync.create_store(config))
+    shared = resolve(Kind.SYNC_METHOD, config.synchronizer.sync_method).shared_actors(config)
     experience = config.buffer.trainer_input.experience_buffer
     if config.mode == "both" and experience.storage_type == "queue" and not experience.path:
         import ray

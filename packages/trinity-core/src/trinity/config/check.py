@@ -245,11 +245,11 @@ def trainer_gpu_num(config: Config) -> int:
 
 def check_synchronizer(config: Config, issues: IssueCollector) -> None:
     sync = config.synchronizer
+    engine = config.explorer.rollout_model.engine_type
     if sync.sync_method is None:
         if config.mode == "both":
-            engine = config.explorer.rollout_model.engine_type
             gpus = config.cluster.node_num * config.cluster.gpu_per_node
-            # NCCL needs GPUs: vLLM engines on a CPU take their weights in memory.
+            # NCCL on GPUs; on a CPU, where nccl would broadcast over gloo, memory sync needs no group.
             sync.sync_method = "nccl" if engine.startswith("vllm") and gpus else "memory"
         else:
             sync.sync_method = "checkpoint"
@@ -260,6 +260,12 @@ def check_synchronizer(config: Config, issues: IssueCollector) -> None:
             f"mode '{config.mode}' runs them apart: use checkpoint",
         )
     _plugin_ok(issues, Kind.SYNC_METHOD, sync.sync_method, "synchronizer.sync_method")
+    if sync.sync_method == "nccl" and not engine.startswith("vllm"):
+        issues.add(
+            "synchronizer.sync_method",
+            f"'nccl' broadcasts into vLLM engines only (explorer.rollout_model.engine_type is '{engine}'); "
+            "use memory (mode both) or checkpoint, which work with every engine",
+        )
     if sync.sync_style not in SYNC_STYLES:
         issues.add("synchronizer.sync_style", f"'{sync.sync_style}' is not one of {', '.join(SYNC_STYLES)}")
     if sync.sync_interval < 1:

@@ -141,4 +141,5 @@ class TrainingEngine(ABC):
 
     @abstractmethod
     def weights_for_sync(self) -> dict[str, torch.Tensor]:
-        """The actor's weights as a CPU state dict, for memory/NCCL sync."""
+        """The actor's weights as a CPU state dict, for memory/NCCL sync: a copy that training
+        leaves alone (nccl sync keeps it until the explorer asks for it)."""

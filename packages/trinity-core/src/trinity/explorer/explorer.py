@@ -55,6 +55,7 @@ class Explorer:
             reader.load_state_dict(state)
         self._ended = [False] * len(self.tasksets)
         self.sync: SyncMethod = resolve(Kind.SYNC_METHOD, config.synchronizer.sync_method)(config)
+        self.sync.connect(self.engines)
         self.writer = (
             open_experience_writer(config.buffer.trainer_input.experience_buffer, self.name, config.ray_namespace)
             if config.mode != "bench"
@@ -178,9 +179,10 @@ class Explorer:
 
     def _load(self, update: WeightUpdate) -> None:
         started = time.perf_counter()
-        calls = [e.call("update_weights", update.state_dict, update.path, update.version) for e in self.engines]
-        for call in calls:
-            call.result()
+        if not update.loaded:  # else the sync method's fetch has put them in (nccl) and logged its time
+            calls = [e.call("update_weights", update.state_dict, update.path, update.version) for e in self.engines]
+            for call in calls:
+                call.result()
         self.version = update.version
         logger.info(
             "%s: weights of version %d loaded in %.2f s", self.name, update.version, time.perf_counter() - started

@@ -7,6 +7,7 @@ the newest version at least ``min_version`` (waiting up to a timeout, or not at 
   experiment's namespace holds the newest reference. Needs one Ray cluster (mode both).
 - ``checkpoint``: weights are written as safetensors under ``<job dir>/sync/`` with a
   ``latest.json`` pointer; works between separate processes (async mode) with no actor.
+- ``nccl`` (trinity-vllm): a broadcast from the trainer into the vLLM engines' workers.
 """
 
 from __future__ import annotations
@@ -15,13 +16,18 @@ import asyncio
 import shutil
 import time
 from abc import ABC, abstractmethod
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from trinity.common.files import read_json, write_json
 from trinity.config.schema import Config
+
+if TYPE_CHECKING:
+    from trinity.explorer.model_wrapper import LocalEngineClient
 
 KEEP_SYNC_DIRS = 2
 """Checkpoint sync keeps this many newest weight directories."""
@@ -29,11 +35,13 @@ KEEP_SYNC_DIRS = 2
 
 @dataclass
 class WeightUpdate:
-    """One published version: either a state dict or a directory to load."""
+    """One published version: a state dict or a directory for the engines' ``update_weights``,
+    or ``loaded`` when the method has put the weights into the engines itself (nccl)."""
 
     version: int
     state_dict: dict[str, torch.Tensor] | None = None
     path: str | None = None
+    loaded: bool = False
 
 
 class SyncTimeout(TimeoutError):
@@ -45,6 +53,16 @@ class SyncMethod(ABC):
 
     def __init__(self, config: Config):
         self.config = config
+
+    @classmethod
+    def shared_actors(cls, config: Config) -> list:
+        """The launcher's call before explorer and trainer start: the named actors both
+        sides meet through, fresh for the run (the launcher kills them at its end)."""
+        return []
+
+    def connect(self, engines: Sequence[LocalEngineClient]) -> None:  # noqa: B027 (optional hook)
+        """Explorer side, once its rollout engines run: a method that loads the engines
+        itself (``WeightUpdate.loaded``) sets up its channel into them here."""
 
     @abstractmethod
     def publish(self, state_dict: dict[str, torch.Tensor], version: int) -> None:
@@ -127,15 +145,8 @@ class MemorySync(SyncMethod):
         self.store = ray.get_actor(self.ACTOR_NAME, namespace=config.ray_namespace)
 
     @classmethod
-    def create_store(cls, config: Config):
-        """Start the run's weight store (the launcher owns it; a stale one is replaced)."""
-        import ray
-
-        try:
-            ray.kill(ray.get_actor(cls.ACTOR_NAME, namespace=config.ray_namespace))
-        except ValueError:
-            pass
-        return ray.remote(num_cpus=0)(WeightStore).options(name=cls.ACTOR_NAME, namespace=config.ray_namespace).remote()
+    def shared_actors(cls, config: Config) -> list:
+        return [start_named_actor(WeightStore, cls.ACTOR_NAME, config.ray_namespace)]
 
     def publish(self, state_dict: dict[str, torch.Tensor], version: int) -> None:
         ref = self._ray.put(state_dict)
@@ -154,21 +165,33 @@ class MemorySync(SyncMethod):
         return WeightUpdate(version, state_dict=self._ray.get(ref))
 
 
+def start_named_actor(cls: type, name: str, namespace: str, *args: Any):
+    """A fresh named Ray actor of ``cls`` (CPU-free); a stale one of an earlier run is replaced."""
+    import ray
+
+    try:
+        ray.kill(ray.get_actor(name, namespace=namespace))
+    except ValueError:
+        pass
+    return ray.remote(num_cpus=0)(cls).options(name=name, namespace=namespace).remote(*args)
+
+
 class WeightStore:
-    """Holds the newest published weight reference; explorers wait on it (async actor)."""
+    """Holds the newest published version and its payload (memory sync: the object
+    reference of its state dict); explorers wait on it (async actor)."""
 
     def __init__(self) -> None:
         self.version = -1
-        self.refs: list = []
+        self.payload: list = []
         self.changed = asyncio.Condition()
         self.waiting: list[int] = []
 
     async def awaited(self) -> int | None:
         return min(self.waiting) if self.waiting else None
 
-    async def publish(self, version: int, refs: list) -> None:
+    async def publish(self, version: int, payload: list) -> None:
         async with self.changed:
-            self.version, self.refs = version, refs
+            self.version, self.payload = version, payload
             self.changed.notify_all()
 
     async def wait_for(self, min_version: int, timeout: float) -> tuple[int, list] | None:
@@ -181,7 +204,7 @@ class WeightStore:
                     return None
                 finally:
                     self.waiting.remove(min_version)
-            return self.version, self.refs
+            return self.version, self.payload
 
 
 def _version_of(path: Path) -> int:
