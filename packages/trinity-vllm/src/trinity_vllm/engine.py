@@ -61,6 +61,14 @@ class VLLMRolloutEngine(RolloutEngine):
     ) -> None:
         self.model_version = self._call("update_weights", state_dict, checkpoint_path, version)
 
+    def init_weight_group(self, address: dict[str, Any], rank_offset: int) -> None:
+        """nccl sync: this engine's workers join the trainer's weight group from ``rank_offset`` on."""
+        self._call("init_weight_group", address, rank_offset)
+
+    def receive_weights(self, meta: list, version: int) -> None:
+        """nccl sync: take the trainer's broadcast of ``meta``'s tensors as ``version``."""
+        self.model_version = self._call("receive_weights", meta, version)
+
     def shutdown(self) -> None:
         try:
             ray.get(self.server.shutdown.remote())

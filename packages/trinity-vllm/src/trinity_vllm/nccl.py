@@ -1,11 +1,334 @@
-"""NCCL weight sync between the trainer and vLLM engines (not implemented yet)."""
+"""``synchronizer.sync_method: nccl``: the trainer broadcasts its weights into the workers of
+the vLLM engines over a process group of their own (mode both, ``engine_type: vllm``).
+
+Ranks: the trainer is 0, worker ``r`` of engine ``i`` is ``1 + i * tensor_parallel_size + r``.
+The backend is NCCL on CUDA tensors where the cluster has GPUs and gloo on CPU tensors
+otherwise: one code path, tested on a CPU. The group is stateless (a TCPStore and the backend
+built directly), so it neither needs nor disturbs ``torch.distributed``'s default group, which
+verl's trainer and vLLM's workers each have.
+
+Rendezvous, through ``NCCLCoordinator``, a named actor of the run's namespace that the
+launcher creates: it hosts the group's TCPStore, and passes the explorer's requests to the
+trainer. The broadcast happens when the explorer asks, never when the trainer publishes:
+
+- ``publish`` (trainer) keeps the state dict (a copy the training engine no longer touches)
+  and announces its version; it does not wait, so a trainer whose explorer has finished, or
+  skips versions (dynamic sync styles), is never blocked. A thread of the trainer, started by
+  the first publish, serves the explorer's requests.
+- ``fetch`` (explorer) asks for a version >= ``min_version``, waiting for the trainer to
+  publish one as the other methods do. The trainer's thread answers with the newest version it
+  keeps (the version the explorer records is the one sent) and the tensors' names, dtypes and
+  shapes, then broadcasts them; the engines' workers receive them and load them into vLLM's
+  model in place. The first request also forms the group: both sides join it then, so a run
+  whose explorer never asks for weights never waits on a group.
+
+Any failure (a side that does not join or receive within ``sync_timeout``, an engine that dies
+mid-broadcast) reaches the coordinator: the explorer's fetch and the trainer's next publish
+raise ``NCCLSyncError`` with its message.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import asdict, dataclass
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from trinity.config.schema import Config
+from trinity.synchronizer.methods import SyncMethod, SyncTimeout, WeightStore, WeightUpdate, start_named_actor
+
+if TYPE_CHECKING:
+    from trinity.explorer.model_wrapper import LocalEngineClient
+
+logger = logging.getLogger(__name__)
+
+COORDINATOR_NAME = "trinity_nccl_coordinator"
+_POLL_SECONDS = 30.0
+"""How long one wait of the trainer's thread for a request lasts before it waits again."""
+
+TensorMeta = list[tuple[str, str, list[int]]]
+"""``(name, dtype name, shape)`` of every tensor of a broadcast, in sending order."""
 
 
-class NCCLSync:
-    """Placeholder until NCCL sync lands."""
+class NCCLSyncError(RuntimeError):
+    """The weight broadcast failed; the message says on which side and why."""
 
-    def __init__(self, *args, **kwargs):
-        raise NotImplementedError(
-            "sync_method 'nccl' is registered by trinity-vllm but not implemented yet; "
-            "use synchronizer.sync_method: memory or checkpoint for now"
+
+@dataclass(frozen=True)
+class GroupAddress:
+    """Where and how the members of the weight group meet."""
+
+    host: str
+    port: int
+    world_size: int
+    backend: str
+    """``nccl`` (CUDA tensors) or ``gloo`` (CPU tensors)."""
+    timeout: float
+    """Seconds a member waits for the others, to join or to finish a broadcast."""
+
+
+class WeightGroup:
+    """This process's membership of the weight group, rank 0 sending and the others receiving."""
+
+    def __init__(self, address: GroupAddress, rank: int) -> None:
+        try:
+            self._join(address, rank)
+        except Exception as exc:
+            raise NCCLSyncError(
+                f"rank {rank} of the weight group ({address.world_size} members, {address.backend} at "
+                f"{address.host}:{address.port}): not every member joined within sync_timeout "
+                f"({address.timeout:.0f} s): {type(exc).__name__}: {exc}"
+            ) from exc
+
+    def _join(self, address: GroupAddress, rank: int) -> None:
+        from torch.distributed import PrefixStore, TCPStore
+
+        timeout = timedelta(seconds=address.timeout)
+        store = PrefixStore("trinity_weights", TCPStore(address.host, address.port, is_master=False, timeout=timeout))
+        if address.backend == "nccl":
+            from torch.distributed import ProcessGroupNCCL
+
+            options = ProcessGroupNCCL.Options()
+            options._timeout = timeout
+            self.backend = ProcessGroupNCCL(store, rank, address.world_size, options)
+            self.device = torch.device("cuda", torch.cuda.current_device())
+        else:
+            from torch.distributed import ProcessGroupGloo
+
+            self.backend = ProcessGroupGloo(store, rank, address.world_size, timeout)
+            self.device = torch.device("cpu")
+        self.broadcast(torch.zeros(1, device=self.device))  # returns once every member has joined
+
+    def broadcast(self, tensor: torch.Tensor) -> None:
+        """Rank 0's ``tensor`` into every other member's ``tensor``, in place."""
+        from torch.distributed import BroadcastOptions
+
+        options = BroadcastOptions()
+        options.rootRank = 0
+        self.backend.broadcast([tensor], options).wait()
+
+    def send(self, state_dict: dict[str, torch.Tensor]) -> None:
+        """Rank 0: every tensor, in the order of ``meta_of(state_dict)``."""
+        for tensor in state_dict.values():
+            self.broadcast(tensor.to(self.device).contiguous())
+        if self.device.type == "cuda":
+            torch.cuda.current_stream().synchronize()  # the sent copies stay alive until sent
+
+    def receive(self, meta: TensorMeta) -> Iterator[tuple[str, torch.Tensor]]:
+        """The other ranks: ``(name, tensor)`` as each arrives."""
+        for name, dtype, shape in meta:
+            tensor = torch.empty(shape, dtype=getattr(torch, dtype), device=self.device)
+            self.broadcast(tensor)
+            yield name, tensor
+
+
+def _describe(exc: Exception) -> str:
+    return str(exc) if isinstance(exc, NCCLSyncError) else f"{type(exc).__name__}: {exc}"
+
+
+def meta_of(state_dict: dict[str, torch.Tensor]) -> TensorMeta:
+    return [(name, str(t.dtype).removeprefix("torch."), list(t.shape)) for name, t in state_dict.items()]
+
+
+class NCCLSync(SyncMethod):
+    """Both sides of the nccl sync: ``publish`` in the trainer, ``connect``/``fetch`` in the explorer."""
+
+    def __init__(self, config: Config):
+        super().__init__(config)
+        import ray
+
+        self._ray = ray
+        self.coordinator = ray.get_actor(COORDINATOR_NAME, namespace=config.ray_namespace)
+        self.address = GroupAddress(**ray.get(self.coordinator.address.remote()))
+        # trainer side
+        self._latest: tuple[int, dict[str, torch.Tensor]] | None = None
+        self._lock = threading.Lock()
+        self._server: threading.Thread | None = None
+        # explorer side
+        self.engines: list[LocalEngineClient] = []
+        self._joined = False
+
+    @classmethod
+    def shared_actors(cls, config: Config) -> list:
+        import ray
+
+        model = config.explorer.rollout_model
+        address = {
+            "world_size": 1 + model.engine_num * model.tensor_parallel_size,
+            "backend": "nccl" if config.cluster.node_num * config.cluster.gpu_per_node else "gloo",
+            "timeout": float(config.synchronizer.sync_timeout),
+        }
+        coordinator = start_named_actor(NCCLCoordinator, COORDINATOR_NAME, config.ray_namespace, address)
+        ray.get(coordinator.address.remote())  # its store listens before explorer and trainer look
+        return [coordinator]
+
+    # -- trainer side -------------------------------------------------------------------------
+
+    def publish(self, state_dict: dict[str, torch.Tensor], version: int) -> None:
+        """Keep ``state_dict`` as ``version`` for the explorer's next request; returns at once."""
+        with self._lock:
+            self._latest = (version, state_dict)
+        if self._server is None:
+            # CUDA's current device is per thread: the sender uses the training engine's.
+            device = torch.cuda.current_device() if self.address.backend == "nccl" else None
+            self._server = threading.Thread(target=self._serve, args=(device,), name="nccl-weight-sync", daemon=True)
+            self._server.start()
+        try:
+            self._ray.get(self.coordinator.publish.remote(version, []))  # metadata comes with the answer
+        except self._ray.exceptions.RayTaskError as exc:
+            raise exc.cause from None
+
+    def awaited(self) -> int | None:
+        return self._ray.get(self.coordinator.awaited.remote())
+
+    def _serve(self, device: int | None) -> None:
+        """Answer the explorer's requests, each with the newest kept version, then broadcast it."""
+        if device is not None:
+            torch.cuda.set_device(device)
+        group: WeightGroup | None = None
+        try:
+            while True:
+                try:
+                    if not self._ray.get(self.coordinator.next_request.remote(_POLL_SECONDS)):
+                        continue
+                except self._ray.exceptions.RayActorError:
+                    return  # the run is over: the launcher removed the coordinator
+                with self._lock:
+                    version, state_dict = self._latest
+                self._ray.get(self.coordinator.answer.remote(version, meta_of(state_dict)))
+                if group is None:
+                    group = WeightGroup(self.address, rank=0)
+                started = time.perf_counter()
+                group.send(state_dict)
+                logger.info("nccl sync: version %d broadcast in %.2f s", version, time.perf_counter() - started)
+        except Exception as exc:
+            message = f"trainer side: {_describe(exc)}"
+            logger.error("nccl sync failed: %s", message)
+            self._ray.get(self.coordinator.fail.remote(message))
+
+    # -- explorer side ------------------------------------------------------------------------
+
+    def connect(self, engines: Sequence[LocalEngineClient]) -> None:
+        from trinity_vllm.engine import VLLMRolloutEngine
+
+        others = {type(client.engine).__name__ for client in engines} - {VLLMRolloutEngine.__name__}
+        if others:
+            raise TypeError(
+                f"synchronizer.sync_method 'nccl' loads weights into vLLM engines only, not {', '.join(sorted(others))}: "
+                "set explorer.rollout_model.engine_type: vllm, or sync_method memory (mode both) or checkpoint"
+            )
+        self.engines = list(engines)
+
+    def fetch(self, min_version: int, timeout: float) -> WeightUpdate | None:
+        """Ask for a version >= ``min_version`` and receive it into every engine."""
+        try:
+            found = self._ray.get(self.coordinator.request.remote(min_version, timeout))
+        except self._ray.exceptions.RayTaskError as exc:
+            raise exc.cause from None
+        if found is None:
+            if timeout > 0:
+                raise SyncTimeout(f"no weights of version >= {min_version} published after {timeout:.0f} s")
+            return None
+        version, meta = found
+        started = time.perf_counter()
+        try:
+            if not self._joined:
+                tp = self.config.explorer.rollout_model.tensor_parallel_size
+                address = asdict(self.address)
+                self._on_engines("init_weight_group", [(address, 1 + i * tp) for i in range(len(self.engines))])
+                self._joined = True
+            self._on_engines("receive_weights", [(meta, version)] * len(self.engines))
+        except Exception as exc:
+            message = f"explorer side: {_describe(exc)}"
+            self._ray.get(self.coordinator.fail.remote(message))
+            raise NCCLSyncError(f"nccl weight sync failed: {message}") from exc
+        logger.info("nccl sync: version %d received in %.2f s", version, time.perf_counter() - started)
+        return WeightUpdate(version, loaded=True)
+
+    def _on_engines(self, method: str, args: list[tuple]) -> None:
+        """``engine.<method>(*args[i])`` on every engine ``i`` at once (a collective needs them all)."""
+        calls = [client.call(method, *engine_args) for client, engine_args in zip(self.engines, args, strict=True)]
+        for call in calls:
+            call.result()
+
+
+class NCCLCoordinator(WeightStore):
+    """Hosts the group's TCPStore and hands the explorer's requests to the trainer (async actor).
+
+    Versions and waiting explorers as in memory sync (``WeightStore``); a request, once a
+    version is there, waits for the trainer's answer: its newest version and tensor metadata.
+    """
+
+    def __init__(self, address: dict[str, Any]) -> None:
+        import ray
+        from torch.distributed import TCPStore
+
+        super().__init__()
+        host = ray.util.get_node_ip_address()
+        self.store = TCPStore(
+            host, 0, is_master=True, wait_for_workers=False, timeout=timedelta(seconds=address["timeout"])
         )
+        self._address = {**address, "host": host, "port": self.store.port}
+        self.requests: asyncio.Queue[asyncio.Future] = asyncio.Queue()
+        self.serving: asyncio.Future | None = None
+        self._failure: str | None = None
+
+    async def address(self) -> dict[str, Any]:
+        """``GroupAddress`` fields."""
+        return self._address
+
+    async def publish(self, version: int, payload: list) -> None:
+        """Trainer: ``version`` is there to be asked for; raises once the group has failed."""
+        self._check()
+        await super().publish(version, payload)
+
+    async def request(self, min_version: int, timeout: float) -> tuple[int, TensorMeta] | None:
+        """Explorer: ``(version, meta)`` of the broadcast the trainer starts now, or None when
+        no version >= ``min_version`` was published within ``timeout``."""
+        self._check()
+        if await self.wait_for(min_version, timeout) is None:
+            return None
+        reply = asyncio.get_running_loop().create_future()
+        await self.requests.put(reply)
+        try:
+            return await asyncio.wait_for(reply, self._address["timeout"])
+        except asyncio.TimeoutError:
+            raise NCCLSyncError(
+                f"the trainer did not answer a request for weights within sync_timeout "
+                f"({self._address['timeout']:.0f} s): has its process died?"
+            ) from None
+
+    async def next_request(self, timeout: float) -> bool:
+        """Trainer: wait up to ``timeout`` for a request; True when one is to be answered."""
+        try:
+            self.serving = await asyncio.wait_for(self.requests.get(), timeout)
+        except asyncio.TimeoutError:
+            return False
+        return True
+
+    async def answer(self, version: int, meta: TensorMeta) -> None:
+        self.serving.set_result((version, meta))
+        self.serving = None
+
+    async def fail(self, message: str) -> None:
+        """Either side: the group is broken; pending and later requests raise ``message``."""
+        self._failure = self._failure or message
+        for reply in [self.serving, *self._drain()]:
+            if reply is not None and not reply.done():
+                reply.set_exception(NCCLSyncError(f"nccl weight sync failed: {message}"))
+
+    def _drain(self) -> list[asyncio.Future]:
+        drained = []
+        while not self.requests.empty():
+            drained.append(self.requests.get_nowait())
+        return drained
+
+    def _check(self) -> None:
+        if self._failure:
+            raise NCCLSyncError(f"nccl weight sync failed: {self._failure}")

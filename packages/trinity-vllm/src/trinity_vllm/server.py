@@ -218,8 +218,7 @@ class VLLMServer:
     async def update_weights(
         self, state_dict: dict[str, torch.Tensor] | None, checkpoint_path: str | None, version: int
     ) -> int:
-        """Reload the weights in place from a state dict or a directory of ``*.safetensors``;
-        the prefix cache is dropped (its keys were computed with the old weights)."""
+        """Reload the weights in place from a state dict or a directory of ``*.safetensors``."""
         if (state_dict is None) == (checkpoint_path is None):
             raise ValueError("update_weights needs exactly one of state_dict or checkpoint_path")
         if checkpoint_path is not None:
@@ -233,6 +232,20 @@ class VLLMServer:
             with tempfile.TemporaryDirectory(prefix="trinity-vllm-", dir=shm) as folder:
                 save_file({k: v.contiguous() for k, v in state_dict.items()}, str(Path(folder) / "model.safetensors"))
                 await self.engine.collective_rpc("load_checkpoint", args=(folder,))
+        return await self._loaded(version)
+
+    async def init_weight_group(self, address: dict[str, Any], rank_offset: int) -> None:
+        """nccl sync: every worker joins the trainer's weight group (``WeightLoader.init_weight_group``)."""
+        await self.engine.collective_rpc("init_weight_group", args=(address, rank_offset))
+
+    async def receive_weights(self, meta: list, version: int) -> int:
+        """nccl sync: every worker receives the trainer's broadcast and loads it in place."""
+        await self.engine.collective_rpc("receive_weights", args=(meta,))
+        return await self._loaded(version)
+
+    async def _loaded(self, version: int) -> int:
+        """After new weights: drop the prefix cache (its keys were computed with the old
+        weights) and take their version."""
         await self.engine.reset_prefix_cache()
         self.version = version
         return version

@@ -8,6 +8,8 @@ kernel-format repacking (the CPU backend's packed GEMMs, quantisation) that a pl
 
 from __future__ import annotations
 
+from typing import Any
+
 from trinity.engine.modeling import read_hf_weights
 
 
@@ -17,6 +19,23 @@ class WeightLoader:
     def load_checkpoint(self, path: str) -> None:
         """``*.safetensors`` of a HF directory, a training checkpoint or a checkpoint-sync folder."""
         self.reload_weights(weights_iterator=iter(read_hf_weights(path).items()))
+        self._repack_tied_head()
+
+    def init_weight_group(self, address: dict[str, Any], rank_offset: int) -> None:
+        """nccl sync, on the first request: join the trainer's weight group as
+        ``rank_offset`` + this worker's rank (``GroupAddress`` fields in ``address``)."""
+        from trinity_vllm.nccl import GroupAddress, WeightGroup
+
+        self.weight_group = WeightGroup(GroupAddress(**address), rank_offset + self.rank)
+
+    def receive_weights(self, meta: list) -> None:
+        """nccl sync: the trainer's broadcast of the tensors ``meta`` lists, loaded as they arrive."""
+        received = self.weight_group.receive(meta)
+        try:
+            self.reload_weights(weights_iterator=received)
+        finally:
+            for _ in received:  # a broadcast needs every member: take what the loader left
+                pass
         self._repack_tied_head()
 
     def _repack_tied_head(self) -> None:
