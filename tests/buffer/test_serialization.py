@@ -8,14 +8,16 @@ import pytest
 import torch
 from buffer_helpers import make_experience
 
-from trinity.buffer import SerializationError, deserialize_experiences, serialize_experiences
+from trinity.buffer import SerializationError
 from trinity.buffer.serialization import (
     FORMAT_VERSION,
     TENSOR_FIELDS,
     deserialize_experience,
+    deserialize_experiences,
     experience_from_dict,
     experience_to_dict,
     serialize_experience,
+    serialize_experiences,
 )
 from trinity.common.batch import Batch
 from trinity.common.experience import EID, Experience

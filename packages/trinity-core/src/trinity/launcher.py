@@ -12,11 +12,15 @@ from __future__ import annotations
 import logging
 import os
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from omegaconf import OmegaConf
+
 from trinity.common.files import read_json, write_json
 from trinity.config import load_stage_configs
+from trinity.config.load import read_yaml
 from trinity.config.schema import Config
 from trinity.plugins import Kind, resolve
 
@@ -32,15 +36,27 @@ def stage_done_path(config: Config) -> Path:
 
 
 def run(config_path: str, overrides: list[str] | None = None) -> list[dict[str, Any]]:
-    """Run every stage of the experiment; returns one summary per stage run."""
+    """Run every stage of the experiment; returns one summary per stage run.
+
+    Ray starts (about 3 s of child processes) while the config is checked on a thread (about
+    1 s, mostly importing torch for the algorithm functions' defaults). So the driver joins
+    Ray before it knows the experiment's namespace: its own job namespace is Ray's anonymous
+    one, and every named actor of the run carries ``ray_namespace`` explicitly.
+    """
     import ray
 
-    stages = load_stage_configs(config_path, overrides)
-    first = stages[0]
     started_ray = not ray.is_initialized()
-    if started_ray:
-        address = first.cluster.ray_address or os.environ.get("RAY_ADDRESS") or None
-        ray.init(address=address, namespace=first.ray_namespace, include_dashboard=False, log_to_driver=True)
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        checking = pool.submit(load_stage_configs, config_path, overrides)
+        if started_ray:
+            address = OmegaConf.select(read_yaml(config_path, overrides), "cluster.ray_address")
+            ray.init(address=address or os.environ.get("RAY_ADDRESS"), include_dashboard=False, log_to_driver=True)
+        try:
+            stages = checking.result()
+        except BaseException:
+            if started_ray:
+                ray.shutdown()
+            raise
     summaries = []
     model_path = None
     try:
@@ -109,13 +125,12 @@ def _start_shared_actors(config: Config) -> list:
     Two roles racing to create one named actor could each get their own; so the launcher
     creates the sync method's actors (memory: the weight store; nccl: its coordinator) and
     the in-memory experience queue (a queue with no path) first, fresh for the run, and
-    removes them at the end.
+    removes them at the end. ``.remote()`` registers a named actor before it returns, so
+    the roles find it by name at once; nothing waits for it to be constructed.
     """
     shared = resolve(Kind.SYNC_METHOD, config.synchronizer.sync_method).shared_actors(config)
     experience = config.buffer.trainer_input.experience_buffer
     if config.mode == "both" and experience.storage_type == "queue" and not experience.path:
-        import ray
-
         from trinity.buffer.storage.ray_queue import get_or_create_queue_actor, kill_queue_actor
 
         try:
@@ -123,7 +138,6 @@ def _start_shared_actors(config: Config) -> list:
         except ValueError:
             pass
         shared.append(get_or_create_queue_actor(experience, config.ray_namespace).actor)
-        ray.get(shared[-1].size.remote())  # created before anyone else asks for it
     return shared
 
 

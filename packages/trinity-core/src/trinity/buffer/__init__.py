@@ -15,7 +15,6 @@ from trinity.buffer.errors import (
     SerializationError,
     TrinityBufferError,
 )
-from trinity.buffer.serialization import deserialize_experiences, serialize_experiences
 from trinity.buffer.storage.base import ExperienceReader, ExperienceWriter
 from trinity.buffer.taskset import TasksetReader, load_rows, open_taskset
 from trinity.config.schema import StorageConfig
@@ -54,10 +53,8 @@ __all__ = [
     "SerializationError",
     "TasksetReader",
     "TrinityBufferError",
-    "deserialize_experiences",
     "load_rows",
     "open_experience_reader",
     "open_experience_writer",
     "open_taskset",
-    "serialize_experiences",
 ]

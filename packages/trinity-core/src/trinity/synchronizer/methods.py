@@ -21,12 +21,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import torch
-
 from trinity.common.files import read_json, write_json
 from trinity.config.schema import Config
 
 if TYPE_CHECKING:
+    import torch
+
     from trinity.explorer.model_wrapper import LocalEngineClient
 
 KEEP_SYNC_DIRS = 2
