@@ -11,6 +11,8 @@ from omegaconf import OmegaConf
 
 REPO = Path(__file__).resolve().parents[2]
 QUICKSTART = REPO / "examples" / "quickstart"
+EXPLORE_ONLY = ("mode=explore", "synchronizer.sync_method=checkpoint")
+"""Overrides for a run of the explorer alone (no trainer, so no weights to sync)."""
 
 
 def write_experiment(tmp_path: Path, model: Path, data: Path, *changes: str, stages: bool = False) -> Path:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import textwrap
@@ -10,7 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
-from e2e_helpers import trinity_run, trinity_start, write_experiment
+from e2e_helpers import EXPLORE_ONLY, trinity_run, trinity_start, write_experiment
 
 from trinity.common.files import read_json
 from trinity.monitor.console import read_jsonl
@@ -159,8 +160,7 @@ def test_failing_and_hanging_workflows_are_retried_and_the_run_goes_on(tmp_path,
         tmp_path,
         tiny_model_dir,
         arithmetic_data,
-        "mode=explore",
-        "synchronizer.sync_method=checkpoint",
+        *EXPLORE_ONLY,
         "buffer.batch_size=4",
         "buffer.total_steps=1",
         "buffer.explorer_input.default_workflow_type=flaky_workflow",
@@ -180,6 +180,23 @@ def test_failing_and_hanging_workflows_are_retried_and_the_run_goes_on(tmp_path,
     log = (tmp_path / JOB / "log" / "explorer.log").read_text()
     assert "task arithmetic:0 (flaky_workflow), attempt 2/2: timed out after 8 s" in log
     assert "flaky on purpose" in log
+
+
+def test_an_auxiliary_model_that_cannot_start_fails_the_run_naming_its_key(tmp_path, tiny_model_dir, arithmetic_data):
+    """The explorer's constructor raises; the run's error still says which model and why."""
+    missing = tmp_path / "no_judge"
+    config = write_experiment(
+        tmp_path,
+        tiny_model_dir,
+        arithmetic_data,
+        *EXPLORE_ONLY,
+        f"explorer.auxiliary_models=[{{model_path: {missing}, engine_type: transformers}}]",
+    )
+    result = trinity_run(config)
+    assert result.returncode != 0
+    output = result.stdout + result.stderr
+    cause = r"explorer failed: EngineStartError: explorer\.auxiliary_models\[0\]: \w+: .*" + re.escape(str(missing))
+    assert re.search(cause, output), output[-3000:]
 
 
 def test_mix_trains_on_rollouts_and_expert_data(tmp_path, tiny_model_dir, arithmetic_data):

@@ -111,6 +111,46 @@ def test_name_of_a_missing_sibling_says_what_to_install(monkeypatch):
     assert err.value.extra == "verl"
 
 
+def test_an_auxiliary_model_s_missing_engine_is_named_by_its_key_before_any_engine_starts(tmp_path, monkeypatch):
+    """The explorer's process lacks trinity-vllm, which the launcher's config check saw: the
+    explorer resolves every model's engine first, so it fails naming the auxiliary model
+    before loading the rollout model (whose path does not even exist)."""
+    import logging
+
+    from trinity.config import load_config
+    from trinity.explorer.explorer import Explorer
+    from trinity.plugins import manager
+
+    path = tmp_path / "config.yaml"
+    path.write_text(
+        textwrap.dedent(
+            f"""
+            checkpoint_root_dir: {tmp_path / "ckpt"}
+            model: {{model_path: {tmp_path / "no_model"}, max_prompt_tokens: 16, max_response_tokens: 8}}
+            cluster: {{node_num: 1, gpu_per_node: 0}}
+            explorer:
+              rollout_model: {{engine_type: transformers}}
+              auxiliary_models: [{{model_path: {tmp_path / "no_judge"}, engine_type: transformers}}]
+            trainer: {{trainer_type: torch}}
+            buffer: {{batch_size: 2, explorer_input: {{taskset: {{path: {tmp_path}}}}}}}
+            """
+        )
+    )
+    config = load_config(path, ["mode=explore", "synchronizer.sync_method=checkpoint"])
+    config.explorer.auxiliary_models[0].engine_type = "vllm"
+    monkeypatch.setenv("TRINITY_DISABLE_PLUGINS", "trinity-vllm")
+    monkeypatch.setattr(manager, "_registry", build_registry())
+    root = logging.getLogger()
+    monkeypatch.setattr(root, "handlers", list(root.handlers))  # the explorer adds its own
+    monkeypatch.setattr(root, "level", root.level)
+    with pytest.raises(UnknownPluginError) as err:
+        Explorer(config)
+    assert err.value.config_key == "explorer.auxiliary_models[0].engine_type"
+    assert str(err.value).startswith(
+        "explorer.auxiliary_models[0].engine_type 'vllm' is provided by trinity-vllm, which is not installed"
+    )
+
+
 def test_allowlist_keeps_core_and_named_plugins_only(monkeypatch):
     monkeypatch.setenv("TRINITY_PLUGINS_ALLOWLIST", "trinity_monitors")
     distributions = {e.distribution for e in build_registry().all_entries()}

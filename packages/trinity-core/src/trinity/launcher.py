@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -148,7 +149,19 @@ def _actor(cls: type, name: str, namespace: str):
 
 
 def _cause(exc: Exception) -> str:
-    """The original exception of a failed actor call, as ``Type: first line``."""
+    """The original exception of a failed actor call, as ``Type: first line``.
+
+    An actor whose constructor raised (an engine that did not start) dies with an
+    ``ActorDiedError`` that keeps only the traceback's text: its exception is the first
+    line after the last frame (``  File ...`` and the indented source under it), its type
+    written with its module there (``trinity.engine.base.EngineStartError: ...``).
+    """
+    if getattr(exc, "actor_init_failed", False):
+        lines = str(exc).splitlines()
+        frames = [i for i, line in enumerate(lines) if line.startswith('  File "')]
+        after = [line for line in lines[frames[-1] + 1 :] if not line.startswith("    ")] if frames else []
+        if after:
+            return re.sub(r"^(?:\w+\.)+(?=\w+:)", "", after[0])
     cause = getattr(exc, "cause", None) or exc
     lines = str(cause).strip().splitlines()
     return f"{type(cause).__name__}: {lines[0]}" if lines else type(cause).__name__

@@ -17,9 +17,9 @@ import torch
 from transformers import AutoTokenizer
 
 from trinity.config.schema import InferenceModelConfig, ModelConfig
-from trinity.engine.base import Completion, EngineCrashed, RolloutEngine, SamplingArgs
+from trinity.engine.base import Completion, EngineCrashed, EngineStartError, RolloutEngine, SamplingArgs
 from trinity.engine.prompts import PromptFormatter
-from trinity_vllm.server import EngineStartError, VLLMServer
+from trinity_vllm.server import VLLMServer
 
 
 class VLLMRolloutEngine(RolloutEngine):

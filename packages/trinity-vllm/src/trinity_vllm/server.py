@@ -26,14 +26,10 @@ from typing import Any
 import torch
 
 from trinity.config.schema import InferenceModelConfig, ModelConfig
-from trinity.engine.base import Completion, SamplingArgs
+from trinity.engine.base import Completion, EngineStartError, SamplingArgs
 from trinity.engine.prompts import first, response_budget
 
 WORKER_EXTENSION = "trinity_vllm.worker.WeightLoader"
-
-
-class EngineStartError(RuntimeError):
-    """A vLLM engine could not start; the message names the engine and the cause."""
 
 
 class VLLMServer:

@@ -151,7 +151,7 @@ def check_model(config: Config, issues: IssueCollector) -> None:
         issues.add("model.model_path", "required: the path (or hub id) of the model to train")
     model.critic_model_path = model.critic_model_path or model.model_path
     _derive_token_limits(model, "model", issues)
-    for path, inference in _inference_models(config.explorer):
+    for path, inference in config.explorer.inference_models():
         inference.model_path = inference.model_path or (model.model_path if path == "explorer.rollout_model" else "")
         if not inference.model_path:
             issues.add(f"{path}.model_path", "required for an auxiliary model")
@@ -197,12 +197,6 @@ def _derive_token_limits(model: Any, path: str, issues: IssueCollector) -> None:
     minimum = model.min_response_tokens
     if response is not None and minimum is not None and minimum >= response:
         issues.add(f"{path}.min_response_tokens", f"{minimum} must be less than max_response_tokens {response}")
-
-
-def _inference_models(explorer: ExplorerConfig) -> list[tuple[str, InferenceModelConfig]]:
-    models = [("explorer.rollout_model", explorer.rollout_model)]
-    models += [(f"explorer.auxiliary_models[{i}]", m) for i, m in enumerate(explorer.auxiliary_models)]
-    return models
 
 
 def _gpus(model: InferenceModelConfig) -> int:
@@ -291,7 +285,7 @@ def check_intervals(config: Config, issues: IssueCollector) -> None:
 
 def check_explorer(config: Config, issues: IssueCollector) -> None:
     explorer = config.explorer
-    for path, model in _inference_models(explorer):
+    for path, model in explorer.inference_models():
         if _explorer_runs(config):
             _plugin_ok(issues, Kind.ROLLOUT_ENGINE, model.engine_type, f"{path}.engine_type")
         if model.engine_num < 1 or model.tensor_parallel_size < 1:

@@ -212,6 +212,12 @@ class ExplorerConfig:
     eval_on_startup: bool = True
     bench_on_latest_checkpoint: bool = False
 
+    def inference_models(self) -> list[tuple[str, InferenceModelConfig]]:
+        """The rollout model and the auxiliary models, each with its config key (for messages)."""
+        models = [("explorer.rollout_model", self.rollout_model)]
+        models += [(f"explorer.auxiliary_models[{i}]", m) for i, m in enumerate(self.auxiliary_models)]
+        return models
+
 
 @dataclass
 class TrainerConfig:

@@ -50,6 +50,10 @@ class Completion:
     model_version: int = 0
 
 
+class EngineStartError(RuntimeError):
+    """A rollout engine could not start; the message names the engine (or its config key) and the cause."""
+
+
 class EngineCrashed(RuntimeError):
     """A rollout engine's process died. Workflows do not retry it: the explorer's step
     fails and the run stops (experiences already written stay in the buffer)."""

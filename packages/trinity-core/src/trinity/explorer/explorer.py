@@ -21,6 +21,7 @@ from trinity.common.experience import Experience, Task
 from trinity.common.files import read_json, write_json
 from trinity.common.runtime import setup_role
 from trinity.config.schema import Config, InferenceModelConfig, StorageConfig
+from trinity.engine.base import EngineStartError, RolloutEngine
 from trinity.explorer.model_wrapper import LocalEngineClient
 from trinity.explorer.runner import TaskRunner
 from trinity.monitor.metrics import eval_at_k, gather, stats, timer
@@ -45,8 +46,12 @@ class Explorer:
         self.meta_path = explorer_meta_path(config, self.name)
         meta = (read_json(self.meta_path) if config.continue_from_checkpoint else None) or {}
         self.step: int = meta.get("step", 0)
-        self.engines = self._start_engines(config.explorer.rollout_model)
-        self.auxiliary = [self._start_engines(model) for model in config.explorer.auxiliary_models]
+        models = config.explorer.inference_models()
+        # every engine name before any engine starts: a typo in an auxiliary model's fails at once
+        classes = [resolve(Kind.ROLLOUT_ENGINE, model.engine_type, f"{key}.engine_type") for key, model in models]
+        self.engines, *self.auxiliary = [
+            self._start_engines(key, model, cls) for (key, model), cls in zip(models, classes, strict=True)
+        ]
         inputs = config.buffer.explorer_input
         self.tasksets = [TasksetReader(storage, seed=config.buffer.seed) for storage in inputs.tasksets]
         for reader, state in zip(
@@ -76,9 +81,15 @@ class Explorer:
             if update is not None:
                 self._load(update)
 
-    def _start_engines(self, model: InferenceModelConfig) -> list[LocalEngineClient]:
-        engine_cls = resolve(Kind.ROLLOUT_ENGINE, model.engine_type, "explorer.rollout_model.engine_type")
-        return [LocalEngineClient(engine_cls(model, self.config.model)) for _ in range(model.engine_num)]
+    def _start_engines(
+        self, key: str, model: InferenceModelConfig, engine_cls: type[RolloutEngine]
+    ) -> list[LocalEngineClient]:
+        """``model``'s ``engine_num`` engines; a failure to start names the model's config ``key``."""
+        try:
+            return [LocalEngineClient(engine_cls(model, self.config.model)) for _ in range(model.engine_num)]
+        except Exception as exc:
+            cause = str(exc) if isinstance(exc, EngineStartError) else f"{type(exc).__name__}: {exc}"
+            raise EngineStartError(f"{key}: {cause}") from exc
 
     # --- the loop ---------------------------------------------------------------------------
 
