@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import os
+import random
 import re
+import shutil
 import sqlite3
 import subprocess
 import time
+from pathlib import Path
 
 import pytest
-from e2e_helpers import trinity_run, trinity_start, write_experiment
+from e2e_helpers import EXPLORE_ONLY, trinity_run, trinity_start, write_experiment
 from test_run import JOB, assert_ok, metrics
 
 pytest.importorskip("vllm")
@@ -17,6 +20,43 @@ pytest.importorskip("vllm")
 os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")  # GiB, for the runs' engines
 VLLM = ("explorer.rollout_model.engine_type=vllm", "explorer.rollout_model.enforce_eager=true")
 SMALL = ("buffer.batch_size=4", "algorithm.repeat_times=4")
+VERDICT = "Score: 7"
+
+
+def train_judge(model_dir: Path, out: Path) -> Path:
+    """A copy of the tiny model taught to answer any judge prompt with ``VERDICT``: a random
+    model gives no score, and a judge reward of 0.7 can only come from this model."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from trinity_workflows.judge import JUDGE_PROMPT
+
+    shutil.copytree(model_dir, out)
+    tokenizer = AutoTokenizer.from_pretrained(out)
+    model = AutoModelForCausalLM.from_pretrained(out, dtype=torch.float32)
+    rng = random.Random(0)
+    prompts = []
+    for _ in range(4):
+        a, b = rng.randrange(5), rng.randrange(5)
+        text = JUDGE_PROMPT.format(
+            question=f"{a}+{b}=",
+            reference=f"\n# Reference answer\n{a + b}\n",
+            rubric="Award 10 for the right sum.",
+            response=tokenizer.decode([rng.randrange(300) for _ in range(6)]),
+            max_score="10",
+        )
+        messages = [{"role": "user", "content": text}]
+        prompts.append(tokenizer.apply_chat_template(messages, add_generation_prompt=True, return_dict=False))
+    target = [*tokenizer(VERDICT)["input_ids"], tokenizer.eos_token_id]
+    optimizer = torch.optim.Adam(model.parameters(), lr=3e-3)
+    for _ in range(20):  # the loss is below 0.01 after 10 rounds
+        for ids in prompts:
+            labels = torch.tensor([[-100] * len(ids) + target])
+            model(torch.tensor([ids + target]), labels=labels).loss.backward()
+            optimizer.step()
+            optimizer.zero_grad()
+    model.save_pretrained(out)
+    return out
 
 
 @pytest.mark.slow
@@ -45,6 +85,37 @@ def test_quickstart_grpo_with_vllm_engine(tmp_path, tiny_model_dir, arithmetic_d
 
 
 @pytest.mark.slow
+def test_an_llm_judge_on_a_vllm_auxiliary_model_scores_the_rollouts(tmp_path, tiny_model_dir, arithmetic_data):
+    """The rubric judge workflow with its judge (``explorer.auxiliary_models[0]``) on a second
+    vLLM engine beside the rollout model's: every rollout gets the judge's score as reward."""
+    judge = train_judge(tiny_model_dir, tmp_path / "judge")
+    workflow_args = (
+        "{rubric: Award 10 for the right sum., judge_retries: 0, judge_sampling: {temperature: 0.0, max_tokens: 8}}"
+    )
+    config = write_experiment(
+        tmp_path,
+        tiny_model_dir,
+        arithmetic_data,
+        *VLLM,
+        *SMALL,
+        *EXPLORE_ONLY,
+        "buffer.total_steps=1",
+        "buffer.explorer_input.default_workflow_type=rubric_judge_workflow",
+        f"buffer.explorer_input.taskset.workflow_args={workflow_args}",
+        f"explorer.auxiliary_models=[{{model_path: {judge}, engine_type: vllm, enforce_eager: true, "
+        "max_model_len: 1024, max_prompt_tokens: 1000, max_response_tokens: 16}]",
+    )
+    result = trinity_run(config)
+    assert_ok(result)
+    (step,) = metrics(tmp_path, "explorer")
+    assert step["rollout/experience_count"] == 16 and step["rollout/failed_tasks"] == 0
+    judged = [
+        step[key] for key in ("rollout/judge/min", "rollout/judge/max", "rollout/reward/min", "rollout/reward/max")
+    ]
+    assert judged == pytest.approx([0.7] * 4)
+
+
+@pytest.mark.slow
 def test_a_crashed_vllm_engine_stops_the_run_and_keeps_written_experiences(tmp_path, tiny_model_dir, arithmetic_data):
     """The engine's actor is killed mid-run: the run fails naming the engine, promptly (no
     retries against a dead engine), and the experiences of finished steps stay in the buffer."""
@@ -56,8 +127,7 @@ def test_a_crashed_vllm_engine_stops_the_run_and_keeps_written_experiences(tmp_p
         arithmetic_data,
         *VLLM,
         *SMALL,
-        "mode=explore",
-        "synchronizer.sync_method=checkpoint",
+        *EXPLORE_ONLY,
         "buffer.total_steps=1000",
     )
     run = trinity_start(config, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
