@@ -20,14 +20,38 @@ def ray_session():
 
 
 @pytest.fixture(scope="session")
-def vllm_engine(ray_session, tiny_model_dir: Path):
+def shared_vllm_engine(ray_session, tiny_model_dir: Path):
+    """The shared engine, started on first use and again after a test killed it (the crash
+    test does), so no test depends on running before another."""
     from trinity.config.schema import InferenceModelConfig, ModelConfig
+    from trinity.engine.base import EngineCrashed
     from trinity_vllm.engine import VLLMRolloutEngine
 
     limits = {"max_prompt_tokens": 32, "max_response_tokens": 24, "max_model_len": 56}
-    engine = VLLMRolloutEngine(
-        InferenceModelConfig(model_path=str(tiny_model_dir), enforce_eager=True, seed=1, enable_openai_api=True),
-        ModelConfig(model_path=str(tiny_model_dir), **limits),
-    )
-    yield engine
-    engine.shutdown()
+    started: list[VLLMRolloutEngine] = []
+
+    def alive() -> VLLMRolloutEngine:
+        if started:
+            try:
+                started[-1].logprobs([])  # a round trip to its actor, no vLLM work
+                return started[-1]
+            except EngineCrashed:
+                pass
+        started.append(
+            VLLMRolloutEngine(
+                InferenceModelConfig(
+                    model_path=str(tiny_model_dir), enforce_eager=True, seed=1, enable_openai_api=True
+                ),
+                ModelConfig(model_path=str(tiny_model_dir), **limits),
+            )
+        )
+        return started[-1]
+
+    yield alive
+    for engine in started:
+        engine.shutdown()
+
+
+@pytest.fixture
+def vllm_engine(shared_vllm_engine):
+    return shared_vllm_engine()

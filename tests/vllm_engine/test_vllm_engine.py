@@ -168,7 +168,7 @@ def test_unsupported_head_size_names_engine_and_cause(ray_session, tmp_path: Pat
 
 
 def test_a_dead_engine_actor_is_reported_as_a_crash(vllm_engine) -> None:
-    """Last: it kills the shared engine (whose teardown then finds it gone)."""
+    """It kills the shared engine: a test after it gets a new one."""
     import ray
 
     ray.kill(vllm_engine.server)
