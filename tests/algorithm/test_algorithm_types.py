@@ -46,11 +46,15 @@ def test_algorithm_type_requirements():
     assert get("sft").data_schema == "sft" and not get("sft").compute_advantage_in_trainer
     for name in ("grpo", "opmd", "mix", "rloo", "gspo", "cispo"):
         assert get(name).requires_repeat_times_gt_1, name
-    for name in ("ppo", "grpo", "dpo", "reinforceplusplus"):
-        assert get(name).use_reference, name
-    # every KL the type turns on has a reference model to compare with
+    # a reference model exactly when a loss or a KL function reads it: dpo always, a KL type by default
     for name in EXPECTED[Kind.ALGORITHM_TYPE]:
         algorithm = get(name)
-        if algorithm.kl_loss_fn != "none" or algorithm.kl_penalty_fn != "none" or algorithm.policy_loss_fn == "dpo":
-            assert algorithm.use_reference, name
+        reads_reference = algorithm.kl_loss_fn != "none" or algorithm.kl_penalty_fn != "none"
+        assert algorithm.needs_reference(algorithm.kl_loss_fn, algorithm.kl_penalty_fn) == (
+            reads_reference or name == "dpo"
+        ), name
+    for name in ("ppo", "grpo", "opmd", "mix", "reinforceplusplus"):
+        assert get(name).needs_reference(get(name).kl_loss_fn, get(name).kl_penalty_fn), name
+        assert not get(name).needs_reference("none", "none"), name
+    assert get("dpo").needs_reference("none", "none")
     assert get("mix").policy_loss_fn == "mix" and get("mix").sample_strategy == "mix"

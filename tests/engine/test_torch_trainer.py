@@ -201,6 +201,14 @@ def test_ppo_critic_learns_values(tiny_model_dir: Path, experiences: list[Experi
     assert losses == sorted(losses, reverse=True) and losses[-1] < 0.8 * losses[0]
 
 
+def test_grpo_without_a_kl_function_loads_no_reference(tiny_model_dir: Path, experiences: list[Experience]) -> None:
+    engine = TorchTrainingEngine(make_config(tiny_model_dir, algorithm__kl_loss_fn="none"))
+    assert engine.reference is None
+    batch = with_advantages(engine, experiences)
+    assert batch.ref_logprobs is None
+    assert math.isfinite(engine.train_step(batch)["actor/pg_loss"])
+
+
 def test_kl_loss_is_against_the_frozen_reference(tiny_model_dir: Path, experiences: list[Experience]) -> None:
     engine = TorchTrainingEngine(make_config(tiny_model_dir, algorithm__kl_loss_fn_args={"kl_coef": 0.1}))
     batch = with_advantages(engine, experiences)

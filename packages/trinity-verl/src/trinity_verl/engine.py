@@ -62,7 +62,7 @@ class VerlTrainingEngine(TrainingEngine):
             )
         self.ranks = RankGroup(functools.partial(VerlRank, config), world_size(config))
         algo = config.algorithm
-        needs_ref = self.algorithm.use_reference or {algo.kl_loss_fn, algo.kl_penalty_fn} - {None, "none"}
+        needs_ref = self.algorithm.needs_reference(algo.kl_loss_fn, algo.kl_penalty_fn)
         self.reference = "ref" if needs_ref else None  # the ranks' name of the model
         self.critic = "critic" if self.algorithm.use_critic else None
         self.global_step = 0

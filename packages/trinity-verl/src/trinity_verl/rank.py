@@ -136,7 +136,7 @@ class VerlRank:
         self.actor = self._worker("actor")
         self.actor.set_loss_fn(self._actor_loss)
         algo = config.algorithm
-        needs_ref = self.algorithm.use_reference or {algo.kl_loss_fn, algo.kl_penalty_fn} - {None, "none"}
+        needs_ref = self.algorithm.needs_reference(algo.kl_loss_fn, algo.kl_penalty_fn)
         self.reference = self._worker("ref") if needs_ref else None
         self.critic = self._critic() if self.algorithm.use_critic else None
         engine = self.actor.actor.engine

@@ -12,7 +12,6 @@ PPO = AlgorithmType(
     advantage_fn="ppo",
     kl_loss_fn="k2",
     use_critic=True,
-    use_reference=True,
 )
 """PPO with a critic and GAE (Schulman et al. 2017)."""
 
@@ -20,7 +19,6 @@ GRPO = AlgorithmType(
     name="grpo",
     advantage_fn="grpo",
     kl_loss_fn="k2",
-    use_reference=True,
     requires_repeat_times_gt_1=True,
 )
 """GRPO: group-normalised outcome advantages, PPO loss, KL loss to the reference (DeepSeekMath)."""
@@ -30,7 +28,6 @@ OPMD = AlgorithmType(
     advantage_fn="opmd",
     policy_loss_fn="opmd",
     kl_loss_fn="k2",
-    use_reference=True,
     requires_repeat_times_gt_1=True,
 )
 """Online policy mirror descent (Trinity-RFT)."""
@@ -65,7 +62,6 @@ MIX = AlgorithmType(
     kl_loss_fn="k2",
     entropy_loss_fn="mix",
     sample_strategy="mix",
-    use_reference=True,
     requires_repeat_times_gt_1=True,
 )
 """GRPO on rollouts plus SFT on expert data from an auxiliary buffer (Trinity-RFT ``mix``)."""
@@ -77,7 +73,6 @@ REINFORCEPLUSPLUS = AlgorithmType(
     name="reinforceplusplus",
     advantage_fn="reinforceplusplus",
     kl_penalty_fn="k1",
-    use_reference=True,
 )
 """REINFORCE++: whitened returns, KL to the reference as a token-level reward penalty."""
 

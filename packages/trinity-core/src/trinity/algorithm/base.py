@@ -106,6 +106,8 @@ class AlgorithmType:
     sample_strategy: str = "default"
     use_critic: bool = False
     use_reference: bool = False
+    """The policy loss itself reads reference logprobs (``dpo``). A KL function needs them too,
+    so the engines load a reference only when ``needs_reference`` says so."""
     can_balance_batch: bool = True
     requires_repeat_times_gt_1: bool = False
     repeat_times: int | None = None
@@ -114,3 +116,9 @@ class AlgorithmType:
     """``rollout`` (explorer experiences), ``dpo`` (chosen/rejected) or ``sft`` (prompt/response)."""
     compute_advantage_in_trainer: bool = True
     """False: the explorer computes group advantages before writing experiences."""
+
+    def needs_reference(self, kl_loss_fn: str | None, kl_penalty_fn: str | None) -> bool:
+        """Whether the training engine loads a frozen reference model: the loss reads it, or
+        a KL function (loss or reward penalty) is on. GRPO with ``kl_loss_fn: none`` has none,
+        which saves a model's memory and a forward pass per step (as in verl)."""
+        return self.use_reference or bool({kl_loss_fn, kl_penalty_fn} - {None, "none"})

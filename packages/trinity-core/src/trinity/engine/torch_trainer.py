@@ -152,9 +152,8 @@ class TorchTrainingEngine(TrainingEngine):
         path = config.model.model_path
         self.tokenizer = AutoTokenizer.from_pretrained(path)
         self.actor = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).to(self.device).train()
-        kl_names = {algo_cfg.kl_loss_fn, algo_cfg.kl_penalty_fn} - {None, "none"}
         self.reference: torch.nn.Module | None = None
-        if self.algorithm.use_reference or kl_names:
+        if self.algorithm.needs_reference(algo_cfg.kl_loss_fn, algo_cfg.kl_penalty_fn):
             self.reference = copy.deepcopy(self.actor).eval().requires_grad_(False)
         self.actor_optimizer, self.actor_scheduler = self._optimizer(self.actor, algo_cfg.optimizer.lr)
 
