@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -15,16 +16,23 @@ from trinity.monitor.console import ConsoleMonitor, read_jsonl
 from trinity.plugins import UnknownPluginError
 
 
+def without_timestamp(record: dict) -> dict:
+    return {k: v for k, v in record.items() if k != "timestamp"}
+
+
 def test_console_appends_each_logged_dict_with_its_step_and_prints_a_progress_line(tmp_path, caplog):
+    started = round(time.time(), 3)
     monitor = ConsoleMonitor(PROJECT, NAME, "explorer", tmp_path)
     with caplog.at_level(logging.INFO, logger="trinity.console"):
         monitor.log({"critic/score/mean": 0.123456, "time/step": np.float32(1.5)}, step=1)
         monitor.log({"critic/score/mean": 0.5}, step=2)
     # flushed per line: readable before close, as after a crash
-    assert read_jsonl(tmp_path / "monitor" / "explorer.jsonl") == [
+    records = read_jsonl(tmp_path / "monitor" / "explorer.jsonl")
+    assert [without_timestamp(r) for r in records] == [
         {"step": 1, "critic/score/mean": 0.123456, "time/step": 1.5},
         {"step": 2, "critic/score/mean": 0.5},
     ]
+    assert started <= records[0]["timestamp"] <= records[1]["timestamp"] <= time.time()
     assert "[explorer] step:1 - critic/score/mean:0.1235 - time/step:1.5" in caplog.text
     monitor.close()
 
@@ -39,7 +47,9 @@ def test_console_keeps_tables_in_their_own_file_and_reopening_appends(tmp_path):
     assert read_jsonl(tmp_path / "monitor" / "trainer_tables.jsonl") == [
         {"step": 3, "table": "rollout_examples", "rows": ROWS}
     ]
-    assert read_jsonl(tmp_path / "monitor" / "trainer.jsonl") == [{"step": 4, "actor/pg_loss": 0.1}]
+    assert [without_timestamp(r) for r in read_jsonl(tmp_path / "monitor" / "trainer.jsonl")] == [
+        {"step": 4, "actor/pg_loss": 0.1}
+    ]
 
 
 def test_monitor_names_always_start_with_console_once():
@@ -81,7 +91,9 @@ def test_create_monitors_builds_console_from_the_plugin_registry(tmp_path):
     with create_monitors([], PROJECT, NAME, "explorer", tmp_path, {}, CONFIG) as group:
         assert list(group.monitors) == [CONSOLE]
         group.log({"rollout/accuracy/mean": 1.0}, step=1)
-    assert read_jsonl(tmp_path / "monitor" / "explorer.jsonl") == [{"step": 1, "rollout/accuracy/mean": 1.0}]
+    assert [without_timestamp(r) for r in read_jsonl(tmp_path / "monitor" / "explorer.jsonl")] == [
+        {"step": 1, "rollout/accuracy/mean": 1.0}
+    ]
 
 
 def test_an_unknown_monitor_name_fails_with_the_installed_names(tmp_path):

@@ -1,7 +1,8 @@
 """The console monitor: always active, and the machine-readable record of every run.
 
 Each logged dict is printed as one veRL-style progress line and appended, with its
-step, as one JSON line to ``<job_dir>/monitor/<role>.jsonl``; tables go to
+step and the Unix time it was logged (``timestamp``, seconds), as one JSON line to
+``<job_dir>/monitor/<role>.jsonl``; tables go to
 ``<job_dir>/monitor/<role>_tables.jsonl``. Lines are flushed as written, so a crash
 keeps everything logged before it.
 """
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any
@@ -53,7 +55,7 @@ class ConsoleMonitor(Monitor):
         file.flush()
 
     def log(self, metrics: Mapping[str, float], step: int) -> None:
-        self._append(self._metrics_file, {"step": step, **metrics})
+        self._append(self._metrics_file, {"step": step, "timestamp": round(time.time(), 3), **metrics})
         shown = " - ".join(f"{key}:{_format(value)}" for key, value in metrics.items())
         logger.info("[%s] step:%d - %s", self.role, step, shown)
 
