@@ -7,9 +7,10 @@ Semantics follow vLLM's where a workflow can tell the difference:
   text; finish ``stop``), at the first stop string (tokens up to the one completing it, text
   up to the stop string; finish ``stop``), or at the token limit (finish ``length``). Neither
   EOS nor a stop string ends a response before ``min_tokens``.
-- ``response_logprobs`` are the raw model's (temperature 1, before top-p / top-k), computed
-  by one forward pass over prompt + response, the same quantity the training engine
-  recomputes; sampling temperature does not change them.
+- ``response_logprobs`` are the raw model's (temperature 1, before top-p / top-k and every
+  other logits processor), taken from the logits of the decoding step that sampled each
+  token, the same quantity the training engine recomputes (as vLLM's ``raw_logprobs``);
+  sampling temperature does not change them.
 - A prompt longer than ``max_prompt_tokens``: with ``enable_prompt_truncation`` its first
   ``max_prompt_tokens`` tokens are kept, nothing is generated (``n`` empty completions with
   ``prompt_truncated=True``; the trainer leaves them out of the loss, so the truncation
@@ -63,6 +64,36 @@ class _StopStrings(StoppingCriteria):
         tails = self.tokenizer.batch_decode(input_ids[:, -min(eligible, self.window) :], skip_special_tokens=True)
         found = [any(stop in tail for stop in self.stops) for tail in tails]
         return torch.tensor(found, dtype=torch.bool, device=input_ids.device)
+
+
+class _RawLogprobs(StoppingCriteria):
+    """Records each sampled token's raw-model logprob while ``generate`` runs.
+
+    A forward hook on the model keeps each step's last-position logits (before any logits
+    processor); ``generate`` calls this criterion once the sampled tokens are appended, and it
+    reads their entries. This costs no forward pass of its own (one would be a third of the
+    sampling time) and holds one step's logits, never the whole ``[rows, steps, vocab]``.
+    """
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        self.columns: list[torch.Tensor] = []
+        self._logits: torch.Tensor | None = None
+        self._hook = model.register_forward_hook(self._keep)
+
+    def _keep(self, module: torch.nn.Module, args: Any, output: Any) -> None:
+        self._logits = output.logits[:, -1].float()
+
+    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor, **kwargs: Any) -> torch.Tensor:
+        sampled = self._logits.gather(-1, input_ids[:, -1:]).squeeze(-1)
+        self.columns.append((sampled - self._logits.logsumexp(-1)).cpu())
+        return torch.zeros(input_ids.shape[0], dtype=torch.bool, device=input_ids.device)
+
+    def remove(self) -> None:
+        self._hook.remove()
+
+    def logprobs(self) -> torch.Tensor | None:
+        """``[rows, generated tokens]`` (rows that finished early have junk past their end)."""
+        return torch.stack(self.columns, dim=1) if self.columns else None
 
 
 class TransformersRolloutEngine(RolloutEngine):
@@ -186,24 +217,24 @@ class TransformersRolloutEngine(RolloutEngine):
             input_ids[row, width - len(ids) :] = torch.tensor(ids, dtype=torch.long)
             prompt_mask[row, width - len(ids) :] = 1
         gen_config = self._generation_config(args, width)
-        stopping = StoppingCriteriaList()
+        recorder = _RawLogprobs(self.model) if args.logprobs else None
+        stopping = StoppingCriteriaList([recorder] if recorder else [])
         if args.stop:
             stopping.append(_StopStrings(self.tokenizer, args.stop, width, gen_config.min_new_tokens))
-        with self._rng(args.seed):
-            output = self.model.generate(
-                input_ids=input_ids.to(self.device),
-                attention_mask=prompt_mask.to(self.device),
-                generation_config=gen_config,
-                stopping_criteria=stopping,
-            ).cpu()
+        try:
+            with self._rng(args.seed):
+                output = self.model.generate(
+                    input_ids=input_ids.to(self.device),
+                    attention_mask=prompt_mask.to(self.device),
+                    generation_config=gen_config,
+                    stopping_criteria=stopping,
+                ).cpu()
+        finally:
+            if recorder:
+                recorder.remove()
+        logprobs = recorder.logprobs() if recorder else None
         generated = output[:, width:]
         cuts = [self._cut(tokens.tolist(), args.stop, gen_config.min_new_tokens) for tokens in generated]
-        response_mask = torch.zeros_like(generated)
-        for row, (length, _, _) in enumerate(cuts):
-            response_mask[row, :length] = 1
-        logprobs = None
-        if args.logprobs and generated.shape[1] > 0:
-            logprobs = self._logprobs(output, torch.cat([prompt_mask, response_mask], dim=1), generated.shape[1])
         return [
             Completion(
                 prompt_token_ids=rows[row],
