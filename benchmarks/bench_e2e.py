@@ -48,7 +48,7 @@ def experiment(root: Path, model: Path, data: Path, name: str, *changes: str) ->
             f"name={name}",
             f"checkpoint_root_dir={root / 'ckpt'}",
             f"model.model_path={model}",
-            f"buffer.explorer_input.taskset.path={data / 'tasks'}",
+            f"buffer.explorer_input.taskset.path={data / 'tasks.jsonl'}",
             f"buffer.batch_size={PROMPTS}",
             f"algorithm.repeat_times={SAMPLES}",
             f"model.max_response_tokens={TOKENS}",

@@ -27,8 +27,8 @@ def main(out_dir: str) -> None:
     out = Path(out_dir)
     problems = [{"question": f"{a}+{b}=", "answer": str(a + b)} for a in range(5) for b in range(5)]
     random.Random(0).shuffle(problems)
-    write_jsonl(out / "tasks" / "train.jsonl", problems)
-    write_jsonl(out / "sft" / "train.jsonl", problems)
+    write_jsonl(out / "tasks.jsonl", problems)
+    write_jsonl(out / "sft.jsonl", problems)
     print(f"wrote {len(problems)} arithmetic tasks and SFT pairs under {out}")
 
 

@@ -6,5 +6,5 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 here=examples/quickstart
 [ -f "$here/model/config.json" ] || trinity tiny-model "$here/model"
-[ -f "$here/data/tasks/train.jsonl" ] || python3 "$here/make_data.py" "$here/data"
+[ -f "$here/data/tasks.jsonl" ] || python3 "$here/make_data.py" "$here/data"
 exec trinity run --config "$here/quickstart.yaml" "$@"

@@ -24,12 +24,12 @@ def write_experiment(tmp_path: Path, model: Path, data: Path, *changes: str, sta
         [
             f"checkpoint_root_dir={tmp_path / 'ckpt'}",
             f"model.model_path={model}",
-            f"buffer.explorer_input.taskset.path={data / 'tasks'}",
+            f"buffer.explorer_input.taskset.path={data / 'tasks.jsonl'}",
             *changes,
         ]
     )
     if stages:
-        config.stages[0].buffer.trainer_input.experience_buffer.path = str(data / "sft")
+        config.stages[0].buffer.trainer_input.experience_buffer.path = str(data / "sft.jsonl")
     tmp_path.mkdir(parents=True, exist_ok=True)
     path = tmp_path / "experiment.yaml"
     OmegaConf.save(config, path)

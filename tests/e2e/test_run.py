@@ -213,7 +213,7 @@ def test_mix_trains_on_rollouts_and_expert_data(tmp_path, tiny_model_dir, arithm
         "buffer.train_batch_size=32",  # 16 rollouts + 16 expert rows (expert_data_ratio 0.5)
         "buffer.total_steps=2",
         f"{expert}.storage_type=file",
-        f"{expert}.path={arithmetic_data / 'sft'}",
+        f"{expert}.path={arithmetic_data / 'sft.jsonl'}",
         f"{expert}.format.prompt_key=question",
         f"{expert}.format.response_key=answer",
         f"{expert}.total_epochs=10",
