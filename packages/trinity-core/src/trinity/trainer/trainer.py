@@ -215,6 +215,9 @@ class Trainer:
     def train_step(self, experiences: list[Experience]) -> dict[str, float]:
         """One update from ``experiences``; returns its metrics."""
         batch, metrics = self.sample_strategy.sample(experiences, self.step, self.step)
+        if batch.batch_size == 0:  # e.g. staleness_control dropped every row
+            logger.warning("%s: no experience of step %d is left after sampling: no update", self.name, self.step + 1)
+            return metrics
         if self.algorithm.compute_advantage_in_trainer:
             batch, prepared = self.prepare(batch)
             metrics.update(prepared)

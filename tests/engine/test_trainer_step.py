@@ -1,0 +1,61 @@
+"""The trainer's step on the torch engine, in process: what it does with what sampling leaves."""
+
+from __future__ import annotations
+
+import math
+import textwrap
+from pathlib import Path
+
+import torch
+
+from trinity.common.experience import EID, Experience
+from trinity.config import load_config
+from trinity.trainer.trainer import Trainer
+
+
+def stale_experiences(count: int) -> list[Experience]:
+    return [
+        Experience(
+            tokens=torch.tensor([3, 5, 7, 9, 11]),
+            prompt_length=2,
+            logprobs=torch.full((3,), -1.0),
+            reward=float(i % 2),
+            eid=EID(batch="0", task=str(i // 2), run=i % 2),
+            model_version=0,
+        )
+        for i in range(count)
+    ]
+
+
+def test_a_batch_that_staleness_control_drops_whole_trains_nothing(tmp_path: Path, tiny_model_dir: Path) -> None:
+    path = tmp_path / "config.yaml"
+    path.write_text(
+        textwrap.dedent(
+            f"""
+            mode: train
+            checkpoint_root_dir: {tmp_path / "ckpt"}
+            model: {{model_path: {tiny_model_dir}, max_prompt_tokens: 8, max_response_tokens: 8}}
+            cluster: {{node_num: 1, gpu_per_node: 0}}
+            algorithm:
+              algorithm_type: grpo
+              repeat_times: 2
+              sample_strategy: staleness_control
+              sample_strategy_args: {{max_staleness: 1, stale_action: drop}}
+            trainer: {{trainer_type: torch}}
+            synchronizer: {{sync_method: checkpoint}}
+            buffer:
+              batch_size: 2
+              trainer_input:
+                experience_buffer: {{name: exp, storage_type: sql, path: {tmp_path / "exp.db"}}}
+            """
+        )
+    )
+    trainer = Trainer(load_config(path))
+    trainer.step = 3  # experiences of version 0 are 3 versions stale: all dropped
+    before = {k: v.clone() for k, v in trainer.engine.actor.state_dict().items()}
+    metrics = trainer.train_step(stale_experiences(4))
+    assert metrics["experience_count"] == 0 and metrics["stale_fraction"] == 1.0
+    assert all(math.isfinite(value) for value in metrics.values()), metrics  # no mean of nothing
+    assert trainer.engine.global_step == 0  # no optimizer or learning-rate step
+    after = trainer.engine.actor.state_dict()
+    assert all(torch.equal(before[k], after[k]) for k in before)
