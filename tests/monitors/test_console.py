@@ -21,7 +21,7 @@ def without_timestamp(record: dict) -> dict:
 
 
 def test_console_appends_each_logged_dict_with_its_step_and_prints_a_progress_line(tmp_path, caplog):
-    started = round(time.time(), 3)
+    started = time.time()
     monitor = ConsoleMonitor(PROJECT, NAME, "explorer", tmp_path)
     with caplog.at_level(logging.INFO, logger="trinity.console"):
         monitor.log({"critic/score/mean": 0.123456, "time/step": np.float32(1.5)}, step=1)

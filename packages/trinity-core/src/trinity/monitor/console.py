@@ -55,7 +55,7 @@ class ConsoleMonitor(Monitor):
         file.flush()
 
     def log(self, metrics: Mapping[str, float], step: int) -> None:
-        self._append(self._metrics_file, {"step": step, "timestamp": round(time.time(), 3), **metrics})
+        self._append(self._metrics_file, {"step": step, "timestamp": time.time(), **metrics})
         shown = " - ".join(f"{key}:{_format(value)}" for key, value in metrics.items())
         logger.info("[%s] step:%d - %s", self.role, step, shown)
 
