@@ -77,6 +77,20 @@ def test_cli_prints_every_error_and_exits_2(tmp_path):
     assert "algorithm.advantage_fn:" in result.stderr
 
 
+def test_run_reports_a_config_that_does_not_parse_before_starting_ray(tmp_path):
+    path = write(tmp_path, "monitor: {monitor_typ: console}\n")
+    result = subprocess.run(
+        [sys.executable, "-m", "trinity.cli", "run", "--config", str(path), "algorithm.advantage_fn=grpoo"],
+        capture_output=True,
+        text=True,
+    )
+    assert result.returncode == 2
+    assert "2 errors" in result.stderr  # the typo and the plugin check's finding, in one report
+    assert "monitor.monitor_typ: unknown key; did you mean 'monitor.monitor_type'?" in result.stderr
+    assert "algorithm.advantage_fn:" in result.stderr
+    assert "Ray" not in result.stdout + result.stderr
+
+
 def test_cli_prints_resolved_yaml(tmp_path):
     result = subprocess.run(
         [sys.executable, "-m", "trinity.cli", "config", "check", str(write(tmp_path)), "buffer.batch_size=8"],

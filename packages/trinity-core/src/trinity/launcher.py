@@ -21,7 +21,7 @@ from omegaconf import OmegaConf
 
 from trinity.common.files import read_json, write_json
 from trinity.config import load_stage_configs
-from trinity.config.load import read_yaml
+from trinity.config.load import IssueCollector, parse_config, read_yaml
 from trinity.config.schema import Config
 from trinity.plugins import Kind, resolve
 
@@ -40,7 +40,8 @@ def run(config_path: str, overrides: list[str] | None = None) -> list[dict[str, 
     """Run every stage of the experiment; returns one summary per stage run.
 
     Ray starts (about 3 s of child processes) while the config is checked on a thread (about
-    1 s, mostly importing torch for the algorithm functions' defaults). So the driver joins
+    1 s, mostly importing torch for the algorithm functions' defaults); a config that does not
+    even parse (unknown keys, wrong types) is reported before Ray starts. The driver joins
     Ray before it knows the experiment's namespace: its own job namespace is Ray's anonymous
     one, and every named actor of the run carries ``ray_namespace`` explicitly.
     """
@@ -50,8 +51,13 @@ def run(config_path: str, overrides: list[str] | None = None) -> list[dict[str, 
     with ThreadPoolExecutor(max_workers=1) as pool:
         checking = pool.submit(load_stage_configs, config_path, overrides)
         if started_ray:
-            address = OmegaConf.select(read_yaml(config_path, overrides), "cluster.ray_address")
-            ray.init(address=address or os.environ.get("RAY_ADDRESS"), include_dashboard=False, log_to_driver=True)
+            raw = read_yaml(config_path, overrides)
+            typing_issues = IssueCollector()
+            parse_config(raw, typing_issues)
+            if typing_issues.issues:  # a typo or a wrong type: the whole report at once, before Ray starts
+                checking.result()
+            address = OmegaConf.select(raw, "cluster.ray_address") or os.environ.get("RAY_ADDRESS")
+            ray.init(address=address, include_dashboard=False, log_to_driver=True)
         try:
             stages = checking.result()
         except BaseException:
