@@ -85,7 +85,7 @@ class _RawLogprobs(StoppingCriteria):
 
     def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor, **kwargs: Any) -> torch.Tensor:
         sampled = self._logits.gather(-1, input_ids[:, -1:]).squeeze(-1)
-        self.columns.append((sampled - self._logits.logsumexp(-1)).cpu())
+        self.columns.append(sampled - self._logits.logsumexp(-1))  # on the device: no sync per token
         return torch.zeros(input_ids.shape[0], dtype=torch.bool, device=input_ids.device)
 
     def remove(self) -> None:
@@ -93,7 +93,7 @@ class _RawLogprobs(StoppingCriteria):
 
     def logprobs(self) -> torch.Tensor | None:
         """``[rows, generated tokens]`` (rows that finished early have junk past their end)."""
-        return torch.stack(self.columns, dim=1) if self.columns else None
+        return torch.stack(self.columns, dim=1).cpu() if self.columns else None
 
 
 class TransformersRolloutEngine(RolloutEngine):
