@@ -156,17 +156,14 @@ class NCCLSync(SyncMethod):
 
     @classmethod
     def shared_actors(cls, config: Config) -> list:
-        import ray
-
         model = config.explorer.rollout_model
         address = {
             "world_size": 1 + model.engine_num * model.tensor_parallel_size,
             "backend": "nccl" if config.cluster.node_num * config.cluster.gpu_per_node else "gloo",
             "timeout": float(config.synchronizer.sync_timeout),
         }
-        coordinator = start_named_actor(NCCLCoordinator, COORDINATOR_NAME, config.ray_namespace, address)
-        ray.get(coordinator.address.remote())  # its store listens before explorer and trainer look
-        return [coordinator]
+        # no wait for it here: each side's first call (``address``) waits until its store listens
+        return [start_named_actor(NCCLCoordinator, COORDINATOR_NAME, config.ray_namespace, address)]
 
     # -- trainer side -------------------------------------------------------------------------
 
