@@ -94,6 +94,20 @@ def test_async_explorer_and_trainer_processes_exchange_data_and_weights(tmp_path
     assert sum(r["rollout/experience_count"] for r in explored) == 4 * 16
 
 
+def actor_pids(actor_class: str) -> list[int]:
+    """The processes of Ray actors of ``actor_class`` (Ray titles them ``ray::<Class>`` when
+    idle, ``ray::<name>:<Class>.<method>`` while busy)."""
+    pattern = re.compile(rf"ray::([^:\x00]+:)?{actor_class}\b".encode())
+    pids = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            if pattern.match(Path(f"/proc/{pid}/cmdline").read_bytes()):
+                pids.append(int(pid))
+        except OSError:  # gone meanwhile
+            pass
+    return pids
+
+
 def test_trainer_killed_mid_run_resumes_from_its_checkpoint(tmp_path, tiny_model_dir, arithmetic_data):
     common = (
         "synchronizer.sync_method=checkpoint",
@@ -112,7 +126,13 @@ def test_trainer_killed_mid_run_resumes_from_its_checkpoint(tmp_path, tiny_model
     while not (meta.is_file() and read_json(meta)["step"] >= 2):
         assert first.poll() is None and time.monotonic() < deadline, "the trainer never saved a checkpoint"
         time.sleep(0.1)
-    os.killpg(first.pid, signal.SIGKILL)  # the trainer and every Ray process it started
+    # The trainer actor first: Ray's workers have process groups of their own, and a trainer that
+    # outlived its raylet would go on training (and saving) until it noticed.
+    trainers = actor_pids("Trainer")
+    assert trainers, "no trainer actor process to kill"
+    for pid in trainers:
+        os.kill(pid, signal.SIGKILL)
+    os.killpg(first.pid, signal.SIGKILL)  # the CLI and the Ray processes of its group
     first.wait()
     killed_at = read_json(meta)["step"]
     assert_ok(trinity_run(train))
