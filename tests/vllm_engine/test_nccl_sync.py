@@ -38,7 +38,9 @@ def coordinator(ray_session):
     """A fresh coordinator per test, as the launcher makes one per run (and removes it)."""
     import ray
 
-    (actor,) = NCCLSync.shared_actors(sync_config())
+    config = sync_config()
+    (shared,) = NCCLSync.shared_actors(config)
+    actor = shared.start(config.ray_namespace)
     yield actor
     ray.kill(actor)
 
@@ -114,7 +116,8 @@ def test_a_side_that_never_joins_fails_both_with_its_cause(ray_session) -> None:
     import ray
 
     config = sync_config(timeout=2)
-    (coordinator,) = NCCLSync.shared_actors(config)
+    (shared,) = NCCLSync.shared_actors(config)
+    coordinator = shared.start(config.ray_namespace)
     try:
         trainer, explorer = NCCLSync(config), NCCLSync(config)
         trainer.publish({"w": torch.ones(2)}, 1)

@@ -13,6 +13,7 @@ import logging
 import os
 import re
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -99,15 +100,17 @@ def run_stage(config: Config) -> dict[str, Any]:
     roles: dict[str, Any] = {}
     namespace = config.ray_namespace
     threads = default_threads(config, 2 if config.mode == "both" else 1)
-    shared = _start_shared_actors(config)
+    start_shared = _shared_actors(config)
+    if config.mode in ("both", "explore", "bench"):  # first: the explorer's start-up is the longer
+        roles[config.explorer.name] = _actor(Explorer, config.explorer.name, namespace).remote(config, threads)
     if config.mode in ("both", "train"):
         roles[config.trainer.name] = _actor(Trainer, config.trainer.name, namespace).remote(config, threads)
-    if config.mode in ("both", "explore", "bench"):
-        roles[config.explorer.name] = _actor(Explorer, config.explorer.name, namespace).remote(config, threads)
-    method = "benchmark" if config.mode == "bench" else "run"
-    pending = {getattr(actor, method).remote(): name for name, actor in roles.items()}
+    shared: list = []
     results: dict[str, Any] = {}
     try:
+        shared = start_shared()
+        method = "benchmark" if config.mode == "bench" else "run"
+        pending = {getattr(actor, method).remote(): name for name, actor in roles.items()}
         while pending:
             (ref,), _ = ray.wait(list(pending))
             name = pending.pop(ref)
@@ -126,26 +129,37 @@ def run_stage(config: Config) -> dict[str, Any]:
     return summary
 
 
-def _start_shared_actors(config: Config) -> list:
-    """The actors explorer and trainer meet through, created before either starts.
+def _shared_actors(config: Config) -> Callable[[], list]:
+    """Clears what explorer and trainer meet through and returns the call that starts it.
 
-    Two roles racing to create one named actor could each get their own; so the launcher
-    creates the sync method's actors (memory: the weight store; nccl: its coordinator) and
-    the in-memory experience queue (a queue with no path) first, fresh for the run, and
-    removes them at the end. ``.remote()`` registers a named actor before it returns, so
-    the roles find it by name at once; nothing waits for it to be constructed.
+    The sync method's actors (memory: the weight store; nccl: its coordinator) and the
+    in-memory experience queue (a queue with no path) are fresh for each run: leftovers of
+    an earlier run are removed now, before the roles exist. The launcher starts them after
+    the roles, which then take the two workers Ray prestarts (0.5 s sooner than a new
+    worker); each role waits for them by name, and ``.remote()`` registers a name before it
+    returns. The launcher kills them at the end of the run.
     """
-    shared = resolve(Kind.SYNC_METHOD, config.synchronizer.sync_method).shared_actors(config)
+    namespace = config.ray_namespace
+    actors = resolve(Kind.SYNC_METHOD, config.synchronizer.sync_method).shared_actors(config)
+    for actor in actors:
+        actor.remove_leftover(namespace)
     experience = config.buffer.trainer_input.experience_buffer
-    if config.mode == "both" and experience.storage_type == "queue" and not experience.path:
+    queue = config.mode == "both" and experience.storage_type == "queue" and not experience.path
+    if queue:
         from trinity.buffer.storage.ray_queue import get_or_create_queue_actor, kill_queue_actor
 
         try:
-            kill_queue_actor(experience, config.ray_namespace)  # left over from an earlier run
+            kill_queue_actor(experience, namespace)
         except ValueError:
             pass
-        shared.append(get_or_create_queue_actor(experience, config.ray_namespace).actor)
-    return shared
+
+    def start() -> list:
+        handles = [actor.start(namespace) for actor in actors]
+        if queue:  # the roles create it themselves if they come first: it is get-or-create on both sides
+            handles.append(get_or_create_queue_actor(experience, namespace).actor)
+        return handles
+
+    return start
 
 
 def _actor(cls: type, name: str, namespace: str):

@@ -41,7 +41,14 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from trinity.config.schema import Config
-from trinity.synchronizer.methods import SyncMethod, SyncTimeout, WeightStore, WeightUpdate, start_named_actor
+from trinity.synchronizer.methods import (
+    SharedActor,
+    SyncMethod,
+    SyncTimeout,
+    WeightStore,
+    WeightUpdate,
+    find_shared_actor,
+)
 
 if TYPE_CHECKING:
     from trinity.explorer.model_wrapper import LocalEngineClient
@@ -144,7 +151,7 @@ class NCCLSync(SyncMethod):
         import ray
 
         self._ray = ray
-        self.coordinator = ray.get_actor(COORDINATOR_NAME, namespace=config.ray_namespace)
+        self.coordinator = find_shared_actor(COORDINATOR_NAME, config.ray_namespace)
         self.address = GroupAddress(**ray.get(self.coordinator.address.remote()))
         # trainer side
         self._latest: tuple[int, dict[str, torch.Tensor]] | None = None
@@ -155,7 +162,7 @@ class NCCLSync(SyncMethod):
         self._joined = False
 
     @classmethod
-    def shared_actors(cls, config: Config) -> list:
+    def shared_actors(cls, config: Config) -> list[SharedActor]:
         model = config.explorer.rollout_model
         address = {
             "world_size": 1 + model.engine_num * model.tensor_parallel_size,
@@ -163,7 +170,7 @@ class NCCLSync(SyncMethod):
             "timeout": float(config.synchronizer.sync_timeout),
         }
         # no wait for it here: each side's first call (``address``) waits until its store listens
-        return [start_named_actor(NCCLCoordinator, COORDINATOR_NAME, config.ray_namespace, address)]
+        return [SharedActor(NCCLCoordinator, COORDINATOR_NAME, (address,))]
 
     # -- trainer side -------------------------------------------------------------------------
 

@@ -55,9 +55,9 @@ class SyncMethod(ABC):
         self.config = config
 
     @classmethod
-    def shared_actors(cls, config: Config) -> list:
-        """The launcher's call before explorer and trainer start: the named actors both
-        sides meet through, fresh for the run (the launcher kills them at its end)."""
+    def shared_actors(cls, config: Config) -> list[SharedActor]:
+        """The named actors both sides meet through; the launcher starts them fresh for
+        each run and kills them at its end."""
         return []
 
     def connect(self, engines: Sequence[LocalEngineClient]) -> None:  # noqa: B027 (optional hook)
@@ -142,11 +142,11 @@ class MemorySync(SyncMethod):
         import ray
 
         self._ray = ray
-        self.store = ray.get_actor(self.ACTOR_NAME, namespace=config.ray_namespace)
+        self.store = find_shared_actor(self.ACTOR_NAME, config.ray_namespace)
 
     @classmethod
-    def shared_actors(cls, config: Config) -> list:
-        return [start_named_actor(WeightStore, cls.ACTOR_NAME, config.ray_namespace)]
+    def shared_actors(cls, config: Config) -> list[SharedActor]:
+        return [SharedActor(WeightStore, cls.ACTOR_NAME)]
 
     def publish(self, state_dict: dict[str, torch.Tensor], version: int) -> None:
         ref = self._ray.put(state_dict)
@@ -165,15 +165,52 @@ class MemorySync(SyncMethod):
         return WeightUpdate(version, state_dict=self._ray.get(ref))
 
 
-def start_named_actor(cls: type, name: str, namespace: str, *args: Any):
-    """A fresh named Ray actor of ``cls`` (CPU-free); a stale one of an earlier run is replaced."""
+SHARED_ACTOR_WAIT = 120.0
+"""Seconds a role waits for the launcher to create a shared actor (it starts the roles first)."""
+
+
+@dataclass(frozen=True)
+class SharedActor:
+    """A named, CPU-free actor that both sides of a sync method meet through.
+
+    The launcher removes a leftover of an earlier run before explorer and trainer start,
+    creates it right after them (so the roles, not it, take the workers Ray prestarts) and
+    kills it at the end of the run; each side finds it with ``find_shared_actor``.
+    """
+
+    cls: type
+    name: str
+    args: tuple[Any, ...] = ()
+
+    def remove_leftover(self, namespace: str) -> None:
+        import ray
+
+        try:
+            ray.kill(ray.get_actor(self.name, namespace=namespace))
+        except ValueError:
+            pass
+
+    def start(self, namespace: str):
+        import ray
+
+        return ray.remote(num_cpus=0)(self.cls).options(name=self.name, namespace=namespace).remote(*self.args)
+
+
+def find_shared_actor(name: str, namespace: str, timeout: float = SHARED_ACTOR_WAIT):
+    """The actor ``name`` of ``namespace``, waiting for the launcher to create it."""
     import ray
 
-    try:
-        ray.kill(ray.get_actor(name, namespace=namespace))
-    except ValueError:
-        pass
-    return ray.remote(num_cpus=0)(cls).options(name=name, namespace=namespace).remote(*args)
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return ray.get_actor(name, namespace=namespace)
+        except ValueError:
+            if time.monotonic() > deadline:
+                raise ValueError(
+                    f"no actor {name!r} in Ray namespace {namespace!r} after {timeout:.0f} s: "
+                    "`trinity run` creates it for the run's explorer and trainer"
+                ) from None
+            time.sleep(0.02)
 
 
 class WeightStore:

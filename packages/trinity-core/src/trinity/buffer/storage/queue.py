@@ -21,7 +21,6 @@ from typing import Any
 from trinity.buffer.storage.base import ExperienceReader, ExperienceWriter, LogStorage
 from trinity.buffer.storage.file import FileStorage
 from trinity.buffer.storage.memory import MemoryReader, MemoryWriter, local_queue
-from trinity.buffer.storage.sql import SQLStorage
 from trinity.config.schema import StorageConfig
 
 
@@ -41,7 +40,12 @@ class QueueStorage:
                     f"buffer {storage.name!r}: use_priority_queue needs an in-memory queue; "
                     f"remove path {path!r} or set use_priority_queue: false"
                 )
-            self.durable = (FileStorage if path.endswith((".jsonl", ".json")) else SQLStorage)(storage)
+            if path.endswith((".jsonl", ".json")):
+                self.durable = FileStorage(storage)
+            else:
+                from trinity.buffer.storage.sql import SQLStorage  # sqlalchemy: 0.4 s to import
+
+                self.durable = SQLStorage(storage)
             self.durable.capacity = storage.capacity
             return
         if use_ray if use_ray is not None else _ray_running():

@@ -1,0 +1,64 @@
+"""The named actors both sides of a sync method meet through: the launcher starts the roles
+first and these right after, so a role must find an actor that does not exist yet."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+import torch
+
+from trinity.config.schema import Config
+from trinity.synchronizer.methods import MemorySync, find_shared_actor
+
+NAMESPACE = "trinity-sync-tests"
+
+
+def memory_config() -> Config:
+    config = Config()
+    config.ray_namespace = NAMESPACE
+    config.synchronizer.sync_method = "memory"
+    return config
+
+
+def test_a_side_built_before_its_shared_actor_waits_for_it(ray_session) -> None:
+    config = memory_config()
+    (store,) = MemorySync.shared_actors(config)
+    store.remove_leftover(NAMESPACE)
+    built: list[MemorySync] = []
+    explorer_side = threading.Thread(target=lambda: built.append(MemorySync(config)))
+    explorer_side.start()
+    time.sleep(0.5)
+    assert built == []  # still waiting: the store does not exist yet
+    actor = store.start(NAMESPACE)
+    explorer_side.join(timeout=30)
+    try:
+        trainer, explorer = MemorySync(config), built[0]
+        trainer.publish({"w": torch.full((2,), 3.0)}, 1)
+        update = explorer.fetch(1, timeout=10)
+        assert update.version == 1
+        assert update.state_dict["w"].tolist() == [3.0, 3.0]
+    finally:
+        ray_session.kill(actor)
+
+
+def test_a_leftover_of_an_earlier_run_is_replaced_by_a_fresh_actor(ray_session) -> None:
+    config = memory_config()
+    (store,) = MemorySync.shared_actors(config)
+    store.remove_leftover(NAMESPACE)
+    earlier = store.start(NAMESPACE)
+    MemorySync(config).publish({"w": torch.zeros(1)}, 5)
+    store.remove_leftover(NAMESPACE)
+    fresh = store.start(NAMESPACE)
+    try:
+        assert MemorySync(config).fetch(1, timeout=0) is None  # version 5 went with the leftover
+        with pytest.raises(ray_session.exceptions.RayActorError):
+            ray_session.get(earlier.awaited.remote())
+    finally:
+        ray_session.kill(fresh)
+
+
+def test_a_shared_actor_that_never_comes_fails_naming_it(ray_session) -> None:
+    with pytest.raises(ValueError, match=r"no actor 'trinity_weight_store' in Ray namespace 'elsewhere' after 0 s"):
+        find_shared_actor("trinity_weight_store", "elsewhere", timeout=0.3)
