@@ -3,8 +3,14 @@
 from __future__ import annotations
 
 import os
+import shutil
+import socket
 import subprocess
 import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from omegaconf import OmegaConf
@@ -52,3 +58,42 @@ def trinity_run(config: Path, *overrides: str, timeout: float = 600, **popen) ->
 def trinity_start(config: Path, *overrides: str, **popen) -> subprocess.Popen:
     """``trinity run`` in the background, in a session of its own (a test may kill its processes)."""
     return subprocess.Popen(**_trinity(config, overrides), start_new_session=True, **popen)
+
+
+@contextmanager
+def ray_head(settle: float = 0.0) -> Iterator[str]:
+    """A local Ray cluster as ``ray start --head`` makes one; yields its address once its GCS
+    listens (``ray.init`` then waits for its raylet), after ``settle`` more seconds.
+
+    Its temp dir is private: ``ray start`` records its address there (``ray_current_cluster``),
+    where a later ``ray.init()`` of this machine would otherwise try to join it once it is gone.
+    """
+    temp_dir = tempfile.mkdtemp(prefix="rayhead", dir="/tmp")  # short: Ray's socket paths live under it
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    output = Path(temp_dir) / "ray_start.log"
+    with output.open("w") as log:
+        head = subprocess.Popen(
+            [sys.executable, "-m", "ray.scripts.scripts", "start", "--head", "--block", f"--port={port}"]
+            + [f"--temp-dir={temp_dir}", f"--num-cpus={os.cpu_count()}", "--include-dashboard=false"]
+            + ["--disable-usage-stats"],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+    try:
+        while not _listening(port):
+            if head.poll() is not None:
+                raise RuntimeError(f"ray start --head exited with {head.returncode}:\n{output.read_text()[-2000:]}")
+            time.sleep(0.2)
+        time.sleep(settle)
+        yield f"127.0.0.1:{port}"
+    finally:
+        head.terminate()  # ``ray start --block`` stops the head's processes on SIGTERM
+        head.wait(timeout=60)
+        shutil.rmtree(temp_dir, ignore_errors=True)
+
+
+def _listening(port: int) -> bool:
+    with socket.socket() as probe:
+        return probe.connect_ex(("127.0.0.1", port)) == 0

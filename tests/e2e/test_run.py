@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
-from e2e_helpers import EXPLORE_ONLY, trinity_run, trinity_start, write_experiment
+from e2e_helpers import EXPLORE_ONLY, ray_head, trinity_run, trinity_start, write_experiment
 
 from trinity.common.files import read_json
 from trinity.monitor.console import read_jsonl
@@ -106,6 +106,26 @@ def actor_pids(actor_class: str) -> list[int]:
         except OSError:  # gone meanwhile
             pass
     return pids
+
+
+def test_runs_join_the_ray_cluster_that_ray_address_names_and_leave_it_clean(tmp_path, tiny_model_dir, arithmetic_data):
+    """``cluster.ray_address``: the run connects to that cluster instead of starting one, and
+    removes its actors at the end, so the next run of the same experiment there starts clean."""
+    with ray_head() as address:
+        changes = (f"cluster.ray_address={address}", "buffer.batch_size=4", "algorithm.repeat_times=2")
+        first = trinity_run(
+            write_experiment(tmp_path, tiny_model_dir, arithmetic_data, *changes, "buffer.total_steps=1")
+        )
+        assert_ok(first)
+        port = address.rsplit(":", 1)[1]  # Ray names the host by the node's IP
+        assert re.search(rf"Connecting to existing Ray cluster at address: \S+:{port}\b", first.stderr)
+        assert "Started a local Ray instance" not in first.stdout + first.stderr
+        # Same names (explorer, trainer, weight store, queue) in the same cluster: no clash.
+        second = trinity_run(
+            write_experiment(tmp_path, tiny_model_dir, arithmetic_data, *changes, "buffer.total_steps=2")
+        )
+        assert_ok(second)
+    assert [r["step"] for r in metrics(tmp_path, "trainer")] == [1, 2]
 
 
 def test_trainer_killed_mid_run_resumes_from_its_checkpoint(tmp_path, tiny_model_dir, arithmetic_data):
