@@ -3,8 +3,8 @@
     python benchmarks/bench_e2e.py [overhead|async|startup|all]
 
 Figures on a shared 2-core machine move 10-20% from run to run, so each is measured
-``REPEATS`` times (start-up ``STARTUPS`` times), the compared variants interleaved, and
-printed with its median and range.
+several times (``OVERHEAD_REPEATS``, ``ASYNC_REPEATS``, ``STARTUPS``), the compared variants
+interleaved, and printed as median (min-max).
 
 - overhead: seconds per GRPO step through trinity (mode both, memory sync, explorer and
   trainer taking turns) over the same generate + update written directly against
@@ -43,7 +43,7 @@ PROMPTS, SAMPLES, TOKENS = 16, 8, 64
 """The overhead bench's step, as the issue names it."""
 ASYNC_WORK = (4, 8, 128)
 """The async bench's step (prompts, samples, tokens): exploring takes about as long as training."""
-REPEATS, STARTUPS = 3, 5
+OVERHEAD_REPEATS, ASYNC_REPEATS, STARTUPS = 5, 3, 5
 
 
 def prepare(root: Path) -> tuple[Path, Path]:
@@ -118,8 +118,9 @@ def trinity_step_seconds(root: Path, model: Path, data: Path, name: str, *change
     return (stamps[-1] - stamps[WARMUP - 1]) / (len(stamps) - WARMUP)
 
 
-def direct_step_seconds(model_dir: Path, steps: int = 4) -> float:
-    """The same work without trinity: one process, transformers generate, a GRPO update."""
+def direct_step_seconds(model_dir: Path, steps: int = STEPS - WARMUP) -> float:
+    """The same work without trinity: one process, transformers generate, a GRPO update;
+    as many steps as trinity's measured ones, after one of warm-up."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -175,17 +176,17 @@ def direct_step_seconds(model_dir: Path, steps: int = 4) -> float:
 
 def overhead(root: Path, model: Path, data: Path) -> None:
     ratios = []
-    for repeat in range(REPEATS):
+    for repeat in range(OVERHEAD_REPEATS):
         direct = direct_step_seconds(model)
         through = trinity_step_seconds(root, model, data, f"overhead{repeat}", "synchronizer.sync_offset=0")
         ratios.append(through / direct)
         print(f"overhead: direct {direct:.3f} s/step, trinity {through:.3f} s/step, ratio {ratios[-1]:.3f}")
-    print(f"overhead: ratio {spread(ratios, 3)} over {REPEATS} runs (target <= 1.05)")
+    print(f"overhead: ratio {spread(ratios, 3)} over {OVERHEAD_REPEATS} runs (target <= 1.05)")
 
 
 def async_speedup(root: Path, model: Path, data: Path) -> None:
     speedups, bounds = [], []
-    for repeat in range(REPEATS):
+    for repeat in range(ASYNC_REPEATS):
         seconds = {}
         for name, offset in ((f"alternate{repeat}", 0), (f"overlap{repeat}", 1)):
             changes = (*work(*ASYNC_WORK), f"synchronizer.sync_offset={offset}", "cluster.cpu_threads=1")
@@ -199,7 +200,7 @@ def async_speedup(root: Path, model: Path, data: Path) -> None:
                 bounds.append((explore + train) / max(explore, train))
         speedups.append(seconds[f"alternate{repeat}"] / seconds[f"overlap{repeat}"])
         print(f"async: speed-up {speedups[-1]:.2f}, the best overlap could give {bounds[-1]:.2f}")
-    print(f"async: speed-up {spread(speedups)} over {REPEATS} runs, bound {spread(bounds)} (target >= 1.8)")
+    print(f"async: speed-up {spread(speedups)} over {ASYNC_REPEATS} runs, bound {spread(bounds)} (target >= 1.8)")
 
 
 ROLE_TIMERS = (("explorer", "time/explore_step"), ("trainer", "time/train_step"))
