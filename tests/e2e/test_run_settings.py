@@ -1,0 +1,80 @@
+"""The run-level settings of the configuration guide, as a run's files show them: logs per
+node and level, the explorer's environment variables, evaluation on start-up and every
+``eval_interval`` steps."""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import textwrap
+from pathlib import Path
+
+from e2e_helpers import trinity_run, write_experiment
+
+from trinity.monitor.console import read_jsonl
+
+JOB = Path("ckpt") / "quickstart" / "arithmetic"
+
+ENV_WORKFLOW = """
+import os
+from pathlib import Path
+from trinity.plugins import hookimpl
+from trinity_workflows.workflows import MathWorkflow
+
+class EnvWorkflow(MathWorkflow):
+    \"\"\"The math workflow, noting what TRINITY_E2E_MARK is where it runs.\"\"\"
+
+    async def run_async(self):
+        Path(__file__).with_name(f"seen_{self.task.index}").write_text(os.environ.get("TRINITY_E2E_MARK", "unset"))
+        return await super().run_async()
+
+@hookimpl
+def trinity_register_workflows(register):
+    register("env_workflow", EnvWorkflow)
+"""
+
+
+def test_logs_env_vars_and_evaluation_follow_the_run_settings(tmp_path, tiny_model_dir, arithmetic_data):
+    plugins = tmp_path / "plugins"
+    plugins.mkdir()
+    (plugins / "env_workflow.py").write_text(textwrap.dedent(ENV_WORKFLOW))
+    eval_set = (
+        f"{{name: arith_eval, storage_type: file, path: {arithmetic_data / 'tasks.jsonl'},"
+        " format: {prompt_key: question, response_key: answer}}"
+    )
+    config = write_experiment(
+        tmp_path,
+        tiny_model_dir,
+        arithmetic_data,
+        "buffer.batch_size=4",
+        "algorithm.repeat_times=2",
+        "buffer.total_steps=2",
+        "buffer.explorer_input.default_workflow_type=env_workflow",
+        "log.level=WARNING",
+        "log.group_by_node=true",
+        "explorer.env_vars={TRINITY_E2E_MARK: from-config}",
+        "explorer.eval_on_startup=true",
+        "explorer.eval_interval=1",
+        f"buffer.explorer_input.eval_tasksets=[{eval_set}]",
+    )
+    os.environ["TRINITY_PLUGIN_DIRS"] = str(plugins)
+    try:
+        result = trinity_run(config)
+    finally:
+        del os.environ["TRINITY_PLUGIN_DIRS"]
+    assert result.returncode == 0, result.stderr[-5000:]
+
+    # log.group_by_node: <job dir>/log/<node ip>/<actor name>.log; log.level WARNING: no INFO lines
+    (node_dir,) = (tmp_path / JOB / "log").iterdir()
+    ipaddress.ip_address(node_dir.name)
+    assert sorted(p.name for p in node_dir.iterdir()) == ["explorer.log", "trainer.log"]
+    assert " INFO " not in (node_dir / "explorer.log").read_text()
+
+    # explorer.env_vars: set where the workflows run
+    seen = {p.read_text() for p in plugins.glob("seen_*")}
+    assert seen == {"from-config"}
+
+    # eval_on_startup (step 0) and eval_interval 1 (after steps 1 and 2): the whole eval taskset each time
+    evals = [r for r in read_jsonl(tmp_path / JOB / "monitor" / "explorer.jsonl") if "time/eval/arith_eval" in r]
+    assert [r["step"] for r in evals] == [0, 1, 2]
+    assert all(0.0 <= r["eval/arith_eval/accuracy/mean@1"] <= 1.0 for r in evals), evals[0].keys()
