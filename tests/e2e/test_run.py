@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import signal
+import sqlite3
 import subprocess
 import textwrap
 import time
@@ -92,6 +94,98 @@ def test_async_explorer_and_trainer_processes_exchange_data_and_weights(tmp_path
     assert read_json(job / "sync" / "latest.json")["version"] == 4
     explored = read_jsonl(job / "monitor" / "explorer.jsonl")
     assert sum(r["rollout/experience_count"] for r in explored) == 4 * 16
+
+
+GATED_WORKFLOW = """
+import asyncio
+from pathlib import Path
+from trinity.plugins import hookimpl
+from trinity_workflows.workflows import MathWorkflow
+
+GATE = Path(__file__).with_name("open")
+
+class GatedWorkflow(MathWorkflow):
+    \"\"\"The math workflow, once the test opens the gate: an explorer that runs but has not finished.\"\"\"
+
+    async def run_async(self):
+        while not GATE.exists():
+            await asyncio.sleep(0.1)
+        return await super().run_async()
+
+@hookimpl
+def trinity_register_workflows(register):
+    register("gated_workflow", GatedWorkflow)
+"""
+
+
+def registered_writers(buffer: Path) -> set[str]:
+    """The writers that have opened the sqlite experience buffer ``buffer``."""
+    if not buffer.is_file():
+        return set()
+    with contextlib.closing(sqlite3.connect(buffer)) as db:
+        try:
+            return {name for (name,) in db.execute("SELECT name FROM experience_buffer_writers")}
+        except sqlite3.OperationalError:  # no table yet
+            return set()
+
+
+def test_a_second_explorer_joins_a_running_async_pair(tmp_path, tiny_model_dir, arithmetic_data):
+    """A train process and an explore process run; a second explorer (another explorer.name)
+    joins, runs and finishes while the first is still exploring; the trainer trains on both."""
+    plugins = tmp_path / "plugins"
+    plugins.mkdir()
+    (plugins / "gated.py").write_text(GATED_WORKFLOW)
+    common = ("synchronizer.sync_method=checkpoint", "buffer.batch_size=4", "algorithm.repeat_times=4")
+    first_steps, second_steps = 3, 2  # 16 experiences a step, on both sides
+    train = write_experiment(
+        tmp_path,
+        tiny_model_dir,
+        arithmetic_data,
+        "mode=train",
+        *common,
+        f"buffer.total_steps={first_steps + second_steps}",
+    )
+    first = write_experiment(
+        tmp_path / "first",
+        tiny_model_dir,
+        arithmetic_data,
+        "mode=explore",
+        *common,
+        f"buffer.total_steps={first_steps}",
+        "buffer.explorer_input.default_workflow_type=gated_workflow",
+    )
+    second = write_experiment(
+        tmp_path / "second",
+        tiny_model_dir,
+        arithmetic_data,
+        "mode=explore",
+        *common,
+        f"buffer.total_steps={second_steps}",
+        "explorer.name=explorer_2",
+    )
+    for config in (first, second):  # one experiment directory: the buffer and the weights live there
+        config.write_text(config.read_text().replace(str(config.parent / "ckpt"), str(tmp_path / "ckpt")))
+    trainer = trinity_start(train, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    os.environ["TRINITY_PLUGIN_DIRS"] = str(plugins)
+    try:
+        explorer = trinity_start(first, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    finally:
+        del os.environ["TRINITY_PLUGIN_DIRS"]
+    buffer = tmp_path / JOB / "buffer" / "experience_buffer.db"
+    deadline = time.monotonic() + 240
+    while "explorer" not in registered_writers(buffer):  # the first explorer has opened its writer
+        assert trainer.poll() is None and explorer.poll() is None and time.monotonic() < deadline
+        time.sleep(0.2)
+    assert_ok(trinity_run(second))  # the first explorer waits at its gate meanwhile
+    assert trainer.poll() is None and explorer.poll() is None
+    (plugins / "open").touch()
+    for process in (explorer, trainer):
+        out, _ = process.communicate(timeout=300)
+        assert process.returncode == 0, out[-5000:]
+    assert len(metrics(tmp_path, "explorer")) == first_steps
+    assert len(metrics(tmp_path, "explorer_2")) == second_steps
+    # The trainer's steps needed both explorers' experiences, and it ended only when both had.
+    assert [r["step"] for r in metrics(tmp_path, "trainer")] == list(range(1, first_steps + second_steps + 1))
 
 
 def actor_pids(actor_class: str) -> list[int]:
