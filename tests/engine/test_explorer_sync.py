@@ -1,0 +1,79 @@
+"""When the explorer takes new weights, per ``sync_style``, ``sync_interval`` and ``sync_offset``:
+an explorer in process on the tiny model, the trainer's side played by ``CheckpointSync``."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from trinity.config import load_config
+from trinity.explorer.explorer import Explorer
+from trinity.synchronizer.methods import CheckpointSync, SyncTimeout
+
+
+def explorer(tmp_path: Path, model: Path, style: str, offset: int = 0, timeout: int = 1) -> Explorer:
+    tasks = tmp_path / "tasks.jsonl"
+    tasks.write_text('{"question": "1+1=", "answer": "2"}\n')
+    path = tmp_path / f"{style}.yaml"
+    path.write_text(
+        textwrap.dedent(
+            f"""
+            mode: both
+            name: {style}
+            checkpoint_root_dir: {tmp_path / "ckpt"}
+            model: {{model_path: {model}, max_prompt_tokens: 8, max_response_tokens: 4}}
+            cluster: {{node_num: 1, gpu_per_node: 0}}
+            explorer: {{rollout_model: {{engine_type: transformers}}}}
+            trainer: {{trainer_type: torch}}
+            synchronizer: {{sync_method: checkpoint, sync_style: {style}, sync_interval: 2,
+                            sync_offset: {offset}, sync_timeout: {timeout}}}
+            buffer:
+              batch_size: 1
+              explorer_input:
+                taskset: {{name: t, storage_type: file, path: {tasks}, format: {{prompt_key: question}}}}
+            """
+        )
+    )
+    return Explorer(load_config(path))
+
+
+def publish(explorer: Explorer, model: Path, version: int) -> None:
+    """The trainer's side: weights of ``version`` (the tiny model's, every value + version)."""
+    weights = load_file(str(model / "model.safetensors"))
+    CheckpointSync(explorer.config).publish({k: v + version for k, v in weights.items()}, version)
+
+
+def synced_at(explorer: Explorer, step: int) -> int:
+    explorer.step = step
+    explorer.maybe_sync()
+    return explorer.version
+
+
+def test_fixed_waits_at_each_interval_for_the_version_offset_steps_behind(tmp_path, tiny_model_dir) -> None:
+    fixed = explorer(tmp_path, tiny_model_dir, "fixed", offset=1)
+    publish(fixed, tiny_model_dir, 3)
+    assert synced_at(fixed, 1) == 0  # not a multiple of sync_interval
+    assert synced_at(fixed, 2) == 3  # wants version 1 (step 2 - offset 1): takes the newest, 3
+    weights = dict(fixed.engines[0].engine.model.named_parameters())
+    name, loaded = next(iter(weights.items()))
+    assert torch.allclose(loaded, load_file(str(tiny_model_dir / "model.safetensors"))[name] + 3)
+    with pytest.raises(SyncTimeout):  # step 6 wants version 5: waits sync_timeout, then fails
+        synced_at(fixed, 6)
+
+
+def test_dynamic_by_explorer_takes_what_is_newer_without_waiting(tmp_path, tiny_model_dir) -> None:
+    dynamic = explorer(tmp_path, tiny_model_dir, "dynamic_by_explorer", timeout=60)
+    assert synced_at(dynamic, 2) == 0  # nothing published: goes on at once with its weights
+    publish(dynamic, tiny_model_dir, 1)
+    assert synced_at(dynamic, 3) == 0  # between intervals
+    assert synced_at(dynamic, 4) == 1
+
+
+def test_dynamic_by_trainer_looks_at_every_step(tmp_path, tiny_model_dir) -> None:
+    dynamic = explorer(tmp_path, tiny_model_dir, "dynamic_by_trainer")
+    publish(dynamic, tiny_model_dir, 2)
+    assert synced_at(dynamic, 1) == 2  # step 1 is not a multiple of sync_interval 2
