@@ -8,10 +8,11 @@ interleaved, and printed as median (min-max).
 
 - overhead: seconds per GRPO step through trinity (mode both, memory sync, explorer and
   trainer taking turns) over the same generate + update written directly against
-  transformers/torch in one process. Model hidden 256, 4 layers; 16 prompts x 8 samples
-  x 64 tokens, trained in one micro-batch; no KL term on either side. Trinity's time per step is the steady state of one
-  run: the spacing of the trainer's step timestamps in its metrics, the first steps (warm-up)
-  left out. Target <= 1.05.
+  transformers/torch in one process, on the same prompts (the quickstart's tasks with its
+  system prompt: 27 tokens). Model hidden 256, 4 layers; 16 prompts x 8 samples x 64
+  tokens, trained in one micro-batch; no KL term on either side. Trinity's time per step is
+  the steady state of one run: the spacing of the trainer's step timestamps in its metrics,
+  the first steps (warm-up) left out. Target <= 1.05.
 - async: steps per minute with explorer and trainer overlapping (sync_offset 1) over
   strictly alternating (sync_offset 0), one torch thread each in both, on a decode-heavy
   step (4 prompts x 8 samples x 128 tokens) where exploring and training take about as long.
@@ -118,22 +119,28 @@ def trinity_step_seconds(root: Path, model: Path, data: Path, name: str, *change
     return (stamps[-1] - stamps[WARMUP - 1]) / (len(stamps) - WARMUP)
 
 
-def direct_step_seconds(model_dir: Path, steps: int = STEPS - WARMUP) -> float:
+def direct_step_seconds(model_dir: Path, data: Path, steps: int = STEPS - WARMUP) -> float:
     """The same work without trinity: one process, transformers generate, a GRPO update;
-    as many steps as trinity's measured ones, after one of warm-up."""
+    as many steps as trinity's measured ones, after one of warm-up. The prompts are the
+    quickstart's: its tasks through the chat template with its system prompt."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    from trinity.monitor.console import read_jsonl
     from trinity_workflows.rewards import math_reward
 
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     model = AutoModelForCausalLM.from_pretrained(model_dir)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    system = OmegaConf.load(QUICKSTART / "quickstart.yaml").buffer.explorer_input.taskset.format.system_prompt
+    tasks = read_jsonl(data / "tasks.jsonl")[:PROMPTS]
     prompts = [
         tokenizer.apply_chat_template(
-            [{"role": "user", "content": f"{a}+{a}="}], tokenize=False, add_generation_prompt=True
+            [{"role": "system", "content": system}, {"role": "user", "content": task["question"]}],
+            tokenize=False,
+            add_generation_prompt=True,
         )
-        for a in range(PROMPTS)
+        for task in tasks
     ]
     inputs = tokenizer(prompts, return_tensors="pt", padding=True)
     durations = []
@@ -154,7 +161,7 @@ def direct_step_seconds(model_dir: Path, steps: int = STEPS - WARMUP) -> float:
         responses = out.sequences[:, width:]
         old = torch.stack(out.logits, 1).log_softmax(-1).gather(-1, responses.unsqueeze(-1)).squeeze(-1)
         texts = tokenizer.batch_decode(responses, skip_special_tokens=True)
-        truths = [str(2 * a) for a in range(PROMPTS) for _ in range(SAMPLES)]
+        truths = [task["answer"] for task in tasks for _ in range(SAMPLES)]
         rewards = torch.tensor(
             [sum(math_reward(response=t, truth=y).values()) for t, y in zip(texts, truths, strict=True)]
         )
@@ -177,7 +184,7 @@ def direct_step_seconds(model_dir: Path, steps: int = STEPS - WARMUP) -> float:
 def overhead(root: Path, model: Path, data: Path) -> None:
     ratios = []
     for repeat in range(OVERHEAD_REPEATS):
-        direct = direct_step_seconds(model)
+        direct = direct_step_seconds(model, data)
         through = trinity_step_seconds(root, model, data, f"overhead{repeat}", "synchronizer.sync_offset=0")
         ratios.append(through / direct)
         print(f"overhead: direct {direct:.3f} s/step, trinity {through:.3f} s/step, ratio {ratios[-1]:.3f}")
