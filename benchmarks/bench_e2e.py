@@ -187,7 +187,11 @@ def overhead(root: Path, model: Path, data: Path) -> None:
         direct = direct_step_seconds(model, data)
         through = trinity_step_seconds(root, model, data, f"overhead{repeat}", "synchronizer.sync_offset=0")
         ratios.append(through / direct)
-        print(f"overhead: direct {direct:.3f} s/step, trinity {through:.3f} s/step, ratio {ratios[-1]:.3f}")
+        explore, train = (role_step_seconds(root, f"overhead{repeat}", role, key) for role, key in ROLE_TIMERS)
+        print(
+            f"overhead: direct {direct:.3f} s/step, trinity {through:.3f} s/step "
+            f"(explore {explore:.2f} s, train {train:.2f} s), ratio {ratios[-1]:.3f}"
+        )
     print(f"overhead: ratio {spread(ratios, 3)} over {OVERHEAD_REPEATS} runs (target <= 1.05)")
 
 
