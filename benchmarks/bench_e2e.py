@@ -37,9 +37,8 @@ from omegaconf import OmegaConf
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests" / "e2e"))
-from e2e_helpers import ray_head  # noqa: E402  (a local cluster as ``ray start --head`` makes one)
+from e2e_helpers import QUICKSTART, ray_head, write_experiment  # noqa: E402  (shared with the end-to-end tests)
 
-QUICKSTART = REPO / "examples" / "quickstart"
 PROMPTS, SAMPLES, TOKENS = 16, 8, 64
 """The overhead bench's step, as the issue names it."""
 ASYNC_WORK = (4, 8, 128)
@@ -58,23 +57,17 @@ def prepare(root: Path) -> tuple[Path, Path]:
 
 
 def experiment(root: Path, model: Path, data: Path, name: str, *changes: str) -> Path:
-    config = OmegaConf.load(QUICKSTART / "quickstart.yaml")
-    del config["stages"]
-    config.merge_with_dotlist(
-        [
-            f"name={name}",
-            f"checkpoint_root_dir={root / 'ckpt'}",
-            f"model.model_path={model}",
-            f"buffer.explorer_input.taskset.path={data / 'tasks.jsonl'}",
-            *work(PROMPTS, SAMPLES, TOKENS),
-            "algorithm.kl_loss_fn=none",
-            "trainer.save_interval=0",
-            *changes,
-        ]
+    """The quickstart's GRPO stage as experiment ``name`` under ``root / name``, on the bench's step."""
+    return write_experiment(
+        root / name,
+        model,
+        data,
+        f"name={name}",
+        *work(PROMPTS, SAMPLES, TOKENS),
+        "algorithm.kl_loss_fn=none",
+        "trainer.save_interval=0",
+        *changes,
     )
-    path = root / f"{name}.yaml"
-    OmegaConf.save(config, path)
-    return path
 
 
 def work(prompts: int, samples: int, tokens: int) -> list[str]:
@@ -102,7 +95,7 @@ STEPS, WARMUP = 10, 2
 def metrics(root: Path, name: str, role: str) -> list[dict]:
     from trinity.monitor.console import read_jsonl
 
-    return read_jsonl(root / "ckpt" / "quickstart" / name / "monitor" / f"{role}.jsonl")
+    return read_jsonl(root / name / "ckpt" / "quickstart" / name / "monitor" / f"{role}.jsonl")
 
 
 def trinity_step_seconds(root: Path, model: Path, data: Path, name: str, *changes: str) -> float:
