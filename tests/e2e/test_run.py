@@ -129,7 +129,7 @@ def registered_writers(buffer: Path) -> set[str]:
             return set()
 
 
-def test_a_second_explorer_joins_a_running_async_pair(tmp_path, tiny_model_dir, arithmetic_data):
+def test_a_second_explorer_joins_a_running_async_pair(tmp_path, tiny_model_dir, arithmetic_data, monkeypatch):
     """A train process and an explore process run; a second explorer (another explorer.name)
     joins, runs and finishes while the first is still exploring; the trainer trains on both."""
     plugins = tmp_path / "plugins"
@@ -165,12 +165,9 @@ def test_a_second_explorer_joins_a_running_async_pair(tmp_path, tiny_model_dir, 
     )
     for config in (first, second):  # one experiment directory: the buffer and the weights live there
         config.write_text(config.read_text().replace(str(config.parent / "ckpt"), str(tmp_path / "ckpt")))
+    monkeypatch.setenv("TRINITY_PLUGIN_DIRS", str(plugins))  # the first explorer's workflow
     trainer = trinity_start(train, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    os.environ["TRINITY_PLUGIN_DIRS"] = str(plugins)
-    try:
-        explorer = trinity_start(first, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    finally:
-        del os.environ["TRINITY_PLUGIN_DIRS"]
+    explorer = trinity_start(first, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     buffer = tmp_path / JOB / "buffer" / "experience_buffer.db"
     deadline = time.monotonic() + 240
     while "explorer" not in registered_writers(buffer):  # the first explorer has opened its writer
@@ -258,7 +255,9 @@ def test_trainer_killed_mid_run_resumes_from_its_checkpoint(tmp_path, tiny_model
     assert resumed
 
 
-def test_failing_and_hanging_workflows_are_retried_and_the_run_goes_on(tmp_path, tiny_model_dir, arithmetic_data):
+def test_failing_and_hanging_workflows_are_retried_and_the_run_goes_on(
+    tmp_path, tiny_model_dir, arithmetic_data, monkeypatch
+):
     plugins = tmp_path / "plugins"
     plugins.mkdir()
     (plugins / "flaky.py").write_text(
@@ -302,11 +301,8 @@ def test_failing_and_hanging_workflows_are_retried_and_the_run_goes_on(tmp_path,
         "explorer.max_timeout=8",  # generous: the other tasks must finish in time on a loaded machine
         "explorer.max_retry_times=1",
     )
-    os.environ["TRINITY_PLUGIN_DIRS"] = str(plugins)
-    try:
-        result = trinity_run(config)
-    finally:
-        del os.environ["TRINITY_PLUGIN_DIRS"]
+    monkeypatch.setenv("TRINITY_PLUGIN_DIRS", str(plugins))
+    result = trinity_run(config)
     assert_ok(result)
     (record,) = metrics(tmp_path, "explorer")
     assert record["rollout/failed_tasks"] == 1

@@ -5,7 +5,6 @@ node and level, the explorer's environment variables, evaluation on start-up and
 from __future__ import annotations
 
 import ipaddress
-import os
 import textwrap
 from pathlib import Path
 
@@ -34,7 +33,7 @@ def trinity_register_workflows(register):
 """
 
 
-def test_logs_env_vars_and_evaluation_follow_the_run_settings(tmp_path, tiny_model_dir, arithmetic_data):
+def test_logs_env_vars_and_evaluation_follow_the_run_settings(tmp_path, tiny_model_dir, arithmetic_data, monkeypatch):
     plugins = tmp_path / "plugins"
     plugins.mkdir()
     (plugins / "env_workflow.py").write_text(textwrap.dedent(ENV_WORKFLOW))
@@ -57,11 +56,8 @@ def test_logs_env_vars_and_evaluation_follow_the_run_settings(tmp_path, tiny_mod
         "explorer.eval_interval=1",
         f"buffer.explorer_input.eval_tasksets=[{eval_set}]",
     )
-    os.environ["TRINITY_PLUGIN_DIRS"] = str(plugins)
-    try:
-        result = trinity_run(config)
-    finally:
-        del os.environ["TRINITY_PLUGIN_DIRS"]
+    monkeypatch.setenv("TRINITY_PLUGIN_DIRS", str(plugins))
+    result = trinity_run(config)
     assert result.returncode == 0, result.stderr[-5000:]
 
     # log.group_by_node: <job dir>/log/<node ip>/<actor name>.log; log.level WARNING: no INFO lines
