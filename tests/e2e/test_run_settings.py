@@ -1,13 +1,17 @@
 """The run-level settings of the configuration guide, as a run's files show them: logs per
 node and level, the explorer's environment variables, evaluation on start-up and every
-``eval_interval`` steps."""
+``eval_interval`` steps; and a run on a machine where a ``ray start`` cluster died unstopped."""
 
 from __future__ import annotations
 
 import ipaddress
+import shutil
+import socket
+import tempfile
 import textwrap
 from pathlib import Path
 
+import pytest
 from e2e_helpers import trinity_run, write_experiment
 
 from trinity.monitor.console import read_jsonl
@@ -33,7 +37,24 @@ def trinity_register_workflows(register):
 """
 
 
-def test_logs_env_vars_and_evaluation_follow_the_run_settings(tmp_path, tiny_model_dir, arithmetic_data, monkeypatch):
+@pytest.fixture
+def dead_cluster_record(monkeypatch):
+    """Ray's temp dir (short: Ray's socket paths live under it) recording a cluster that is gone,
+    as a ``ray start --block`` ended by a signal leaves it."""
+    ray_tmpdir = Path(tempfile.mkdtemp(prefix="raytmp", dir="/tmp"))
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        (ray_tmpdir / "ray").mkdir()
+        (ray_tmpdir / "ray" / "ray_current_cluster").write_text(f"127.0.0.1:{probe.getsockname()[1]}")
+    monkeypatch.setenv("RAY_TMPDIR", str(ray_tmpdir))
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    yield
+    shutil.rmtree(ray_tmpdir, ignore_errors=True)
+
+
+def test_logs_env_vars_and_evaluation_follow_the_run_settings(
+    tmp_path, tiny_model_dir, arithmetic_data, monkeypatch, dead_cluster_record
+):
     plugins = tmp_path / "plugins"
     plugins.mkdir()
     (plugins / "env_workflow.py").write_text(textwrap.dedent(ENV_WORKFLOW))
@@ -57,8 +78,9 @@ def test_logs_env_vars_and_evaluation_follow_the_run_settings(tmp_path, tiny_mod
         f"buffer.explorer_input.eval_tasksets=[{eval_set}]",
     )
     monkeypatch.setenv("TRINITY_PLUGIN_DIRS", str(plugins))
-    result = trinity_run(config)
+    result = trinity_run(config, timeout=300)
     assert result.returncode == 0, result.stderr[-5000:]
+    assert "is gone: starting a local Ray" in result.stderr  # not minutes of retrying the dead cluster
 
     # log.group_by_node: <job dir>/log/<node ip>/<actor name>.log; log.level WARNING: no INFO lines
     (node_dir,) = (tmp_path / JOB / "log").iterdir()

@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import os
 import re
+import socket
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -57,8 +58,7 @@ def run(config_path: str, overrides: list[str] | None = None) -> list[dict[str, 
             parse_config(raw, typing_issues)
             if typing_issues.issues:  # a typo or a wrong type: the whole report at once, before Ray starts
                 checking.result()
-            address = OmegaConf.select(raw, "cluster.ray_address") or os.environ.get("RAY_ADDRESS")
-            ray.init(address=address, include_dashboard=False, log_to_driver=True)
+            ray.init(address=ray_address(raw), include_dashboard=False, log_to_driver=True)
         try:
             stages = checking.result()
         except BaseException:
@@ -86,6 +86,57 @@ def run(config_path: str, overrides: list[str] | None = None) -> list[dict[str, 
         if started_ray:
             ray.shutdown()
     return summaries
+
+
+def ray_address(raw: Any) -> str | None:
+    """What ``ray.init`` joins: ``cluster.ray_address``, else ``RAY_ADDRESS``, else (None) the
+    cluster ``ray start`` recorded on this machine, or a new local one.
+
+    Ray tries an address for minutes before it gives up, so a named ``host:port`` where no
+    cluster answers is an error now, naming where the address came from; a recorded one
+    that is gone (a ``ray start`` ended without ``ray stop``) is skipped with a warning.
+    """
+    for source, address in (
+        ("cluster.ray_address", OmegaConf.select(raw, "cluster.ray_address")),
+        ("RAY_ADDRESS", os.environ.get("RAY_ADDRESS")),
+    ):
+        if address:
+            if not _cluster_answers(address):
+                raise RunFailed(
+                    f"{source} is {address!r}, where no Ray cluster answers: start one there "
+                    "(`ray start --head`), or set cluster.ray_address to 'local' for a new local Ray"
+                )
+            return address
+    recorded = _recorded_cluster_file()
+    address = recorded.read_text().strip() if recorded.exists() else ""
+    if address and not _cluster_answers(address):
+        logger.warning(
+            "the Ray cluster recorded in %s (%s) is gone: starting a local Ray for this run "
+            "(`ray stop` clears the record)",
+            recorded,
+            address,
+        )
+        return "local"
+    return None
+
+
+def _recorded_cluster_file() -> Path:
+    """Where ``ray start`` records its cluster's address: Ray's temp dir under ``RAY_TMPDIR``,
+    else ``TMPDIR``, else ``/tmp``."""
+    base = os.environ.get("RAY_TMPDIR") or os.environ.get("TMPDIR") or "/tmp"
+    return Path(base) / "ray" / "ray_current_cluster"
+
+
+def _cluster_answers(address: str, timeout: float = 3.0) -> bool:
+    """Whether something listens at ``[ray://]host:port``; anything else Ray judges itself."""
+    found = re.fullmatch(r"(?:ray://)?\[?([^\[\]]+?)\]?:(\d+)", address.strip())
+    if not found:  # 'local', 'auto', a bare host: nothing to probe
+        return True
+    try:
+        socket.create_connection((found[1], int(found[2])), timeout=timeout).close()
+        return True
+    except OSError:
+        return False
 
 
 def run_stage(config: Config) -> dict[str, Any]:

@@ -1,0 +1,77 @@
+"""Which Ray cluster ``trinity run`` joins, and that it never waits on one that is gone
+(Ray itself retries such an address for minutes)."""
+
+from __future__ import annotations
+
+import logging
+import socket
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import pytest
+from omegaconf import OmegaConf
+
+from trinity.launcher import RunFailed, ray_address
+
+
+@contextmanager
+def listening() -> Iterator[str]:
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        yield f"127.0.0.1:{server.getsockname()[1]}"
+
+
+def closed_port() -> str:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return f"127.0.0.1:{probe.getsockname()[1]}"
+
+
+@pytest.fixture
+def ray_tmpdir(tmp_path, monkeypatch):
+    """Ray's temp dir of this test (``ray start`` records its cluster there); no RAY_ADDRESS."""
+    monkeypatch.setenv("RAY_TMPDIR", str(tmp_path))
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    (tmp_path / "ray").mkdir()
+    return tmp_path / "ray"
+
+
+def no_address():
+    return OmegaConf.create({"cluster": {"ray_address": ""}})
+
+
+def test_without_an_address_or_a_record_ray_starts_a_local_cluster(ray_tmpdir):
+    assert ray_address(no_address()) is None
+
+
+def test_a_recorded_cluster_that_answers_is_joined(ray_tmpdir):
+    with listening() as address:
+        (ray_tmpdir / "ray_current_cluster").write_text(address + "\n")
+        assert ray_address(no_address()) is None  # ray.init joins the recorded cluster itself
+
+
+def test_a_recorded_cluster_that_is_gone_is_skipped_with_a_warning(ray_tmpdir, caplog):
+    record = ray_tmpdir / "ray_current_cluster"
+    record.write_text(closed_port())
+    with caplog.at_level(logging.WARNING, logger="trinity.launcher"):
+        assert ray_address(no_address()) == "local"
+    assert str(record) in caplog.text and "is gone" in caplog.text
+
+
+def test_a_named_address_is_used_when_a_cluster_answers_there(ray_tmpdir, monkeypatch):
+    with listening() as address:
+        assert ray_address(OmegaConf.create({"cluster": {"ray_address": address}})) == address
+        assert ray_address(OmegaConf.create({"cluster": {"ray_address": f"ray://{address}"}})) == f"ray://{address}"
+        monkeypatch.setenv("RAY_ADDRESS", address)
+        assert ray_address(no_address()) == address
+    assert ray_address(OmegaConf.create({"cluster": {"ray_address": "local"}})) == "local"
+
+
+def test_a_named_address_where_no_cluster_answers_fails_naming_its_source(ray_tmpdir, monkeypatch):
+    gone = closed_port()
+    with pytest.raises(RunFailed, match=rf"cluster.ray_address is '{gone}', where no Ray cluster answers"):
+        ray_address(OmegaConf.create({"cluster": {"ray_address": gone}}))
+    monkeypatch.setenv("RAY_ADDRESS", gone)
+    with pytest.raises(RunFailed, match=rf"RAY_ADDRESS is '{gone}', where no Ray cluster answers"):
+        ray_address(no_address())
