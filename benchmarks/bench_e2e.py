@@ -12,7 +12,8 @@ interleaved, and printed as median (min-max).
   system prompt: 27 tokens). Model hidden 256, 4 layers; 16 prompts x 8 samples x 64
   tokens, trained in one micro-batch; no KL term on either side. Trinity's time per step is
   the steady state of one run: the spacing of the trainer's step timestamps in its metrics,
-  the first steps (warm-up) left out. Target <= 1.05.
+  the first steps (warm-up) left out. Each run also prints both sides' step split as the
+  roles split it: exploring (generate, reward, advantages) and training. Target <= 1.05.
 - async: steps per minute with explorer and trainer overlapping (sync_offset 1) over
   strictly alternating (sync_offset 0), one torch thread each in both, on a decode-heavy
   step (4 prompts x 8 samples x 128 tokens) where exploring and training take about as long.
@@ -112,10 +113,14 @@ def trinity_step_seconds(root: Path, model: Path, data: Path, name: str, *change
     return (stamps[-1] - stamps[WARMUP - 1]) / (len(stamps) - WARMUP)
 
 
-def direct_step_seconds(model_dir: Path, data: Path, steps: int = STEPS - WARMUP) -> float:
+def direct_step_seconds(model_dir: Path, data: Path, steps: int = STEPS - WARMUP) -> tuple[float, float]:
     """The same work without trinity: one process, transformers generate, a GRPO update;
     as many steps as trinity's measured ones, after one of warm-up. The prompts are the
-    quickstart's: its tasks through the chat template with its system prompt."""
+    quickstart's: its tasks through the chat template with its system prompt.
+
+    Returns seconds per step of the explorer's share (generate, decode, reward, group
+    advantages) and of the trainer's (forward, backward, optimizer step), split as trinity
+    splits them between its roles."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -136,7 +141,7 @@ def direct_step_seconds(model_dir: Path, data: Path, steps: int = STEPS - WARMUP
         for task in tasks
     ]
     inputs = tokenizer(prompts, return_tensors="pt", padding=True)
-    durations = []
+    durations: list[tuple[float, float]] = []
     for _ in range(steps + 1):
         started = time.perf_counter()
         with torch.no_grad():
@@ -160,6 +165,7 @@ def direct_step_seconds(model_dir: Path, data: Path, steps: int = STEPS - WARMUP
         )
         rewards = rewards.view(PROMPTS, SAMPLES)
         advantages = ((rewards - rewards.mean(1, keepdim=True)) / (rewards.std(1, keepdim=True) + 1e-6)).view(-1, 1)
+        explored = time.perf_counter()
         mask = (responses != tokenizer.pad_token_id).float()
         attention = torch.cat([inputs["attention_mask"].repeat_interleave(SAMPLES, 0), mask.long()], 1)
         logits = model(input_ids=out.sequences, attention_mask=attention).logits[:, width - 1 : -1]
@@ -170,20 +176,22 @@ def direct_step_seconds(model_dir: Path, data: Path, steps: int = STEPS - WARMUP
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
         optimizer.zero_grad()
-        durations.append(time.perf_counter() - started)
-    return sum(durations[1:]) / steps  # the first step warms up
+        durations.append((explored - started, time.perf_counter() - explored))
+    measured = durations[1:]  # the first step warms up
+    return sum(d[0] for d in measured) / steps, sum(d[1] for d in measured) / steps
 
 
 def overhead(root: Path, model: Path, data: Path) -> None:
     ratios = []
     for repeat in range(OVERHEAD_REPEATS):
-        direct = direct_step_seconds(model, data)
+        direct_explore, direct_train = direct_step_seconds(model, data)
         through = trinity_step_seconds(root, model, data, f"overhead{repeat}", "synchronizer.sync_offset=0")
-        ratios.append(through / direct)
+        ratios.append(through / (direct_explore + direct_train))
         explore, train = (role_step_seconds(root, f"overhead{repeat}", role, key) for role, key in ROLE_TIMERS)
         print(
-            f"overhead: direct {direct:.3f} s/step, trinity {through:.3f} s/step "
-            f"(explore {explore:.2f} s, train {train:.2f} s), ratio {ratios[-1]:.3f}"
+            f"overhead: direct {direct_explore + direct_train:.3f} s/step (explore {direct_explore:.2f} s, "
+            f"train {direct_train:.2f} s), trinity {through:.3f} s/step (explore {explore:.2f} s, "
+            f"train {train:.2f} s), ratio {ratios[-1]:.3f}"
         )
     print(f"overhead: ratio {spread(ratios, 3)} over {OVERHEAD_REPEATS} runs (target <= 1.05)")
 
