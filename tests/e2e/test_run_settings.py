@@ -5,6 +5,7 @@ node and level, the explorer's environment variables, evaluation on start-up and
 from __future__ import annotations
 
 import ipaddress
+import os
 import shutil
 import socket
 import tempfile
@@ -25,10 +26,11 @@ from trinity.plugins import hookimpl
 from trinity_workflows.workflows import MathWorkflow
 
 class EnvWorkflow(MathWorkflow):
-    \"\"\"The math workflow, noting what TRINITY_E2E_MARK is where it runs.\"\"\"
+    \"\"\"The math workflow, noting what TRINITY_E2E_MARK is where it runs, and its niceness.\"\"\"
 
     async def run_async(self):
         Path(__file__).with_name(f"seen_{self.task.index}").write_text(os.environ.get("TRINITY_E2E_MARK", "unset"))
+        Path(__file__).with_name(f"nice_{self.task.index}").write_text(str(os.getpriority(os.PRIO_PROCESS, 0)))
         return await super().run_async()
 
 @hookimpl
@@ -91,6 +93,9 @@ def test_logs_env_vars_and_evaluation_follow_the_run_settings(
     # explorer.env_vars: set where the workflows run
     seen = {p.read_text() for p in plugins.glob("seen_*")}
     assert seen == {"from-config"}
+
+    # the Ray that trinity run starts runs the roles at its own priority, not Ray's worker default of +15
+    assert {p.read_text() for p in plugins.glob("nice_*")} == {str(os.getpriority(os.PRIO_PROCESS, 0))}
 
     # eval_on_startup (step 0) and eval_interval 1 (after steps 1 and 2): the whole eval taskset each time
     evals = [r for r in read_jsonl(tmp_path / JOB / "monitor" / "explorer.jsonl") if "time/eval/arith_eval" in r]

@@ -22,6 +22,7 @@ from typing import Any
 from omegaconf import OmegaConf
 
 from trinity.common.files import read_json, write_json
+from trinity.common.runtime import WORKER_NICENESS, default_threads
 from trinity.config import load_stage_configs
 from trinity.config.load import IssueCollector, parse_config, read_yaml
 from trinity.config.schema import Config
@@ -58,6 +59,7 @@ def run(config_path: str, overrides: list[str] | None = None) -> list[dict[str, 
             parse_config(raw, typing_issues)
             if typing_issues.issues:  # a typo or a wrong type: the whole report at once, before Ray starts
                 checking.result()
+            os.environ.setdefault(WORKER_NICENESS, "0")  # a Ray it starts runs the roles at its own priority
             ray.init(address=ray_address(raw), include_dashboard=False, log_to_driver=True)
         try:
             stages = checking.result()
@@ -143,7 +145,6 @@ def run_stage(config: Config) -> dict[str, Any]:
     """One stage: the actors its mode needs, until they finish."""
     import ray
 
-    from trinity.common.runtime import default_threads
     from trinity.explorer.explorer import Explorer
     from trinity.trainer.trainer import Trainer
 
