@@ -69,9 +69,7 @@ def ray_head(settle: float = 0.0) -> Iterator[str]:
     where a later ``ray.init()`` of this machine would otherwise try to join it once it is gone.
     """
     temp_dir = tempfile.mkdtemp(prefix="rayhead", dir="/tmp")  # short: Ray's socket paths live under it
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    port = free_port()
     output = Path(temp_dir) / "ray_start.log"
     with output.open("w") as log:
         head = subprocess.Popen(
@@ -92,6 +90,13 @@ def ray_head(settle: float = 0.0) -> Iterator[str]:
         head.terminate()  # ``ray start --block`` stops the head's processes on SIGTERM
         head.wait(timeout=60)
         shutil.rmtree(temp_dir, ignore_errors=True)
+
+
+def free_port() -> int:
+    """A local TCP port nothing listens on (the OS's pick, released again)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
 
 
 def _listening(port: int) -> bool:

@@ -7,13 +7,12 @@ from __future__ import annotations
 import ipaddress
 import os
 import shutil
-import socket
 import tempfile
 import textwrap
 from pathlib import Path
 
 import pytest
-from e2e_helpers import trinity_run, write_experiment
+from e2e_helpers import free_port, trinity_run, write_experiment
 
 from trinity.monitor.console import read_jsonl
 
@@ -44,10 +43,8 @@ def dead_cluster_record(monkeypatch):
     """Ray's temp dir (short: Ray's socket paths live under it) recording a cluster that is gone,
     as a ``ray start --block`` ended by a signal leaves it."""
     ray_tmpdir = Path(tempfile.mkdtemp(prefix="raytmp", dir="/tmp"))
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        (ray_tmpdir / "ray").mkdir()
-        (ray_tmpdir / "ray" / "ray_current_cluster").write_text(f"127.0.0.1:{probe.getsockname()[1]}")
+    (ray_tmpdir / "ray").mkdir()
+    (ray_tmpdir / "ray" / "ray_current_cluster").write_text(f"127.0.0.1:{free_port()}")
     monkeypatch.setenv("RAY_TMPDIR", str(ray_tmpdir))
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
     yield

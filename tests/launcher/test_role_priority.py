@@ -17,15 +17,9 @@ ray = pytest.importorskip("ray")
 def cluster_with_ray_default_niceness():
     """A local Ray that starts its workers 15 nice levels below the raylet, as ``ray start`` does."""
     assert not ray.is_initialized()
-    previous = os.environ.get(WORKER_NICENESS)
-    os.environ[WORKER_NICENESS] = "15"  # the raylet reads it when it starts
-    try:
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv(WORKER_NICENESS, "15")  # the raylet reads it when it starts
         ray.init(num_cpus=2, include_dashboard=False)
-    finally:
-        if previous is None:
-            del os.environ[WORKER_NICENESS]
-        else:
-            os.environ[WORKER_NICENESS] = previous
     yield
     ray.shutdown()
 
