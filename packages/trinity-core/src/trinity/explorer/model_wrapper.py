@@ -4,7 +4,9 @@
 version, truncation status, messages). ``LocalEngineClient`` serves an in-process
 rollout engine and merges requests that arrive together (from concurrent workflows)
 into one batched engine call, which is what keeps a batch of small workflows as fast as
-one direct ``generate`` over all their prompts.
+one direct ``generate`` over all their prompts. A workflow that has started (the runner
+enters its ``ModelWrapper``) is waited for until its first request, so a thread that
+starts late does not split the batch.
 """
 
 from __future__ import annotations
@@ -23,6 +25,9 @@ from trinity.engine.base import Completion, RolloutEngine, SamplingArgs
 
 _SETTLE_SECONDS = 0.0005
 """How long the batcher waits for more requests after the last one arrived."""
+_FIRST_CALL_SECONDS = 0.05
+"""How long, at most, the batcher holds a batch for started workflows that have not called
+yet (one whose first act is slow, e.g. an environment reset, costs each batch this much)."""
 
 
 class LocalEngineClient:
@@ -37,6 +42,7 @@ class LocalEngineClient:
         self._loop = asyncio.new_event_loop()
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="rollout-engine")
         self._pending: dict[str, tuple[str, SamplingArgs, list[tuple[list, asyncio.Future]]]] = {}
+        self._starting: set[object] = set()  # announced callers not heard from yet (loop thread only)
         self._flushing = False
         threading.Thread(target=self._loop.run_forever, name="engine-client", daemon=True).start()
 
@@ -48,15 +54,25 @@ class LocalEngineClient:
     def api_url(self) -> str | None:
         return self.engine.api_url
 
-    def submit(self, method: str, items: list, args: SamplingArgs) -> Future:
+    def submit(self, method: str, items: list, args: SamplingArgs, caller: object = None) -> Future:
         """Queue ``engine.<method>(items, args)``; the future gets this request's results."""
-        return asyncio.run_coroutine_threadsafe(self._enqueue(method, items, args), self._loop)
+        return asyncio.run_coroutine_threadsafe(self._enqueue(method, items, args, caller), self._loop)
+
+    def announce(self, caller: object) -> None:
+        """``caller`` has started and will send a request soon: the batcher holds the next
+        batch for it (``_FIRST_CALL_SECONDS`` at most) until it does or is withdrawn."""
+        self._loop.call_soon_threadsafe(self._starting.add, caller)
+
+    def withdraw(self, caller: object) -> None:
+        """``caller`` is done; the batcher no longer waits for it."""
+        self._loop.call_soon_threadsafe(self._starting.discard, caller)
 
     def call(self, method: str, *args: Any) -> Future:
         """Run any other engine method (logprobs, update_weights) on the engine's thread."""
         return self._executor.submit(getattr(self.engine, method), *args)
 
-    async def _enqueue(self, method: str, items: list, args: SamplingArgs) -> list:
+    async def _enqueue(self, method: str, items: list, args: SamplingArgs, caller: object) -> list:
+        self._starting.discard(caller)
         future = self._loop.create_future()
         key = f"{method}:{args!r}"
         self._pending.setdefault(key, (method, args, []))[2].append((items, future))
@@ -76,8 +92,13 @@ class LocalEngineClient:
             self._flushing = False
 
     async def _settle(self) -> None:
+        """Wait while requests keep arriving and, for ``_FIRST_CALL_SECONDS`` at most, while
+        an announced caller has not sent its first one."""
+        patience = self._loop.time() + _FIRST_CALL_SECONDS
         count = -1
-        while count != (count := sum(len(group[2]) for group in self._pending.values())):
+        while count != (count := sum(len(group[2]) for group in self._pending.values())) or (
+            self._starting and self._loop.time() < patience
+        ):
             await asyncio.sleep(_SETTLE_SECONDS)
 
     async def _run_group(self, method: str, args: SamplingArgs, requests: list[tuple[list, asyncio.Future]]) -> None:
@@ -112,6 +133,14 @@ class ModelWrapper:
         self.enable_history = enable_history
         self.history: list[Experience] = []
 
+    def __enter__(self) -> ModelWrapper:
+        """A workflow starts with this model: its first request is awaited by the batcher."""
+        self.client.announce(self)
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.client.withdraw(self)
+
     @property
     def model_version(self) -> int:
         return self.client.model_version
@@ -127,23 +156,23 @@ class ModelWrapper:
     def chat(self, messages: list[dict[str, Any]], **sampling: Any) -> list[Experience]:
         """Sample responses to a conversation (through the chat template)."""
         args = self._args(sampling)
-        (completions,) = self.client.submit("chat", [messages], args).result()
+        (completions,) = self.client.submit("chat", [messages], args, self).result()
         return self._record([_to_experience(c, messages) for c in completions])
 
     async def chat_async(self, messages: list[dict[str, Any]], **sampling: Any) -> list[Experience]:
         args = self._args(sampling)
-        (completions,) = await asyncio.wrap_future(self.client.submit("chat", [messages], args))
+        (completions,) = await asyncio.wrap_future(self.client.submit("chat", [messages], args, self))
         return self._record([_to_experience(c, messages) for c in completions])
 
     def generate(self, prompt: str, **sampling: Any) -> list[Experience]:
         """Sample continuations of raw text (no chat template)."""
         args = self._args(sampling)
-        (completions,) = self.client.submit("generate", [prompt], args).result()
+        (completions,) = self.client.submit("generate", [prompt], args, self).result()
         return self._record([_to_experience(c, None) for c in completions])
 
     async def generate_async(self, prompt: str, **sampling: Any) -> list[Experience]:
         args = self._args(sampling)
-        (completions,) = await asyncio.wrap_future(self.client.submit("generate", [prompt], args))
+        (completions,) = await asyncio.wrap_future(self.client.submit("generate", [prompt], args, self))
         return self._record([_to_experience(c, None) for c in completions])
 
     def get_openai_client(self) -> Any:

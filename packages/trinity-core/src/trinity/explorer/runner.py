@@ -79,10 +79,9 @@ class TaskRunner:
         reason = ""
         for attempt in range(1, attempts + 1):
             try:
-                workflow = workflow_cls(
-                    task, self._model(task, engine, workflow_cls.can_repeat), self._auxiliary_models(task)
-                )
-                return await asyncio.wait_for(workflow.run_async(), explorer.max_timeout)
+                with self._model(task, engine, workflow_cls.can_repeat) as model:
+                    workflow = workflow_cls(task, model, self._auxiliary_models(task))
+                    return await asyncio.wait_for(workflow.run_async(), explorer.max_timeout)
             except Exception as exc:  # retried, then reported; the step goes on
                 if (crash := _engine_crash(exc)) is not None:
                     raise crash from None  # but not against a dead engine

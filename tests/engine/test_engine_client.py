@@ -1,0 +1,92 @@
+"""How ``LocalEngineClient`` merges concurrent workflows' requests into batched engine calls,
+on the reference engine with the tiny model."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from trinity.config.schema import InferenceModelConfig, ModelConfig
+from trinity.engine.base import SamplingArgs
+from trinity.engine.transformers_rollout import TransformersRolloutEngine
+from trinity.explorer.model_wrapper import LocalEngineClient, ModelWrapper
+
+ARGS = SamplingArgs(n=1, max_tokens=4)
+LATE = 0.01
+"""A late caller's delay: far beyond the batcher's settle time, within its patience for
+announced callers."""
+
+
+class RecordingEngine(TransformersRolloutEngine):
+    """The reference engine, noting how many prompts each engine call got."""
+
+    def __init__(self, *args) -> None:
+        super().__init__(*args)
+        self.calls: list[int] = []
+
+    def generate_from_ids(self, prompts, args):
+        self.calls.append(len(prompts))
+        return super().generate_from_ids(prompts, args)
+
+
+@pytest.fixture
+def client(tiny_model_dir: Path):
+    path = str(tiny_model_dir)
+    client = LocalEngineClient(RecordingEngine(InferenceModelConfig(model_path=path), ModelConfig(model_path=path)))
+    yield client
+    client.close()
+
+
+def ask(model: ModelWrapper, delay: float = 0.0) -> threading.Thread:
+    """A workflow's thread that calls ``model.generate`` after ``delay`` seconds."""
+
+    def run() -> None:
+        time.sleep(delay)
+        model.generate("1+1=")
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    return thread
+
+
+def test_a_started_workflow_that_calls_late_still_joins_the_batch(client: LocalEngineClient) -> None:
+    models = [ModelWrapper(client, ARGS) for _ in range(4)]
+    for model in models:
+        model.__enter__()  # as the task runner does when the workflows start
+    threads = [ask(model, delay=LATE if i == 3 else 0.0) for i, model in enumerate(models)]
+    for thread in threads:
+        thread.join(timeout=60)
+    assert client.engine.calls == [4]
+
+
+def test_without_announcing_a_late_request_gets_a_call_of_its_own(client: LocalEngineClient) -> None:
+    early = [client.submit("generate", ["1+1="], ARGS) for _ in range(3)]
+    time.sleep(LATE)
+    late = client.submit("generate", ["1+1="], ARGS)
+    for future in [*early, late]:
+        assert len(future.result(timeout=60)[0]) == 1
+    assert client.engine.calls == [3, 1]
+
+
+def seconds_for(model: ModelWrapper, calls: int) -> float:
+    started = time.perf_counter()
+    for _ in range(calls):
+        assert len(model.generate("1+1=")) == 1
+    return time.perf_counter() - started
+
+
+def test_a_caller_that_never_calls_holds_each_batch_for_the_patience_only(client: LocalEngineClient) -> None:
+    calls = 20
+    silent, asking = ModelWrapper(client, ARGS), ModelWrapper(client, ARGS)
+    with silent, asking:
+        held = seconds_for(asking, calls)
+    assert client.engine.calls == [1] * calls
+    assert held >= calls * 0.05  # _FIRST_CALL_SECONDS per batch, and then the batch goes
+
+    with ModelWrapper(client, ARGS):
+        pass  # a workflow that ended (or failed) without a request
+    with ModelWrapper(client, ARGS) as model:
+        assert seconds_for(model, calls) < held / 2  # not waited for
