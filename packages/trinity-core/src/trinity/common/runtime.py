@@ -1,8 +1,9 @@
-"""What the explorer and the trainer set up the same way: logs, threads, priority, monitors."""
+"""What the explorer and the trainer set up the same way: logs, threads, priority, monitors, GC."""
 
 from __future__ import annotations
 
 import dataclasses
+import gc
 import logging
 import os
 import socket
@@ -84,9 +85,8 @@ def keep_cluster_priority(role: str) -> None:
     priority (its threads started later inherit it) where the OS lets it, and says how to
     start the cluster where it does not.
     """
-    ray = sys.modules.get("ray")
-    if ray is None or not ray.is_initialized() or ray.get_runtime_context().get_actor_id() is None:
-        return  # not in a Ray actor: the priority is the user's
+    if not _in_ray_actor():
+        return  # the priority is the user's
     mine, raylet = os.getpriority(os.PRIO_PROCESS, 0), os.getpriority(os.PRIO_PROCESS, os.getppid())
     if mine <= raylet:
         return
@@ -101,6 +101,24 @@ def keep_cluster_priority(role: str) -> None:
             mine - raylet,
             WORKER_NICENESS,
         )
+
+
+def freeze_setup_objects() -> None:
+    """Exempt what a role built before its loop (modules, models, engines) from the cyclic GC.
+
+    Call at the end of a role's constructor. A full collection in a process holding torch,
+    transformers and Ray walks about a million objects: 0.15-0.24 s, every few steps in the
+    explorer. Frozen objects are skipped, and never collected if they become cyclic garbage;
+    so only in a Ray actor, a process that lives for this one role.
+    """
+    if _in_ray_actor():
+        gc.collect()
+        gc.freeze()
+
+
+def _in_ray_actor() -> bool:
+    ray = sys.modules.get("ray")
+    return ray is not None and ray.is_initialized() and ray.get_runtime_context().get_actor_id() is not None
 
 
 def default_threads(config: Config, roles_in_process_group: int) -> int:

@@ -19,7 +19,7 @@ from typing import Any
 from trinity.buffer import EndOfTaskset, TasksetReader, open_experience_writer
 from trinity.common.experience import Experience, Task
 from trinity.common.files import read_json, write_json
-from trinity.common.runtime import setup_role
+from trinity.common.runtime import freeze_setup_objects, setup_role
 from trinity.config.schema import Config, InferenceModelConfig, StorageConfig
 from trinity.engine.base import EngineStartError, RolloutEngine
 from trinity.explorer.model_wrapper import LocalEngineClient
@@ -69,6 +69,7 @@ class Explorer:
         self.version = 0
         self._resume_weights()
         self.runner = TaskRunner(config, self.engines, self.auxiliary)
+        freeze_setup_objects()
 
     def _resume_weights(self) -> None:
         """A resumed run starts from the trainer's last checkpoint, which it republishes."""

@@ -29,7 +29,7 @@ from trinity.buffer import BufferTimeout, EndOfBuffer, open_experience_reader
 from trinity.common.batch import Batch
 from trinity.common.experience import Experience
 from trinity.common.files import read_json, write_json
-from trinity.common.runtime import setup_role
+from trinity.common.runtime import freeze_setup_objects, setup_role
 from trinity.config.schema import Config, StorageConfig
 from trinity.monitor.metrics import stats, timer
 from trinity.plugins import Kind, resolve
@@ -123,6 +123,7 @@ class Trainer:
                 self.expert_reader.load_state_dict(meta["expert_reader"])
             logger.info("%s: resumed from %s (step %d)", self.name, meta["checkpoint"], self.step)
             self.publish()  # explorers resume from these weights
+        freeze_setup_objects()
 
     def _open_reader(self, storage: StorageConfig, schema: str):
         """An experience buffer, or a supervised dataset (SFT/DPO rows in files) as one."""
