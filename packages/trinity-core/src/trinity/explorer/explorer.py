@@ -19,7 +19,7 @@ from typing import Any
 from trinity.buffer import EndOfTaskset, TasksetReader, open_experience_writer
 from trinity.common.experience import Experience, Task
 from trinity.common.files import read_json, write_json
-from trinity.common.runtime import freeze_setup_objects, setup_role
+from trinity.common.runtime import freeze_long_lived_objects, setup_role
 from trinity.config.schema import Config, InferenceModelConfig, StorageConfig
 from trinity.engine.base import EngineStartError, RolloutEngine
 from trinity.explorer.model_wrapper import LocalEngineClient
@@ -69,7 +69,6 @@ class Explorer:
         self.version = 0
         self._resume_weights()
         self.runner = TaskRunner(config, self.engines, self.auxiliary)
-        freeze_setup_objects()
 
     def _resume_weights(self) -> None:
         """A resumed run starts from the trainer's last checkpoint, which it republishes."""
@@ -114,6 +113,8 @@ class Explorer:
             self.save_meta()
             metrics.update(self.rollout_metrics(experiences, failures))
             self.monitor.log(metrics, self.step)
+            if self.step == start_step + 1:
+                freeze_long_lived_objects()
             if self.step % explorer.eval_interval == 0:
                 self.evaluate()
         self.writer.finish()

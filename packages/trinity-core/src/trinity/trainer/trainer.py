@@ -29,7 +29,7 @@ from trinity.buffer import BufferTimeout, EndOfBuffer, open_experience_reader
 from trinity.common.batch import Batch
 from trinity.common.experience import Experience
 from trinity.common.files import read_json, write_json
-from trinity.common.runtime import freeze_setup_objects, setup_role
+from trinity.common.runtime import freeze_long_lived_objects, setup_role
 from trinity.config.schema import Config, StorageConfig
 from trinity.monitor.metrics import stats, timer
 from trinity.plugins import Kind, resolve
@@ -123,7 +123,6 @@ class Trainer:
                 self.expert_reader.load_state_dict(meta["expert_reader"])
             logger.info("%s: resumed from %s (step %d)", self.name, meta["checkpoint"], self.step)
             self.publish()  # explorers resume from these weights
-        freeze_setup_objects()
 
     def _open_reader(self, storage: StorageConfig, schema: str):
         """An experience buffer, or a supervised dataset (SFT/DPO rows in files) as one."""
@@ -163,6 +162,8 @@ class Trainer:
                 with timer(metrics, "save_checkpoint"):
                     self.save(final=self.step == total)
             self.monitor.log(metrics, self.step)
+            if self.step == start_step + 1:
+                freeze_long_lived_objects()
         if self.step % self.config.synchronizer.sync_interval:
             self.publish()
         if self.step != self.saved_step or (self.hf_weights(final=True) and not self.saved_hf):
