@@ -71,22 +71,29 @@ def test_without_announcing_a_late_request_gets_a_call_of_its_own(client: LocalE
     assert client.engine.calls == [3, 1]
 
 
-def seconds_for(model: ModelWrapper, calls: int) -> float:
-    started = time.perf_counter()
-    for _ in range(calls):
-        assert len(model.generate("1+1=")) == 1
-    return time.perf_counter() - started
-
-
 def test_a_caller_that_never_calls_holds_each_batch_for_the_patience_only(client: LocalEngineClient) -> None:
     calls = 20
     silent, asking = ModelWrapper(client, ARGS), ModelWrapper(client, ARGS)
     with silent, asking:
-        held = seconds_for(asking, calls)
+        started = time.perf_counter()
+        for _ in range(calls):
+            assert len(asking.generate("1+1=")) == 1
+        held = time.perf_counter() - started
     assert client.engine.calls == [1] * calls
     assert held >= calls * 0.05  # _FIRST_CALL_SECONDS per batch, and then the batch goes
 
+
+def two_requests_30_ms_apart(client: LocalEngineClient) -> None:
+    first = client.submit("generate", ["1+1="], ARGS)
+    time.sleep(0.03)  # within the batcher's patience for an announced caller
+    second = client.submit("generate", ["2+2="], ARGS)
+    for future in (first, second):
+        assert len(future.result(timeout=60)[0]) == 1
+
+
+def test_a_workflow_that_ended_is_no_longer_waited_for(client: LocalEngineClient) -> None:
     with ModelWrapper(client, ARGS):
-        pass  # a workflow that ended (or failed) without a request
-    with ModelWrapper(client, ARGS) as model:
-        assert seconds_for(model, calls) < held / 2  # not waited for
+        two_requests_30_ms_apart(client)  # still running: the first request waits for it
+    assert client.engine.calls == [2]
+    two_requests_30_ms_apart(client)  # it ended without a request: nothing holds the batch
+    assert client.engine.calls == [2, 1, 1]
