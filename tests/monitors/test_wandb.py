@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import struct
+import time
 from pathlib import Path
 
 import pytest
@@ -12,15 +13,34 @@ from monitor_testdata import CONFIG, NAME, PROJECT, ROWS
 from trinity.monitor.base import MonitorError
 
 wandb_monitor = pytest.importorskip("trinity_monitors.wandb")
+from google.protobuf.message import DecodeError  # noqa: E402
 from wandb.proto import wandb_internal_pb2  # noqa: E402
 
 BLOCK, HEADER = 32768, struct.Struct("<IHB")  # W&B's LevelDB-style log: crc32, length, chunk type
 FULL, LAST = 1, 4
 
 
+def finished_records(path: Path, timeout: float = 30.0) -> list[wandb_internal_pb2.Record]:
+    """The records of a finished run's log, once its ``exit`` record is there: W&B's service
+    writes the log on its own, and under load it was seen to lag ``finish()`` (no ``run``
+    record yet)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            records = read_records(path)
+        except DecodeError:  # a record still being written
+            records = []
+        if any(r.WhichOneof("record_type") == "exit" for r in records):
+            return records
+        assert time.monotonic() < deadline, f"no exit record in {path} {timeout:.0f} s after finish()"
+        time.sleep(0.1)
+
+
 def read_records(path: Path) -> list[wandb_internal_pb2.Record]:
     """The records of a ``run-*.wandb`` transaction log, reassembling chunks split over blocks."""
     data = path.read_bytes()
+    if len(data) < 7:  # not even its header yet
+        return []
     assert data[:4] == b":W&B", "not a W&B transaction log"
     records, chunks, pos = [], b"", 7  # file header: ident, magic, version
     while pos + HEADER.size <= len(data):
@@ -60,7 +80,7 @@ def test_offline_run_records_name_group_config_metrics_and_tables(tmp_path, wand
     monitor.close()
 
     [log_file] = (tmp_path / "job" / "monitor" / "wandb").glob("offline-run-*/run-*.wandb")
-    records = read_records(log_file)
+    records = finished_records(log_file)
     [run] = [r.run for r in records if r.WhichOneof("record_type") == "run"]
     assert (run.project, run.display_name, run.run_group) == (PROJECT, f"{NAME}_trainer", NAME)
     config = {item.key: json.loads(item.value_json) for item in run.config.update}
