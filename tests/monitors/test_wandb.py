@@ -18,6 +18,7 @@ from wandb.proto import wandb_internal_pb2  # noqa: E402
 
 BLOCK, HEADER = 32768, struct.Struct("<IHB")  # W&B's LevelDB-style log: crc32, length, chunk type
 FULL, LAST = 1, 4
+FILE_HEADER = 7  # ":W&B", then magic and version
 
 
 def finished_records(path: Path, timeout: float = 30.0) -> list[wandb_internal_pb2.Record]:
@@ -39,10 +40,10 @@ def finished_records(path: Path, timeout: float = 30.0) -> list[wandb_internal_p
 def read_records(path: Path) -> list[wandb_internal_pb2.Record]:
     """The records of a ``run-*.wandb`` transaction log, reassembling chunks split over blocks."""
     data = path.read_bytes()
-    if len(data) < 7:  # not even its header yet
+    if len(data) < FILE_HEADER:  # not even its header yet
         return []
     assert data[:4] == b":W&B", "not a W&B transaction log"
-    records, chunks, pos = [], b"", 7  # file header: ident, magic, version
+    records, chunks, pos = [], b"", FILE_HEADER
     while pos + HEADER.size <= len(data):
         if BLOCK - pos % BLOCK < HEADER.size:  # a block's tail too short for a header is padding
             pos += BLOCK - pos % BLOCK
