@@ -15,8 +15,6 @@ import math
 from abc import abstractmethod
 from typing import Any
 
-import torch
-
 from trinity.algorithm.base import AdvantageFn, Metrics
 from trinity.algorithm.utils import (
     group_index,
@@ -30,6 +28,9 @@ from trinity.algorithm.utils import (
     reverse_scan,
 )
 from trinity.common.batch import Batch
+from trinity.common.lazy_import import lazy_module
+
+torch = lazy_module("torch")
 
 
 def sequence_scores(batch: Batch) -> torch.Tensor:

@@ -21,11 +21,12 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import Any
-
-import torch
+from typing import TYPE_CHECKING, Any
 
 from trinity.common.batch import Batch
+
+if TYPE_CHECKING:
+    import torch
 
 Metrics = dict[str, float]
 

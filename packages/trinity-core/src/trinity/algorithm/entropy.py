@@ -9,11 +9,12 @@ from __future__ import annotations
 
 from typing import Any
 
-import torch
-
 from trinity.algorithm.base import EntropyLossFn, Metrics
 from trinity.algorithm.utils import agg_loss
 from trinity.common.batch import Batch
+from trinity.common.lazy_import import lazy_module
+
+torch = lazy_module("torch")
 
 
 class DefaultEntropyLoss(EntropyLossFn):

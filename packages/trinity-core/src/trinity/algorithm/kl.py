@@ -15,12 +15,13 @@ from __future__ import annotations
 from abc import abstractmethod
 from typing import Any
 
-import torch
-
 from trinity.algorithm.advantage import token_rewards
 from trinity.algorithm.base import KLFn, Metrics
 from trinity.algorithm.utils import agg_loss, masked_mean
 from trinity.common.batch import Batch
+from trinity.common.lazy_import import lazy_module
+
+torch = lazy_module("torch")
 
 
 class _KL(KLFn):

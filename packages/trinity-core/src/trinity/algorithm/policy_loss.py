@@ -10,12 +10,13 @@ from __future__ import annotations
 
 from typing import Any
 
-import torch
-import torch.nn.functional as F
-
 from trinity.algorithm.base import Metrics, PolicyLossFn
 from trinity.algorithm.utils import agg_loss, masked_mean, masked_sum
 from trinity.common.batch import Batch
+from trinity.common.lazy_import import lazy_module
+
+torch = lazy_module("torch")
+F = lazy_module("torch.nn.functional")
 
 
 def _required(batch: Batch, name: str, loss: str) -> torch.Tensor:

@@ -9,11 +9,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-import torch
-
 from trinity.algorithm.base import Metrics, SampleStrategy
 from trinity.common.batch import Batch
 from trinity.common.experience import Experience
+from trinity.common.lazy_import import lazy_module
+
+torch = lazy_module("torch")
 
 
 def _staleness_metrics(batch: Batch, current_version: int) -> Metrics:

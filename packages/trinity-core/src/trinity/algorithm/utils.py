@@ -6,7 +6,9 @@ response) contributes nothing and never yields NaN; statistics run in float32 or
 
 from __future__ import annotations
 
-import torch
+from trinity.common.lazy_import import lazy_module
+
+torch = lazy_module("torch")
 
 LOSS_AGG_MODES = ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm")
 

@@ -12,9 +12,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, fields, replace
 
-import torch
-
 from trinity.common.experience import Experience
+from trinity.common.lazy_import import lazy_module
+
+torch = lazy_module("torch")
 
 _FROM_EXPERIENCE = ("old_logprobs", "advantages", "returns", "token_level_rewards")
 

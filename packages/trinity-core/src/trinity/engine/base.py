@@ -11,12 +11,13 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import Any
-
-import torch
+from typing import TYPE_CHECKING, Any
 
 from trinity.common.batch import Batch
 from trinity.config.schema import Config
+
+if TYPE_CHECKING:
+    import torch
 
 Metrics = dict[str, float]
 

@@ -18,10 +18,11 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import replace
 from typing import Any
 
-import torch
-
 from trinity.common.experience import Experience
+from trinity.common.lazy_import import lazy_module
 from trinity.engine.base import Completion, RolloutEngine, SamplingArgs
+
+torch = lazy_module("torch")
 
 _SETTLE_SECONDS = 0.0005
 """How long the batcher waits for more requests after the last one arrived."""
