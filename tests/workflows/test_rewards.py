@@ -8,7 +8,7 @@ import threading
 import pytest
 
 from trinity.plugins import Kind, resolve
-from trinity_workflows.answers import final_answer, last_boxed
+from trinity_workflows.answers import _parse, final_answer, last_boxed
 from trinity_workflows.rewards import (
     accuracy_reward,
     countdown_reward,
@@ -201,6 +201,15 @@ def test_rewards_work_off_the_main_thread():
     thread.start()
     thread.join()
     assert results == [{"accuracy": 1.0}]
+
+
+def test_a_task_s_truth_and_a_repeated_answer_are_parsed_once():
+    """GRPO scores n samples against one truth; a trained model repeats its answers."""
+    _parse.cache_clear()
+    scores = [math_reward(response, "7")["accuracy"] for response in ("7", "8", "<answer>7</answer>", "8", "7.0")]
+    assert scores == [1.0, 0.0, 1.0, 0.0, 1.0]
+    assert _parse.cache_info().misses == 3  # "7" (truth and answers), "8", "7.0"
+    assert math_reward("7", "7") == {"accuracy": 1.0}  # a cached parse still compares as before
 
 
 @pytest.mark.parametrize(

@@ -9,6 +9,7 @@ off here and the explorer's per-workflow timeout bounds a pathological expressio
 
 from __future__ import annotations
 
+import functools
 import logging
 import re
 from typing import Any
@@ -90,10 +91,13 @@ def truth_text(truth: Any) -> str:
     return text.rpartition(_GSM8K_MARK)[2].strip() if _GSM8K_MARK in text else text
 
 
-def _parse(text: str) -> list:
+@functools.lru_cache(maxsize=4096)
+def _parse(text: str) -> tuple:
+    """math-verify's parse of ``text``, cached: the samples of a task share its truth, and a
+    model repeats its answers (sympy expressions are immutable, so sharing them is safe)."""
     if "\\" in text and "$" not in text:  # bare LaTeX needs delimiters to be found
         text = f"${text}$"
-    return parse(text, parsing_timeout=None)
+    return tuple(parse(text, parsing_timeout=None))
 
 
 def is_equivalent(prediction: str, truth: Any) -> bool:
@@ -107,7 +111,7 @@ def is_equivalent(prediction: str, truth: Any) -> bool:
     answer = _parse(prediction)
     if not gold or not answer or _unevaluated_arithmetic(answer[0]):
         return False
-    return bool(verify(gold, answer, timeout_seconds=None))
+    return bool(verify(list(gold), list(answer), timeout_seconds=None))
 
 
 def _unevaluated_arithmetic(expression: Any) -> bool:
