@@ -1,0 +1,28 @@
+"""The base of every model of the configuration: the YAML file's sections and plugins' args.
+
+Both are pydantic models that refuse unknown keys and coerce values the way YAML users
+write them (``"32"`` from ``${oc.env:BATCH_SIZE,32}`` becomes ``32`` for an int field).
+``trinity.config.load`` turns their validation errors into issues that name the dotted key.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict
+
+
+class ConfigModel(BaseModel):
+    """A mapping of the configuration: every field typed, ranged and documented.
+
+    Models stay mutable: the check pass fills derived values in place.
+    """
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, validate_default=False)
+
+
+class PluginArgs(ConfigModel):
+    """The arguments a plugin takes (``advantage_fn_args``, ``workflow_args``, ``monitor_args``...).
+
+    A plugin declares its own as a subclass named ``Args`` on its class; ``trinity config
+    check`` validates the user's arguments with it, so a misspelt or out-of-range argument is
+    reported under its dotted key before anything runs. The base takes no arguments.
+    """
