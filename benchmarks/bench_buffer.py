@@ -16,7 +16,7 @@ import torch
 from trinity.buffer import open_experience_reader, open_experience_writer
 from trinity.buffer.serialization import deserialize_experience, serialize_experience
 from trinity.common.experience import EID, Experience
-from trinity.config.schema import StorageConfig
+from trinity.config.schema import ExperienceBufferConfig
 
 PROMPT, RESPONSE, BATCH = 256, 768, 64
 
@@ -36,7 +36,7 @@ def experiences(n: int) -> list[Experience]:
     ]
 
 
-def bench_storage(storage: StorageConfig, data: list[Experience]) -> tuple[float, float]:
+def bench_storage(storage: ExperienceBufferConfig, data: list[Experience]) -> tuple[float, float]:
     writer = open_experience_writer(storage, "bench")
     reader = open_experience_reader(storage, "bench")
     started = time.perf_counter()
@@ -91,7 +91,7 @@ def main() -> None:
             import ray
 
             ray.init(num_cpus=2, include_dashboard=False, namespace="bench")
-        storage = StorageConfig(
+        storage = ExperienceBufferConfig(
             name=fields.pop("name", label.split()[0] + "_bench"), capacity=10 * args.n, max_read_timeout=10, **fields
         )
         written, read = bench_storage(storage, data)

@@ -8,7 +8,7 @@ import uuid
 import torch
 
 from trinity.common.experience import EID, Experience
-from trinity.config.schema import StorageConfig
+from trinity.config.schema import ExperienceBufferConfig
 
 
 def make_experience(i: int, prompt: int = 4, response: int = 6, model_version: int = 0) -> Experience:
@@ -28,7 +28,7 @@ def rewards(experiences: list[Experience]) -> list[int]:
     return [int(e.reward) for e in experiences]
 
 
-def buffer_config(kind: str, tmp_path, **overrides) -> StorageConfig:
+def buffer_config(kind: str, tmp_path, **overrides) -> ExperienceBufferConfig:
     """A buffer named uniquely per test: ``kind`` is memory | sqlite | jsonl | sql | file."""
     storage_type, path = {
         "memory": ("queue", None),
@@ -43,7 +43,7 @@ def buffer_config(kind: str, tmp_path, **overrides) -> StorageConfig:
         "path": path,
         "max_read_timeout": 1.0,
     }
-    return StorageConfig(**{**values, **overrides})
+    return ExperienceBufferConfig(**{**values, **overrides})
 
 
 ALL_KINDS = ["memory", "sqlite", "jsonl", "sql", "file"]

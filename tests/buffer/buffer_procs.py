@@ -17,11 +17,11 @@ import time
 from buffer_helpers import make_experience
 
 from trinity.buffer import EndOfBuffer, open_experience_reader, open_experience_writer
-from trinity.config.schema import StorageConfig
+from trinity.config.schema import ExperienceBufferConfig
 
 
-def storage(db: str, name: str) -> StorageConfig:
-    return StorageConfig(name=name, storage_type="queue", path=db, capacity=1_000_000, max_read_timeout=60)
+def storage(db: str, name: str) -> ExperienceBufferConfig:
+    return ExperienceBufferConfig(name=name, storage_type="queue", path=db, capacity=1_000_000, max_read_timeout=60)
 
 
 def write(db: str, name: str, writer_name: str, start: int, count: int, batch: int) -> None:

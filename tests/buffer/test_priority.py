@@ -10,8 +10,8 @@ from buffer_helpers import buffer_config, make_experience, rewards
 from trinity.buffer import EndOfBuffer, open_experience_reader, open_experience_writer
 
 
-def priority_buffer(tmp_path, **overrides):
-    storage = buffer_config("memory", tmp_path, use_priority_queue=True, **overrides)
+def priority_buffer(tmp_path, capacity=10000, **replay):
+    storage = buffer_config("memory", tmp_path, capacity=capacity, replay_buffer={"enable": True, **replay})
     return storage, open_experience_writer(storage, "w"), open_experience_reader(storage)
 
 
@@ -37,7 +37,7 @@ def test_without_cooldown_each_experience_is_read_once(tmp_path):
 
 
 def test_reuse_after_cooldown_with_decayed_priority(tmp_path):
-    _, writer, reader = priority_buffer(tmp_path, reuse_cooldown_time=0.2, replay_buffer_kwargs={"decay": 2.0})
+    _, writer, reader = priority_buffer(tmp_path, reuse_cooldown_time=0.2, priority_fn_args={"decay": 2.0})
     writer.write([make_experience(0, model_version=4), make_experience(1, model_version=3)])
     assert rewards(reader.read(1)) == [0]  # priority 4 before 3
     time.sleep(0.3)
@@ -49,8 +49,10 @@ def test_reuse_after_cooldown_with_decayed_priority(tmp_path):
 
 
 def test_decay_limit_randomization_stops_after_use_count_limit(tmp_path):
-    kwargs = {"priority_fn": "decay_limit_randomization", "use_count_limit": 2, "sigma": 0.0}
-    _, writer, reader = priority_buffer(tmp_path, reuse_cooldown_time=0.0, replay_buffer_kwargs=kwargs)
+    args = {"use_count_limit": 2, "sigma": 0.0}
+    _, writer, reader = priority_buffer(
+        tmp_path, reuse_cooldown_time=0.0, priority_fn="decay_limit_randomization", priority_fn_args=args
+    )
     writer.write([make_experience(0)])
     writer.finish()
     assert rewards(reader.read(1)) == [0]
@@ -60,5 +62,5 @@ def test_decay_limit_randomization_stops_after_use_count_limit(tmp_path):
 
 
 def test_unknown_priority_fn_is_named(tmp_path):
-    with pytest.raises(ValueError, match="unknown replay_buffer_kwargs.priority_fn 'lifo'.*linear_decay"):
-        priority_buffer(tmp_path, replay_buffer_kwargs={"priority_fn": "lifo"})
+    with pytest.raises(ValueError, match="unknown replay_buffer.priority_fn 'lifo'.*linear_decay"):
+        priority_buffer(tmp_path, priority_fn="lifo")

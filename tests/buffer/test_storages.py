@@ -120,8 +120,8 @@ def test_sql_storage_needs_a_path():
 
 
 def test_priority_queue_refuses_a_path(tmp_path):
-    with pytest.raises(ValueError, match="use_priority_queue needs an in-memory queue"):
-        open_experience_writer(buffer_config("sqlite", tmp_path, use_priority_queue=True))
+    with pytest.raises(ValueError, match="replay_buffer needs an in-memory queue"):
+        open_experience_writer(buffer_config("sqlite", tmp_path, replay_buffer={"enable": True}))
 
 
 def test_unknown_storage_type_names_the_choices(tmp_path):

@@ -12,7 +12,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from trinity.buffer import BadDataError, EndOfTaskset, TasksetReader, load_rows
-from trinity.config.schema import FormatConfig, GenerationConfig, StorageConfig, TaskSelectorConfig
+from trinity.config.schema import DataSelectorConfig, FormatConfig, GenerationConfig, TasksetConfig
 
 
 def write_jsonl(path: Path, rows: list[dict]) -> Path:
@@ -24,7 +24,7 @@ def questions(n: int, **extra) -> list[dict]:
     return [{"question": f"q{i}", "answer": str(i), "difficulty": (i * 7) % n, **extra} for i in range(n)]
 
 
-def taskset(path: Path, **overrides) -> StorageConfig:
+def taskset(path: Path, **overrides) -> TasksetConfig:
     values = dict(
         name="math",
         storage_type="file",
@@ -36,7 +36,7 @@ def taskset(path: Path, **overrides) -> StorageConfig:
         default_workflow_type="math_workflow",
         default_reward_fn_type="math_reward",
     )
-    return StorageConfig(**{**values, **overrides})
+    return TasksetConfig(**{**values, **overrides})
 
 
 def answers(tasks) -> list[int]:
@@ -91,7 +91,7 @@ def test_eval_taskset_reads_everything_once_in_order(tmp_path):
         is_eval=True,
         total_steps=1,
         default_eval_workflow_type="math_eval_workflow",
-        task_selector=TaskSelectorConfig(selector_type="shuffle"),
+        data_selector=DataSelectorConfig(selector_type="shuffle"),
     )
     reader = TasksetReader(storage)
     batches = drain(reader)
@@ -104,13 +104,13 @@ def test_resume_continues_at_the_next_row(tmp_path, selector):
         write_jsonl(tmp_path / "t.jsonl", questions(7)),
         batch_size=3,
         total_epochs=3,
-        task_selector=TaskSelectorConfig(selector_type=selector),
+        data_selector=DataSelectorConfig(selector_type=selector, seed=5),
     )
-    expected = drain(TasksetReader(storage, seed=5))
-    first = TasksetReader(storage, seed=5)
+    expected = drain(TasksetReader(storage))
+    first = TasksetReader(storage)
     head = [answers(first.read_batch()) for _ in range(4)]
     state = json.loads(json.dumps(first.state_dict()))  # as the explorer's checkpoint meta stores it
-    resumed = TasksetReader(storage, seed=5)
+    resumed = TasksetReader(storage)
     resumed.load_state_dict(state)
     assert head + drain(resumed) == expected
     assert len(expected) == 7
@@ -121,13 +121,14 @@ def test_shuffle_is_seeded_and_new_each_epoch(tmp_path):
         write_jsonl(tmp_path / "t.jsonl", questions(20)),
         batch_size=20,
         total_epochs=2,
-        task_selector=TaskSelectorConfig(selector_type="shuffle"),
+        data_selector=DataSelectorConfig(selector_type="shuffle", seed=1),
     )
-    epochs = drain(TasksetReader(storage, seed=1))
+    epochs = drain(TasksetReader(storage))
     assert sorted(epochs[0]) == sorted(epochs[1]) == list(range(20))
     assert epochs[0] != epochs[1] and epochs[0] != list(range(20))
-    assert drain(TasksetReader(storage, seed=1)) == epochs
-    assert drain(TasksetReader(storage, seed=2)) != epochs
+    assert drain(TasksetReader(storage)) == epochs
+    storage.data_selector.seed = 2
+    assert drain(TasksetReader(storage)) != epochs
 
 
 def test_offline_easy2hard_sorts_by_the_feature_keys(tmp_path):
@@ -137,22 +138,22 @@ def test_offline_easy2hard_sorts_by_the_feature_keys(tmp_path):
             taskset(
                 path,
                 batch_size=5,
-                task_selector=TaskSelectorConfig(selector_type="offline_easy2hard", feature_keys=["difficulty"]),
+                data_selector=DataSelectorConfig(selector_type="offline_easy2hard", feature_keys=["difficulty"]),
             )
         )
     )
     assert order == [[0, 3, 1, 4, 2]]
-    descending = TaskSelectorConfig(
+    descending = DataSelectorConfig(
         selector_type="offline_easy2hard", feature_keys=["difficulty"], kwargs={"descending": True}
     )
-    assert drain(TasksetReader(taskset(path, batch_size=5, task_selector=descending))) == [[2, 4, 1, 3, 0]]
+    assert drain(TasksetReader(taskset(path, batch_size=5, data_selector=descending))) == [[2, 4, 1, 3, 0]]
 
 
 def test_easy2hard_without_the_feature_names_the_file(tmp_path):
     path = write_jsonl(tmp_path / "t.jsonl", questions(3))
-    config = TaskSelectorConfig(selector_type="offline_easy2hard", feature_keys=["score"])
+    config = DataSelectorConfig(selector_type="offline_easy2hard", feature_keys=["score"])
     with pytest.raises(BadDataError, match=rf"{path}.*row 1 has no numeric \['score'\]"):
-        TasksetReader(taskset(path, task_selector=config))
+        TasksetReader(taskset(path, data_selector=config))
 
 
 def test_difficulty_based_follows_the_feedback(tmp_path):
@@ -160,7 +161,7 @@ def test_difficulty_based_follows_the_feedback(tmp_path):
         write_jsonl(tmp_path / "t.jsonl", questions(20)),
         batch_size=5,
         total_steps=40,
-        task_selector=TaskSelectorConfig(selector_type="difficulty_based", kwargs={"target": 0.5, "tau": 0.05}),
+        data_selector=DataSelectorConfig(selector_type="difficulty_based", kwargs={"target": 0.5, "tau": 0.05}),
     )
     reader = TasksetReader(storage)
     reader.feedback(list(range(10)), [1.0] * 10)  # rows 0-9 solved every time: too easy
@@ -174,7 +175,9 @@ def test_difficulty_based_follows_the_feedback(tmp_path):
 
 def test_messages_prompts(tmp_path):
     rows = [{"messages": [{"role": "user", "content": "hi"}], "tools": [{"name": "calc"}]}]
-    storage = taskset(write_jsonl(tmp_path / "t.jsonl", rows), format=FormatConfig(prompt_type="messages"))
+    storage = taskset(
+        write_jsonl(tmp_path / "t.jsonl", rows), format=FormatConfig(prompt_type="messages", messages_key="messages")
+    )
     (task,) = TasksetReader(storage).read_batch()
     assert task.raw["messages"][0]["content"] == "hi" and task.format["tools_key"] == "tools"
 

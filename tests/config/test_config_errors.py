@@ -138,14 +138,16 @@ def test_gpu_allocation_error_shows_the_arithmetic(tmp_path):
         ],
     )
     assert found["cluster"] == (
-        "no GPU left for the trainer: rollout_model 2 engines x TP 2 = 4 = 4 GPUs for the explorer, "
-        "of node_num 1 x gpu_per_node 4 = 4, leaves 0"
+        "no GPU left for the trainer: rollout_model 2 engines x 2 GPUs = 4 GPUs for the explorer, "
+        "of node_num 1 x gpu_per_node 4 = 4"
     )
 
 
-def test_sync_method_must_suit_the_mode(tmp_path):
-    found = issues_of(write(tmp_path), ["mode=train", "synchronizer.sync_method=memory"])
-    assert "mode 'train' runs them apart: use checkpoint" in found["synchronizer.sync_method"]
+def test_sync_method_must_suit_the_mode(tmp_path, caplog):
+    """As Trinity-RFT turns nccl into checkpoint outside one run, with a warning."""
+    cfg = load_config(write(tmp_path), ["mode=train", "synchronizer.sync_method=memory"])
+    assert cfg.synchronizer.sync_method == "checkpoint"
+    assert "mode 'train' runs them apart: using checkpoint" in caplog.text
 
 
 def test_nccl_sync_needs_vllm_engines(tmp_path):
@@ -164,9 +166,12 @@ def test_queue_buffer_gets_a_file_when_processes_are_apart(tmp_path):
     )
 
 
-def test_eval_interval_rounds_up_to_a_sync_multiple(tmp_path):
+def test_eval_interval_rounds_down_to_a_sync_multiple(tmp_path):
+    """As Trinity-RFT: the nearest multiple below, at least one sync interval."""
     cfg = load_config(write(tmp_path), ["synchronizer.sync_interval=4", "explorer.eval_interval=10"])
-    assert cfg.explorer.eval_interval == 12
+    assert cfg.explorer.eval_interval == 8
+    cfg = load_config(write(tmp_path), ["synchronizer.sync_interval=4", "explorer.eval_interval=3"])
+    assert cfg.explorer.eval_interval == 4
 
 
 def test_timestamp_rename_when_not_continuing(tmp_path):
@@ -179,17 +184,27 @@ def test_timestamp_rename_when_not_continuing(tmp_path):
     assert load_config(write(tmp_path)).checkpoint_job_dir == str(job)  # continuing keeps the name
 
 
-def test_token_limits(tmp_path):
-    found = issues_of(write(tmp_path), ["model.max_model_len=80", "model.min_response_tokens=40"])
+def test_token_limits(tmp_path, caplog):
+    found = issues_of(write(tmp_path), ["model.max_model_len=80"])
     assert found["model.max_model_len"] == "max_prompt_tokens 64 + max_response_tokens 32 = 96 exceeds max_model_len 80"
-    assert found["model.min_response_tokens"] == "40 must be less than max_response_tokens 32"
     found = issues_of(write(tmp_path), ["model.max_prompt_tokens=null"])
     assert "set it, or both model.max_prompt_tokens and model.max_response_tokens" in found["model.max_model_len"]
+    # As Trinity-RFT: a minimum that leaves no room is lowered, and the rest derived from what is given.
+    cfg = load_config(write(tmp_path), ["model.min_response_tokens=40"])
+    assert cfg.model.min_response_tokens == 31 and "model.min_response_tokens: 40 leaves no room" in caplog.text
+    cfg = load_config(
+        write(tmp_path), ["model.max_model_len=100", "model.max_prompt_tokens=null", "model.max_response_tokens=null"]
+    )
+    assert (cfg.model.max_prompt_tokens, cfg.model.max_response_tokens) == (50, 50)
+    cfg = load_config(
+        write(tmp_path), ["model.max_model_len=100", "model.max_prompt_tokens=null", "model.max_response_tokens=200"]
+    )
+    assert (cfg.model.max_prompt_tokens, cfg.model.max_response_tokens) == (1, 99)
 
 
-def test_repeat_times_and_forced_values(tmp_path):
-    found = issues_of(write(tmp_path), ["algorithm.repeat_times=1"])
-    assert "set repeat_times > 1" in found["algorithm.repeat_times"]
+def test_repeat_times_and_forced_values(tmp_path, caplog):
+    load_config(write(tmp_path), ["algorithm.repeat_times=1"])  # Trinity-RFT runs it: a warning, not an error
+    assert "algorithm 'grpo' compares several rollouts of a task" in caplog.text
     cfg = load_config(write(tmp_path), ["algorithm.algorithm_type=dpo", "algorithm.repeat_times=1", "mode=train"])
     assert cfg.algorithm.repeat_times == 2
 

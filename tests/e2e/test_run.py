@@ -297,7 +297,7 @@ def test_failing_and_hanging_workflows_are_retried_and_the_run_goes_on(
         "buffer.batch_size=4",
         "buffer.total_steps=1",
         "buffer.explorer_input.default_workflow_type=flaky_workflow",
-        "buffer.explorer_input.taskset.task_selector.selector_type=sequential",
+        "buffer.explorer_input.taskset.data_selector.selector_type=sequential",
         "explorer.max_timeout=8",  # generous: the other tasks must finish in time on a loaded machine
         "explorer.max_retry_times=1",
     )
@@ -344,6 +344,7 @@ def test_mix_trains_on_rollouts_and_expert_data(tmp_path, tiny_model_dir, arithm
         "buffer.total_steps=2",
         f"{expert}.storage_type=file",
         f"{expert}.path={arithmetic_data / 'sft.jsonl'}",
+        f"{expert}.format.prompt_type=plaintext",
         f"{expert}.format.prompt_key=question",
         f"{expert}.format.response_key=answer",
         f"{expert}.total_epochs=10",

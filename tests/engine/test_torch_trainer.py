@@ -172,15 +172,13 @@ def test_lr_schedules(tiny_model_dir: Path, experiences: list[Experience]) -> No
         tiny_model_dir,
         algorithm__optimizer__lr_warmup_steps_ratio=0.5,
         algorithm__optimizer__total_training_steps=4,
-        algorithm__optimizer__warmup_style="cosine",
+        algorithm__optimizer__lr_scheduler_type="cosine",
         algorithm__optimizer__min_lr_ratio=0.1,
     )
     engine = TorchTrainingEngine(config)
     batch = with_advantages(engine, experiences)
     lrs = [engine.train_step(batch)["actor/lr"] for _ in range(5)]
     assert lrs == pytest.approx([0.0, 5e-4, 1e-3, 5.5e-4, 1e-4])
-    with pytest.raises(ValueError, match="warmup_style 'linear'"):
-        TorchTrainingEngine(make_config(tiny_model_dir, algorithm__optimizer__warmup_style="linear"))
 
 
 def test_ppo_critic_learns_values(tiny_model_dir: Path, experiences: list[Experience]) -> None:

@@ -8,7 +8,7 @@ import os
 
 import pytest
 
-from trinity.common.runtime import WORKER_NICENESS, keep_cluster_priority
+from trinity.runtime import WORKER_NICENESS, keep_cluster_priority
 
 ray = pytest.importorskip("ray")
 
@@ -31,7 +31,7 @@ class Role:
         messages: list[str] = []
         handler = logging.Handler()
         handler.emit = lambda record: messages.append(record.getMessage())
-        logging.getLogger("trinity.common.runtime").addHandler(handler)
+        logging.getLogger("trinity.runtime").addHandler(handler)
         before = os.getpriority(os.PRIO_PROCESS, 0)
         keep_cluster_priority("explorer")
         return before, os.getpriority(os.PRIO_PROCESS, 0), messages

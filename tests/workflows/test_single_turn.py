@@ -13,7 +13,7 @@ import json
 import pytest
 
 from trinity.buffer.taskset import TasksetReader
-from trinity.config.schema import FormatConfig, StorageConfig
+from trinity.config.schema import FormatConfig, TasksetConfig
 from trinity.explorer.workflow import Workflow
 from trinity.plugins import Kind, resolve
 from trinity_workflows.base import WorkflowError
@@ -64,7 +64,7 @@ def test_reward_fn_precedence_row_then_taskset_then_workflow_default(tmp_path, m
     fmt = FormatConfig(prompt_key="question", response_key="answer", reward_fn_key="grader")
 
     def reward_fns(**storage_fields):
-        storage = StorageConfig(
+        storage = TasksetConfig(
             name="t", path=str(tmp_path / "tasks.jsonl"), format=fmt, batch_size=2, **storage_fields
         )
         tasks = TasksetReader(storage).read_batch()

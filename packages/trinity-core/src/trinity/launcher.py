@@ -21,11 +21,11 @@ from typing import Any
 from omegaconf import OmegaConf
 
 from trinity.common.files import read_json, write_json
-from trinity.common.runtime import WORKER_NICENESS, default_threads
 from trinity.config import load_stage_configs
 from trinity.config.load import read_yaml
 from trinity.config.schema import Config
 from trinity.plugins import Kind, resolve
+from trinity.runtime import WORKER_NICENESS, default_threads
 
 logger = logging.getLogger(__name__)
 

@@ -31,7 +31,7 @@ from mlflow.utils.validation import (
     MAX_PARAMS_TAGS_PER_BATCH,
 )
 
-from trinity.monitor.base import Monitor, MonitorError
+from trinity.plugin_api import Monitor, MonitorError
 
 REACHABILITY_TIMEOUT_S = 5.0
 

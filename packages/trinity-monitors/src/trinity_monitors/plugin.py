@@ -1,6 +1,6 @@
 """Registers the tracker monitors."""
 
-from trinity.plugins import hookimpl
+from trinity.plugin_api import hookimpl
 
 
 @hookimpl

@@ -18,7 +18,7 @@ from tensorboard.compat.proto.tensor_shape_pb2 import TensorShapeProto
 from tensorboard.compat.proto.types_pb2 import DT_STRING
 from tensorboard.summary.writer.event_file_writer import EventFileWriter
 
-from trinity.monitor.base import Monitor
+from trinity.plugin_api import Monitor
 
 _TEXT = SummaryMetadata(plugin_data=SummaryMetadata.PluginData(plugin_name="text"))
 

@@ -14,7 +14,7 @@ from typing import Any
 
 import wandb
 
-from trinity.monitor.base import Monitor, MonitorError
+from trinity.plugin_api import Monitor, MonitorError
 
 
 class WandbMonitor(Monitor):

@@ -20,9 +20,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from trinity.config.check import trainer_gpu_num
-from trinity.config.load import IssueCollector
-from trinity.config.schema import Config
+from trinity.plugin_api import Config, IssueCollector, trainer_gpu_num
 
 PREFIX = "trainer.trainer_config"
 DEFAULTS_FILE = Path("trainer") / "config" / "_generated_ppo_trainer.yaml"
@@ -35,7 +33,7 @@ SOFT = (
 )
 """Mapped keys outside the guide's tables (and all of ``critic.optim``): defaults from trinity
 fields that ``trainer_config`` may set."""
-OPTIMIZERS = {"adamw": "AdamW", "adam": "Adam", "sgd": "SGD"}
+OPTIMIZERS = {"adamw": "AdamW", "adam": "AdamW", "sgd": "SGD"}
 """``algorithm.optimizer.optimizer_type`` -> the ``torch.optim`` class verl builds."""
 """Keys of older verl configs (the guide's PPO example) -> their place in verl 0.9.1."""
 ENGINE_SECTIONS = ("actor_rollout_ref.actor.fsdp_config", "actor_rollout_ref.ref.fsdp_config", "critic.fsdp")
@@ -141,7 +139,7 @@ def _optimizer(prefix: str, config: Config, clip: float) -> dict[str, Any]:
         f"{prefix}.lr_warmup_steps": opt.lr_warmup_steps,
         f"{prefix}.lr_warmup_steps_ratio": opt.lr_warmup_steps_ratio,
         f"{prefix}.min_lr_ratio": opt.min_lr_ratio,
-        f"{prefix}.lr_scheduler_type": opt.warmup_style,
+        f"{prefix}.lr_scheduler_type": opt.lr_scheduler_type,
         f"{prefix}.optimizer": OPTIMIZERS.get(opt.optimizer_type.lower(), opt.optimizer_type),
         f"{prefix}.betas": list(opt.betas),
         f"{prefix}.weight_decay": opt.weight_decay,

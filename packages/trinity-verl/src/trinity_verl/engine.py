@@ -28,11 +28,7 @@ from typing import Any
 import torch
 from omegaconf import OmegaConf
 
-from trinity.common.batch import Batch
-from trinity.config.check import trainer_gpu_num
-from trinity.config.schema import Config
-from trinity.engine.base import Metrics, TrainingEngine
-from trinity.plugins import Kind, resolve
+from trinity.plugin_api import Batch, Config, Kind, Metrics, TrainingEngine, resolve, trainer_gpu_num
 from trinity_verl.config import verl_config
 from trinity_verl.distributed import RankGroup
 from trinity_verl.rank import Part, StepPart, VerlRank, micro_batch_sizes

@@ -1,6 +1,6 @@
 """Registers the verl training engine."""
 
-from trinity.plugins import hookimpl
+from trinity.plugin_api import hookimpl
 
 
 @hookimpl

@@ -29,11 +29,7 @@ from typing import Any
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from trinity.common.batch import Batch
-from trinity.config.schema import Config
-from trinity.engine.base import Metrics
-from trinity.engine.losses import LossFns, Totals, batch_totals, critic_micro_loss
-from trinity.plugins import Kind, resolve
+from trinity.plugin_api import Batch, Config, Kind, LossFns, Metrics, Totals, batch_totals, critic_micro_loss, resolve
 from trinity_verl import cpu
 from trinity_verl.config import verl_config
 from trinity_verl.distributed import World, init_process_group

@@ -16,9 +16,16 @@ import ray
 import torch
 from transformers import AutoTokenizer
 
-from trinity.config.schema import InferenceModelConfig, ModelConfig
-from trinity.engine.base import Completion, EngineCrashed, EngineStartError, RolloutEngine, SamplingArgs
-from trinity.engine.prompts import PromptFormatter
+from trinity.plugin_api import (
+    Completion,
+    EngineCrashed,
+    EngineStartError,
+    InferenceModelConfig,
+    ModelConfig,
+    PromptFormatter,
+    RolloutEngine,
+    SamplingArgs,
+)
 from trinity_vllm.server import VLLMServer
 
 

@@ -40,8 +40,8 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from trinity.config.schema import Config
-from trinity.synchronizer.methods import (
+from trinity.plugin_api import (
+    Config,
     SharedActor,
     SyncMethod,
     SyncTimeout,
@@ -51,7 +51,7 @@ from trinity.synchronizer.methods import (
 )
 
 if TYPE_CHECKING:
-    from trinity.explorer.model_wrapper import LocalEngineClient
+    from trinity.plugin_api import LocalEngineClient
 
 logger = logging.getLogger(__name__)
 

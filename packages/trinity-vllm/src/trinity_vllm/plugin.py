@@ -1,6 +1,6 @@
 """Registers the vLLM rollout engine and the NCCL sync method."""
 
-from trinity.plugins import hookimpl
+from trinity.plugin_api import hookimpl
 
 
 @hookimpl
@@ -13,3 +13,21 @@ def trinity_register_rollout_engines(register):
 @hookimpl
 def trinity_register_sync_methods(register):
     register("nccl", "trinity_vllm.nccl:NCCLSync")
+
+
+def _is_vllm(engine_type: str) -> bool:
+    return engine_type.startswith("vllm")
+
+
+@hookimpl
+def trinity_check_config(config, issues):
+    """NCCL sync is this package's: the default in one run on GPUs, and only into vLLM engines."""
+    sync, engine = config.synchronizer, config.explorer.rollout_model.engine_type
+    if sync.sync_method is None and config.mode == "both" and _is_vllm(engine) and config.cluster.total_gpu_num:
+        sync.sync_method = "nccl"  # on a CPU, nccl would broadcast over gloo: memory sync needs no group
+    if sync.sync_method == "nccl" and not _is_vllm(engine):
+        issues.add(
+            "synchronizer.sync_method",
+            f"'nccl' broadcasts into vLLM engines only (explorer.rollout_model.engine_type is '{engine}'); "
+            "use memory (mode both) or checkpoint, which work with every engine",
+        )

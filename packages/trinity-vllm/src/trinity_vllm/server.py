@@ -25,9 +25,15 @@ from typing import Any
 
 import torch
 
-from trinity.config.schema import InferenceModelConfig, ModelConfig
-from trinity.engine.base import Completion, EngineStartError, SamplingArgs
-from trinity.engine.prompts import first, response_budget
+from trinity.plugin_api import (
+    Completion,
+    EngineStartError,
+    InferenceModelConfig,
+    ModelConfig,
+    SamplingArgs,
+    first,
+    response_budget,
+)
 
 WORKER_EXTENSION = "trinity_vllm.worker.WeightLoader"
 
@@ -102,7 +108,7 @@ class VLLMServer:
         return f"http://{host}:{port}/v1"
 
     def engine_args(self) -> dict[str, Any]:
-        """vLLM engine arguments from the config; ``engine_args`` override them."""
+        """vLLM engine arguments from the config; ``extra_engine_args`` override them."""
         from vllm.platforms import current_platform
 
         config = self.config
@@ -122,7 +128,8 @@ class VLLMServer:
             "generation_config": "vllm",
             "worker_extension_cls": WORKER_EXTENSION,
             "disable_log_stats": True,
-            **config.engine_args,
+            "trust_remote_code": config.trust_remote_code,
+            **config.extra_engine_args,
         }
 
     def _check_head_size(self) -> None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from trinity.engine.modeling import read_hf_weights
+from trinity.plugin_api import read_hf_weights
 
 
 class WeightLoader:

@@ -13,10 +13,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any, ClassVar
 
-from trinity.common.errors import PicklableError
-from trinity.common.experience import Experience, Task
-from trinity.explorer.model_wrapper import ModelWrapper
-from trinity.explorer.workflow import Workflow, set_reward
+from trinity.plugin_api import Experience, ModelWrapper, PicklableError, Task, Workflow, set_reward
 
 Messages = list[dict[str, Any]]
 

@@ -24,9 +24,7 @@ from typing import Any, ClassVar
 
 import torch
 
-from trinity.common.experience import Experience, Task
-from trinity.explorer.model_wrapper import ModelWrapper
-from trinity.explorer.workflow import set_reward
+from trinity.plugin_api import Experience, ModelWrapper, Task, set_reward
 from trinity_workflows.base import CatalogueWorkflow, Messages, last_user_text
 from trinity_workflows.tools import (
     ToolFunction,

@@ -14,9 +14,7 @@ import asyncio
 import re
 from typing import Any
 
-from trinity.common.experience import Experience
-from trinity.explorer.model_wrapper import ModelWrapper
-from trinity.explorer.workflow import set_reward
+from trinity.plugin_api import Experience, ModelWrapper, set_reward
 from trinity_workflows.base import CatalogueWorkflow, last_user_text
 
 JUDGE_PROMPT = """You are grading a response to a question, following a rubric.

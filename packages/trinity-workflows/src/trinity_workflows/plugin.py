@@ -1,6 +1,6 @@
 """Registers the workflows and reward functions of the catalogue."""
 
-from trinity.plugins import hookimpl
+from trinity.plugin_api import hookimpl
 
 _WORKFLOWS = {
     "simple_workflow": "workflows:SimpleWorkflow",
@@ -33,3 +33,19 @@ def trinity_register_workflows(register):
 def trinity_register_reward_fns(register):
     for name, fn in _REWARDS.items():
         register(name, f"trinity_workflows.rewards:{fn}")
+
+
+DEFAULT_WORKFLOW = "math_workflow"
+"""The workflow of tasksets that name none at any level, as the seed guides' examples expect."""
+
+
+@hookimpl
+def trinity_check_config(config, issues):
+    """Tasksets that name no workflow at any level get ``math_workflow``."""
+    inputs = config.buffer.explorer_input
+    if inputs.default_workflow_type or config.buffer.default_workflow_type:
+        return
+    tasksets = [inputs.taskset] if inputs.taskset else inputs.tasksets
+    if any(t.default_workflow_type is None and not t.format.workflow_key for t in tasksets):
+        inputs.default_workflow_type = DEFAULT_WORKFLOW
+        issues.warn("buffer.explorer_input.default_workflow_type", f"not set: using {DEFAULT_WORKFLOW}")

@@ -22,7 +22,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from trinity.plugins.manager import import_target
+from trinity.plugin_api import import_target
 from trinity_workflows.arithmetic import evaluate
 
 ToolFunction = Callable[..., Any]

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-from trinity.common.experience import Experience
+from trinity.plugin_api import Experience
 from trinity_workflows.base import CatalogueWorkflow, last_user_text
 
 THINK_ANSWER_SYSTEM_PROMPT = (

@@ -16,7 +16,7 @@ from trinity.buffer.errors import (
     TrinityBufferError,
 )
 from trinity.buffer.storage.base import ExperienceReader, ExperienceWriter
-from trinity.buffer.taskset import TasksetReader, load_rows, open_taskset
+from trinity.buffer.taskset import TasksetReader, load_rows
 from trinity.config.schema import StorageConfig
 from trinity.plugins import Kind, resolve
 
@@ -56,5 +56,4 @@ __all__ = [
     "load_rows",
     "open_experience_reader",
     "open_experience_writer",
-    "open_taskset",
 ]

@@ -22,16 +22,16 @@ from typing import Any
 
 import numpy as np
 
-from trinity.config.schema import TaskSelectorConfig
+from trinity.config.schema import DataSelectorConfig
 
 
 class Selector:
     """Base: ``select`` row positions; ``feedback`` and state are optional."""
 
-    def __init__(self, rows: Sequence[dict[str, Any]], config: TaskSelectorConfig, seed: int = 42):
+    def __init__(self, rows: Sequence[dict[str, Any]], config: DataSelectorConfig):
         self.size = len(rows)
         self.config = config
-        self.seed = seed
+        self.seed = 42 if config.seed is None else config.seed
         self._epoch_order: tuple[int, list[int]] | None = None
 
     def order(self, epoch: int) -> list[int]:
@@ -73,19 +73,19 @@ class RandomSelector(Selector):
 
 def _features(rows: Sequence[dict[str, Any]], keys: list[str], selector: str) -> list[tuple[float, ...]]:
     if not keys:
-        raise ValueError(f"task_selector {selector} needs task_selector.feature_keys (columns to sort by)")
+        raise ValueError(f"data_selector {selector} needs data_selector.feature_keys (columns to sort by)")
     out = []
     for number, row in enumerate(rows, start=1):
         try:
             out.append(tuple(float(row[key]) for key in keys))
         except (KeyError, TypeError, ValueError) as exc:
-            raise ValueError(f"task_selector {selector}: row {number} has no numeric {keys}: {exc}") from exc
+            raise ValueError(f"data_selector {selector}: row {number} has no numeric {keys}: {exc}") from exc
     return out
 
 
 class OfflineEasy2HardSelector(Selector):
-    def __init__(self, rows: Sequence[dict[str, Any]], config: TaskSelectorConfig, seed: int = 42):
-        super().__init__(rows, config, seed)
+    def __init__(self, rows: Sequence[dict[str, Any]], config: DataSelectorConfig):
+        super().__init__(rows, config)
         features = _features(rows, config.feature_keys, "offline_easy2hard")
         sign = -1 if config.kwargs.get("descending", False) else 1
         self._sorted = sorted(range(self.size), key=lambda i: tuple(sign * v for v in features[i]))
@@ -95,8 +95,8 @@ class OfflineEasy2HardSelector(Selector):
 
 
 class DifficultyBasedSelector(Selector):
-    def __init__(self, rows: Sequence[dict[str, Any]], config: TaskSelectorConfig, seed: int = 42):
-        super().__init__(rows, config, seed)
+    def __init__(self, rows: Sequence[dict[str, Any]], config: DataSelectorConfig):
+        super().__init__(rows, config)
         self.target = float(config.kwargs.get("target", 0.5))
         self.tau = float(config.kwargs.get("tau", 0.1))
         if config.feature_keys:

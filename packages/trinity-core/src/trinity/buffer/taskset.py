@@ -18,13 +18,12 @@ import json
 import logging
 import os
 from collections.abc import Sequence
-from dataclasses import asdict
 from typing import Any
 
 from trinity.buffer.errors import BadDataError, EndOfTaskset
 from trinity.buffer.selector import Selector
 from trinity.common.experience import Task
-from trinity.config.schema import FormatConfig, StorageConfig
+from trinity.config.schema import FormatConfig, StorageConfig, TasksetConfig
 from trinity.plugins import Kind, resolve
 
 logger = logging.getLogger(__name__)
@@ -92,7 +91,7 @@ def _row_problem(row: dict[str, Any], fmt: FormatConfig) -> str | None:
         messages = row.get(fmt.messages_key)
         if not isinstance(messages, list) or not all(isinstance(m, dict) and "role" in m for m in messages):
             return f"column {fmt.messages_key!r} (messages_key) must be a list of messages with a role"
-    elif fmt.prompt_type == "plaintext":
+    elif fmt.prompt_type in (None, "plaintext"):  # tasksets default to plaintext
         if row.get(fmt.prompt_key) is None:
             return f"no prompt: column {fmt.prompt_key!r} (prompt_key) is missing or null; columns: {sorted(row)}"
         if not isinstance(row[fmt.prompt_key], str):
@@ -108,7 +107,7 @@ def _row_problem(row: dict[str, Any], fmt: FormatConfig) -> str | None:
 class TasksetReader:
     """Batches of ``Task`` from a taskset (see the module docstring)."""
 
-    def __init__(self, storage: StorageConfig, seed: int = 42):
+    def __init__(self, storage: TasksetConfig):
         if storage.storage_type != "file":
             raise ValueError(f"taskset {storage.name!r}: storage_type {storage.storage_type!r}; tasksets read files")
         self.storage = storage
@@ -117,16 +116,16 @@ class TasksetReader:
         self.batch_size = storage.batch_size or 1
         self.total_steps = None if storage.is_eval else storage.total_steps
         self.total_epochs = 1 if storage.is_eval else (storage.total_epochs or 1)
-        selector_type = "sequential" if storage.is_eval else storage.task_selector.selector_type
-        selector_cls = resolve(Kind.TASK_SELECTOR, selector_type, f"{storage.name}.task_selector.selector_type")
+        selector_type = "sequential" if storage.is_eval else storage.data_selector.selector_type
+        selector_cls = resolve(Kind.TASK_SELECTOR, selector_type, f"{storage.name}.data_selector.selector_type")
         try:
-            self.selector: Selector = selector_cls(self.rows, storage.task_selector, seed)
+            self.selector: Selector = selector_cls(self.rows, storage.data_selector)
         except ValueError as exc:
             raise BadDataError(str(storage.path), None, str(exc)) from exc
         self.epoch = self.index = self.steps = 0
         fmt = storage.format
-        self._format = asdict(fmt)
-        self._rollout_args = {k: v for k, v in asdict(storage.rollout_args).items() if v is not None}
+        self._format = fmt.model_dump()
+        self._rollout_args = {k: v for k, v in storage.rollout_args.model_dump().items() if v is not None}
         default = storage.default_eval_workflow_type if storage.is_eval else None
         self._workflow = default or storage.default_workflow_type
 
@@ -196,7 +195,3 @@ class TasksetReader:
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.epoch, self.index, self.steps = state["epoch"], state["index"], state["steps"]
         self.selector.load_state_dict(state.get("selector", {}))
-
-
-def open_taskset(storage: StorageConfig, seed: int = 42) -> TasksetReader:
-    return TasksetReader(storage, seed)

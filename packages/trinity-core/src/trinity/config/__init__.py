@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
 
 import yaml
@@ -13,43 +12,58 @@ from trinity.config.load import ConfigError, ConfigIssue, IssueCollector, parse_
 from trinity.config.schema import Config
 
 
-def load_config(path: str | Path, overrides: list[str] | None = None) -> Config:
-    """Read, type, validate and derive a config; raises ConfigError listing every problem."""
+def load_config(path: str | Path, overrides: list[str] | None = None, strict: bool = False) -> Config:
+    """Read, type, validate and derive a config; raises ConfigError listing every problem.
+
+    Warnings (deprecated keys, adjusted values, keys with no effect yet) are logged once;
+    ``strict`` turns the keys with no effect yet into errors.
+    """
     issues = IssueCollector()
-    config = parse_config(read_yaml(path, overrides), issues)
-    check_config(config, issues)
-    issues.raise_if_any(str(path))
+    config = check_config(parse_config(read_yaml(path, overrides), issues), issues)
+    issues.raise_if_any(str(path), strict)
+    issues.emit_warnings()
     return config
 
 
-def load_stage_configs(path: str | Path, overrides: list[str] | None = None) -> list[Config]:
+def load_stage_configs(path: str | Path, overrides: list[str] | None = None, strict: bool = False) -> list[Config]:
     """One checked config per stage (the config itself when it has no ``stages``).
 
-    A stage's sections are merged over the global ones (what it does not set, it
-    inherits); its experiment name is ``<name>/<stage_name>``.
+    A stage's sections are merged over the global ones (what it does not set, it inherits);
+    its experiment name is ``<name>/<stage_name>``. Every issue of every stage is reported at
+    once, and each warning once.
     """
     raw = read_yaml(path, overrides)
-    config = load_config(path, overrides)
-    if not config.stages:
-        return [config]
-    base = OmegaConf.masked_copy(raw, [k for k in raw if k != "stages"])
-    configs = []
-    for stage in config.stages:
-        sections = {k: getattr(stage, k) for k in ("algorithm", "buffer", "explorer", "trainer") if getattr(stage, k)}
-        merged = OmegaConf.merge(base, sections, {"name": f"{config.name}/{stage.stage_name}"})
-        if stage.mode and stage.mode != config.mode:
-            merged.mode = stage.mode
-            merged.synchronizer.sync_method = None  # derived again for the stage's own mode
-        issues = IssueCollector()
-        stage_config = check_config(parse_config(merged, issues), issues)
-        issues.raise_if_any(f"{path} (stage {stage.stage_name})")
-        configs.append(stage_config)
+    issues = IssueCollector()
+    config = check_config(parse_config(raw, issues), issues)
+    configs = [config]
+    if config.stages and not issues.issues:
+        base = OmegaConf.masked_copy(raw, [k for k in raw if k != "stages"])
+        configs = []
+        for stage in config.stages:
+            sections = {
+                k: getattr(stage, k)
+                for k in ("algorithm", "buffer", "data_processor", "explorer", "trainer")
+                if getattr(stage, k)
+            }
+            merged = OmegaConf.merge(base, sections, {"name": f"{config.name}/{stage.stage_name}"})
+            if stage.mode and stage.mode != config.mode:
+                merged.mode = stage.mode
+                if "synchronizer" in merged and "sync_method" in merged.synchronizer:
+                    merged.synchronizer.sync_method = None  # derived again for the stage's own mode
+            stage_issues = IssueCollector()
+            configs.append(check_config(parse_config(merged, stage_issues), stage_issues))
+            for issue in stage_issues.issues:
+                issues.add(issue.path, f"{issue.message} (in stage {stage.stage_name})")
+            for issue in stage_issues.warnings:
+                issues.warn(issue.path, issue.message)
+    issues.raise_if_any(str(path), strict)
+    issues.emit_warnings()
     return configs
 
 
 def to_yaml(config: Config) -> str:
     """The resolved config as YAML, in schema order."""
-    return yaml.safe_dump(dataclasses.asdict(config), sort_keys=False, allow_unicode=True)
+    return yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False, allow_unicode=True)
 
 
 __all__ = ["Config", "ConfigError", "ConfigIssue", "load_config", "load_stage_configs", "to_yaml"]

@@ -7,16 +7,21 @@ write them (``"32"`` from ``${oc.env:BATCH_SIZE,32}`` becomes ``32`` for an int 
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 from pydantic import BaseModel, ConfigDict
 
 
 class ConfigModel(BaseModel):
     """A mapping of the configuration: every field typed, ranged and documented.
 
-    Models stay mutable: the check pass fills derived values in place.
+    Models stay mutable: the check pass fills derived values in place. ``renamed`` maps a
+    deprecated key of the model to its current (dotted) place; the loader moves it with a warning.
     """
 
-    model_config = ConfigDict(extra="forbid", populate_by_name=True, validate_default=False)
+    renamed: ClassVar[dict[str, str]] = {}
+
+    model_config = ConfigDict(extra="forbid", coerce_numbers_to_str=True, validate_default=False)
 
 
 class PluginArgs(ConfigModel):

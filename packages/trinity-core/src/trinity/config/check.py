@@ -1,44 +1,43 @@
 """The one validation and derivation pass over a loaded ``Config``.
 
-Runs in a fixed order (global, monitor, algorithm, model, cluster, synchronizer,
-intervals, explorer, buffer, trainer, stages) because later steps read what earlier
-ones derived. Every problem is collected with its dotted path; plugin names are
-checked through the plugin registry, so an unknown name gets the registry's message.
+Runs in a fixed order (global, monitor, algorithm, model, cluster, plugins, synchronizer,
+intervals, explorer, buffer, trainer, stages) because later steps read what earlier ones
+derived. Every problem is collected with its dotted path. Plugin names are checked through
+the plugin registry (an unknown name gets the registry's message), a plugin's arguments
+through its declared ``Args`` model, and each plugin checks the settings that name it through
+the ``trinity_check_config`` hook: this module names no plugin of a sibling package.
+
+Derivations follow Trinity-RFT's config validators; where a rule of theirs only warns or
+adjusts a value, so does this one (a rule stricter than the original is a warning).
 """
 
 from __future__ import annotations
 
 import logging
+import math
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from trinity.config.load import IssueCollector, build
+from trinity.config.base import PluginArgs
+from trinity.config.load import IssueCollector, validate_section
 from trinity.config.schema import (
     AlgorithmConfig,
     BufferConfig,
     Config,
+    DataProcessorConfig,
+    ExperienceBufferConfig,
     ExplorerConfig,
     InferenceModelConfig,
-    StorageConfig,
+    TasksetConfig,
     TrainerConfig,
 )
 from trinity.plugins import Kind, PluginError, get_registry, resolve
+from trinity.plugins.manager import plugin_hooks
 
 logger = logging.getLogger(__name__)
 
-MODES = ("both", "train", "explore", "bench")
-SYNC_STYLES = ("fixed", "dynamic_by_explorer", "dynamic_by_trainer")
-SAVE_STRATEGIES = ("single_thread", "single_process", "single_node", "unrestricted")
-SAVE_HF = ("last", "always", "never")
-LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 DEFAULT_EXPERIENCE_BUFFER = "experience_buffer"
-DEFAULT_TOKEN_BUDGET = 16384
-"""Default ``trainer.max_token_len_per_gpu`` floor (verl's ``ppo_max_token_len_per_gpu`` default)."""
-DEFAULT_WORKFLOW = "math_workflow"
-"""The workflow of a taskset that names none at any level, as in the Trinity-RFT examples."""
 
 # The algorithm functions: config field -> plugin kind.
 _ALGORITHM_FNS = {
@@ -51,7 +50,7 @@ _ALGORITHM_FNS = {
 }
 
 
-def _plugin_ok(issues: IssueCollector, kind: Kind, name: str, path: str) -> bool:
+def plugin_ok(issues: IssueCollector, kind: Kind, name: str, path: str) -> bool:
     """Whether ``name`` is registered for ``kind`` (imports nothing); if not, the issue."""
     try:
         get_registry().check(kind, name, config_key=path)
@@ -63,7 +62,7 @@ def _plugin_ok(issues: IssueCollector, kind: Kind, name: str, path: str) -> bool
 
 def _plugin(issues: IssueCollector, kind: Kind, name: str, path: str) -> Any:
     """The implementation of ``name`` (imported), or None with the issue recorded."""
-    if not _plugin_ok(issues, kind, name, path):
+    if not plugin_ok(issues, kind, name, path):
         return None
     try:
         return resolve(kind, name)
@@ -72,49 +71,80 @@ def _plugin(issues: IssueCollector, kind: Kind, name: str, path: str) -> Any:
         return None
 
 
+def plugin_args(target: Any, args: dict[str, Any] | None, path: str, issues: IssueCollector) -> dict[str, Any]:
+    """``args`` validated by the plugin's declared ``Args`` model, defaults filled in.
+
+    A plugin without an ``Args`` model takes free-form arguments (as in Trinity-RFT): they
+    pass through unchecked.
+    """
+    model = getattr(target, "Args", None)
+    if not (isinstance(model, type) and issubclass(model, PluginArgs)) and hasattr(target, "default_args"):
+        defaults = target.default_args()  # TODO(algo branch): every algorithm function declares Args
+        for key in args or {}:
+            if key not in defaults:
+                issues.add(f"{path}.{key}", f"takes no argument '{key}' (accepted: {', '.join(sorted(defaults))})")
+        return {**defaults, **(args or {})}
+    if not (isinstance(model, type) and issubclass(model, PluginArgs)):
+        return dict(args or {})
+    return validate_section(model, args or {}, path, issues).model_dump()
+
+
 def _explorer_runs(config: Config) -> bool:
-    return config.mode in ("both", "explore", "bench")
+    return config.mode in ("both", "explore", "bench", "serve", "colocate")
 
 
 def _trainer_runs(config: Config) -> bool:
-    return config.mode in ("both", "train")
+    return config.mode in ("both", "train", "colocate")
 
 
 def check_global(config: Config, issues: IssueCollector) -> None:
-    if config.mode not in MODES:
-        issues.add("mode", f"'{config.mode}' is not a mode; choose one of {', '.join(MODES)}")
-    root = Path(config.checkpoint_root_dir).expanduser()
-    job_dir = (root / config.project / config.name).absolute()
+    """The job folder ``<root>/<project>/<group>/<name>`` (absolute) and the Ray namespace."""
+    root = Path(config.checkpoint_root_dir or ".").expanduser()
+    job_dir = (root / config.project / config.group / config.name).absolute()
     if not config.continue_from_checkpoint and job_dir.is_dir() and any(job_dir.iterdir()):
-        config.name = f"{config.name}_{datetime.now().strftime('%Y%m%d%H%M%S')}"
-        logger.warning("%s is not empty and continue_from_checkpoint is false: starting %s", job_dir, config.name)
-        job_dir = job_dir.with_name(config.name)
+        if config.mode == "bench":
+            issues.warn("continue_from_checkpoint", "bench mode evaluates the existing checkpoints: set to true")
+            config.continue_from_checkpoint = True
+        else:
+            config.name = f"{config.name}_{datetime.now().strftime('%Y%m%d%H%M%S')}"
+            issues.warn("name", f"{job_dir} is not empty and continue_from_checkpoint is false: starting {config.name}")
+            job_dir = job_dir.with_name(config.name)
     config.checkpoint_job_dir = str(job_dir)
+    config.log.save_dir = str(job_dir / "log")
+    config.monitor.cache_dir = str(job_dir / "monitor")
+    config.buffer.cache_dir = str(job_dir / "buffer")
     if not config.ray_namespace:
-        config.ray_namespace = f"{config.project}/{config.name}"
+        config.ray_namespace = "/".join(part for part in (config.project, config.group, config.name) if part)
 
 
 def check_monitor(config: Config, issues: IssueCollector) -> None:
     names = config.monitor.monitor_type
-    names = [names] if isinstance(names, str) else names
-    if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
-        issues.add("monitor.monitor_type", f"expected a monitor name or a list of names, got {names!r}")
-        return
+    monitors = []
     for i, name in enumerate(names):
-        _plugin_ok(issues, Kind.MONITOR, name, "monitor.monitor_type" + (f"[{i}]" if len(names) > 1 else ""))
-
-
-def _fn_args(kind: Kind, name: str, args: dict | None, path: str, issues: IssueCollector) -> dict:
-    """The function's default args updated with ``args``; unknown args are issues."""
-    fn = _plugin(issues, kind, name, path.removesuffix("_args"))
-    if fn is None:
-        return args or {}
-    defaults = fn.default_args() if hasattr(fn, "default_args") else {}
-    for key in args or {}:
-        if key not in defaults:
-            accepted = ", ".join(sorted(defaults)) or "none"
-            issues.add(f"{path}.{key}", f"{kind.label} '{name}' takes no argument '{key}' (accepted: {accepted})")
-    return {**defaults, **(args or {})}
+        path = "monitor.monitor_type" + (f"[{i}]" if len(names) > 1 else "")
+        if plugin_ok(issues, Kind.MONITOR, name, path):
+            monitors.append(name)
+    args = config.monitor.monitor_args
+    if not args:
+        return
+    # One monitor_args serves every monitor of the list: each validates the keys it declares.
+    declared: set[str] = set()
+    free_form = False
+    for name in monitors:
+        model = getattr(_plugin(issues, Kind.MONITOR, name, "monitor.monitor_type"), "Args", None)
+        if not (isinstance(model, type) and issubclass(model, PluginArgs)):
+            free_form = True
+            continue
+        declared |= set(model.model_fields)
+        validate_section(
+            model, {k: v for k, v in args.items() if k in model.model_fields}, "monitor.monitor_args", issues
+        )
+    if not free_form:
+        for key in set(args) - declared:
+            issues.add(
+                f"monitor.monitor_args.{key}",
+                f"no monitor of {', '.join(monitors)} takes it (accepted: {', '.join(sorted(declared)) or 'none'})",
+            )
 
 
 def check_algorithm(config: Config, issues: IssueCollector) -> None:
@@ -124,51 +154,78 @@ def check_algorithm(config: Config, issues: IssueCollector) -> None:
         return
     if algorithm.repeat_times is not None:
         algo_cfg.repeat_times = algorithm.repeat_times
-    if algo_cfg.repeat_times < 1:
-        issues.add("algorithm.repeat_times", f"must be at least 1, got {algo_cfg.repeat_times}")
-    elif algorithm.requires_repeat_times_gt_1 and algo_cfg.repeat_times < 2 and config.mode != "train":
-        issues.add(
+    if algorithm.requires_repeat_times_gt_1 and algo_cfg.repeat_times < 2 and config.mode != "train":
+        issues.warn(
             "algorithm.repeat_times",
-            f"algorithm '{algorithm.name}' compares several rollouts of a task: set repeat_times > 1 "
-            f"(got {algo_cfg.repeat_times})",
+            f"algorithm '{algorithm.name}' compares several rollouts of a task, and repeat_times is "
+            f"{algo_cfg.repeat_times}: every advantage will be 0",
         )
     for field_name, kind in _ALGORITHM_FNS.items():
         name = getattr(algo_cfg, field_name) or getattr(algorithm, field_name)
         setattr(algo_cfg, field_name, name)
         path = f"algorithm.{field_name}"
-        if _plugin_ok(issues, kind, name, path):
-            args_field = f"{field_name}_args"
-            given = getattr(algo_cfg, args_field) or {}
-            args = _fn_args(kind, name, given, f"algorithm.{args_field}", issues)
-            if "loss_agg_mode" in args and "loss_agg_mode" not in given:  # the global mode unless the fn sets its own
-                args["loss_agg_mode"] = algo_cfg.loss_agg_mode
-            setattr(algo_cfg, args_field, args)
+        fn = _plugin(issues, kind, name, path)
+        if fn is None:
+            continue
+        args_field = f"{field_name}_args"
+        given = getattr(algo_cfg, args_field) or {}
+        args = plugin_args(fn, given, f"algorithm.{args_field}", issues)
+        if "loss_agg_mode" in args and "loss_agg_mode" not in given:  # the global mode unless the fn sets its own
+            args["loss_agg_mode"] = algo_cfg.loss_agg_mode
+        setattr(algo_cfg, args_field, args)
 
 
 def check_model(config: Config, issues: IssueCollector) -> None:
     model = config.model
+    if model.tinker.enable:
+        issues.add("model.tinker.enable", "the Tinker service is not available in trinity: train with local engines")
     if not model.model_path:
         issues.add("model.model_path", "required: the path (or hub id) of the model to train")
     model.critic_model_path = model.critic_model_path or model.model_path
+    if model.chat_template_path is not None and model.custom_chat_template is None:
+        try:
+            model.custom_chat_template = Path(model.chat_template_path).read_text()
+        except OSError as exc:
+            issues.add("model.chat_template_path", f"cannot read the chat template: {exc}")
     _derive_token_limits(model, "model", issues)
     for path, inference in config.explorer.inference_models():
-        inference.model_path = inference.model_path or (model.model_path if path == "explorer.rollout_model" else "")
+        is_rollout = inference is config.explorer.rollout_model
+        inference.model_path = inference.model_path or (model.model_path if is_rollout else "")
         if not inference.model_path:
             issues.add(f"{path}.model_path", "required for an auxiliary model")
-        for limit in ("max_model_len", "max_prompt_tokens", "max_response_tokens", "min_response_tokens"):
-            if getattr(inference, limit) is None:
-                setattr(inference, limit, getattr(model, limit))
-        if inference is not config.explorer.rollout_model:
+        inherited = ["temperature", "top_p", "top_k", "logprobs", "repetition_penalty", "enable_thinking"]
+        inherited += ["max_model_len", "max_prompt_tokens", "max_response_tokens", "min_response_tokens"]
+        inherited += ["enable_prompt_truncation", "rope_scaling", "rope_theta"]
+        for key in inherited:
+            if getattr(inference, key) is None:
+                setattr(inference, key, getattr(model, key))
+        if is_rollout:
+            inference.trust_remote_code = inference.trust_remote_code or model.trust_remote_code
+            inference.chat_template = inference.chat_template or model.custom_chat_template
+        else:
             _derive_token_limits(inference, path, issues)
+        inference.enable_return_routed_experts = config.algorithm.enable_router_replay
+        inference.ray_namespace = config.ray_namespace
+        inference.checkpoint_job_dir = config.checkpoint_job_dir
+        inference.gpu_per_engine = inference.tensor_parallel_size * inference.data_parallel_size
+        inference.gpu_per_engine *= inference.pipeline_parallel_size
+        inference.external_model_config = model.external_model.model_copy()
 
 
 def _derive_token_limits(model: Any, path: str, issues: IssueCollector) -> None:
-    """Fill the one missing of max_model_len / max_prompt_tokens / max_response_tokens.
+    """Fill max_model_len / max_prompt_tokens / max_response_tokens as Trinity-RFT does.
 
-    With only max_model_len set, prompts and responses are bounded by it alone (the
-    guide's rule for the OpenAI API: a response gets max_model_len - prompt length).
+    Given two, the third follows; given only max_model_len, prompt and response get half each;
+    a min_response_tokens that leaves no room is lowered (with a warning).
     """
     total, prompt, response = model.max_model_len, model.max_prompt_tokens, model.max_response_tokens
+    if total is not None and prompt is not None and response is not None and prompt + response > total:
+        issues.add(
+            f"{path}.max_model_len",
+            f"max_prompt_tokens {prompt} + max_response_tokens {response} = {prompt + response} "
+            f"exceeds max_model_len {total}",
+        )
+        return
     if total is None:
         if prompt is None or response is None:
             issues.add(
@@ -177,231 +234,315 @@ def _derive_token_limits(model: Any, path: str, issues: IssueCollector) -> None:
             )
             return
         total = prompt + response
-    elif prompt is None and response is not None:
-        prompt = total - response
-    elif response is None and prompt is not None:
+    elif prompt is None and response is None:
+        prompt = total // 2
         response = total - prompt
+    elif prompt is None:
+        response = min(response, total - 1)
+        prompt = total - response
+    elif response is None:
+        prompt = min(prompt, total - 1)
+        response = total - prompt
+    if prompt < 1 or response < 1:
+        issues.add(f"{path}.max_model_len", f"{total} leaves no room for a prompt and a response")
+        return
     model.max_model_len, model.max_prompt_tokens, model.max_response_tokens = total, prompt, response
-    if prompt is not None and response is not None:
-        if prompt < 1 or response < 1:
-            issues.add(
-                f"{path}.max_model_len",
-                f"{total} leaves no room: max_prompt_tokens {prompt}, max_response_tokens {response}",
-            )
-        elif prompt + response > total:
-            issues.add(
-                f"{path}.max_model_len",
-                f"max_prompt_tokens {prompt} + max_response_tokens {response} = {prompt + response} "
-                f"exceeds max_model_len {total}",
-            )
     minimum = model.min_response_tokens
-    if response is not None and minimum is not None and minimum >= response:
-        issues.add(f"{path}.min_response_tokens", f"{minimum} must be less than max_response_tokens {response}")
+    if minimum is not None and minimum >= response:
+        model.min_response_tokens = response - 1
+        issues.warn(
+            f"{path}.min_response_tokens",
+            f"{minimum} leaves no room below max_response_tokens {response}: set to {response - 1}",
+        )
 
 
 def _gpus(model: InferenceModelConfig) -> int:
-    return model.engine_num * model.tensor_parallel_size
+    return model.engine_num * model.gpu_per_engine
 
 
 def check_cluster(config: Config, issues: IssueCollector) -> None:
+    """The GPU split of Trinity-RFT: explorer engines first, the rest to the trainer.
+
+    ``node_num`` / ``gpu_per_node`` of 0 are detected from the Ray cluster when the run starts
+    (``trinity run`` fills them in); until then the arithmetic is skipped.
+    """
     cluster = config.cluster
-    if cluster.node_num < 1 or cluster.gpu_per_node < 0:
-        issues.add(
-            "cluster", f"node_num must be >= 1 and gpu_per_node >= 0 (got {cluster.node_num}, {cluster.gpu_per_node})"
-        )
-        return
     total = cluster.node_num * cluster.gpu_per_node
-    if total == 0:  # CPU run: engines share the CPU
+    cluster.total_gpu_num = total
+    explorer = config.explorer
+    if _explorer_runs(config):
+        cluster.rollout_gpu_num = _gpus(explorer.rollout_model)
+        cluster.auxiliary_model_gpu_num = sum(_gpus(m) for m in explorer.auxiliary_models)
+    cluster.explorer_gpu_num = cluster.rollout_gpu_num + cluster.auxiliary_model_gpu_num
+    if total == 0:  # a CPU machine, or not detected yet: engines share the CPU
         return
-    rollout = config.explorer.rollout_model
-    aux = [_gpus(m) for m in config.explorer.auxiliary_models]
-    explorer_gpus = _gpus(rollout) + sum(aux)
+    aux = [_gpus(m) for m in explorer.auxiliary_models]
     arithmetic = (
-        f"rollout_model {rollout.engine_num} engines x TP {rollout.tensor_parallel_size} = {_gpus(rollout)}"
-        + (f" + auxiliary_models {' + '.join(map(str, aux))}" if aux else "")
-        + f" = {explorer_gpus} GPUs for the explorer, of node_num {cluster.node_num} x gpu_per_node "
+        f"rollout_model {explorer.rollout_model.engine_num} engines x {explorer.rollout_model.gpu_per_engine} GPUs "
+        + (f"+ auxiliary_models {' + '.join(map(str, aux))} " if aux else "")
+        + f"= {cluster.explorer_gpu_num} GPUs for the explorer, of node_num {cluster.node_num} x gpu_per_node "
         f"{cluster.gpu_per_node} = {total}"
     )
-    if config.mode == "both" and explorer_gpus >= total:
-        issues.add("cluster", f"no GPU left for the trainer: {arithmetic}, leaves {total - explorer_gpus}")
-    elif config.mode in ("explore", "bench") and explorer_gpus > total:
+    if config.mode == "both" and cluster.explorer_gpu_num >= total:
+        issues.add("cluster", f"no GPU left for the trainer: {arithmetic}")
+        return
+    if config.mode in ("explore", "bench", "serve") and cluster.explorer_gpu_num > total:
         issues.add("cluster", f"not enough GPUs: {arithmetic}")
+        return
+    if config.mode == "colocate" and total != 1:
+        issues.add("mode", f"colocate shares one GPU between explorer and trainer; the cluster has {total}")
+        return
+    cluster.trainer_gpu_num = total - cluster.explorer_gpu_num if config.mode != "colocate" else 1
+    if cluster.trainer_gpu_num <= cluster.gpu_per_node:
+        cluster.trainer_node_num, cluster.trainer_gpu_num_per_node = 1, cluster.trainer_gpu_num
+    elif cluster.trainer_gpu_num % cluster.gpu_per_node:
+        issues.add(
+            "cluster",
+            f"the trainer must get whole nodes: {arithmetic} leaves {cluster.trainer_gpu_num}, "
+            f"not a multiple of gpu_per_node {cluster.gpu_per_node}",
+        )
+    else:
+        cluster.trainer_node_num = cluster.trainer_gpu_num // cluster.gpu_per_node
+        cluster.trainer_gpu_num_per_node = cluster.gpu_per_node
 
 
 def trainer_gpu_num(config: Config) -> int:
     """GPUs left to the trainer: all of them in train mode, the rest after the explorer in both."""
-    total = config.cluster.node_num * config.cluster.gpu_per_node
+    cluster = config.cluster
     if config.mode == "train":
-        return total
-    explorer = config.explorer
-    return max(total - _gpus(explorer.rollout_model) - sum(_gpus(m) for m in explorer.auxiliary_models), 0)
+        return cluster.total_gpu_num
+    return max(cluster.total_gpu_num - cluster.explorer_gpu_num, 0)
+
+
+def check_plugins(config: Config, issues: IssueCollector) -> None:
+    """Each plugin checks the settings that name it and fills the unset ones it owns."""
+    plugin_hooks().trinity_check_config(config=config, issues=issues)
 
 
 def check_synchronizer(config: Config, issues: IssueCollector) -> None:
     sync = config.synchronizer
-    engine = config.explorer.rollout_model.engine_type
     if sync.sync_method is None:
-        if config.mode == "both":
-            gpus = config.cluster.node_num * config.cluster.gpu_per_node
-            # NCCL on GPUs; on a CPU, where nccl would broadcast over gloo, memory sync needs no group.
-            sync.sync_method = "nccl" if engine.startswith("vllm") and gpus else "memory"
-        else:
-            sync.sync_method = "checkpoint"
-    elif config.mode != "both" and sync.sync_method != "checkpoint":
-        issues.add(
+        sync.sync_method = "memory" if config.mode in ("both", "colocate") else "checkpoint"
+    elif config.mode not in ("both", "colocate") and sync.sync_method != "checkpoint":
+        issues.warn(
             "synchronizer.sync_method",
-            f"'{sync.sync_method}' needs explorer and trainer in one run (mode both); "
-            f"mode '{config.mode}' runs them apart: use checkpoint",
+            f"'{sync.sync_method}' needs explorer and trainer in one run; mode '{config.mode}' runs them apart: "
+            "using checkpoint",
         )
-    _plugin_ok(issues, Kind.SYNC_METHOD, sync.sync_method, "synchronizer.sync_method")
-    if sync.sync_method == "nccl" and not engine.startswith("vllm"):
+        sync.sync_method = "checkpoint"
+    plugin_ok(issues, Kind.SYNC_METHOD, sync.sync_method, "synchronizer.sync_method")
+    sync.ray_namespace = config.ray_namespace
+    sync.explorer_world_size = config.cluster.rollout_gpu_num
+    sync.explorer_sync_interval = sync.explorer_sync_interval or sync.sync_interval
+    sync.trainer_sync_interval = sync.trainer_sync_interval or sync.sync_interval
+    for model in (config.explorer.rollout_model, *config.explorer.auxiliary_models):
+        model.sync_method = sync.sync_method
+    if sync.sync_style == "fully_async" and config.buffer.explorer_input.eval_tasksets:
         issues.add(
-            "synchronizer.sync_method",
-            f"'nccl' broadcasts into vLLM engines only (explorer.rollout_model.engine_type is '{engine}'); "
-            "use memory (mode both) or checkpoint, which work with every engine",
+            "buffer.explorer_input.eval_tasksets",
+            "the fully_async sync style does not evaluate: remove the eval tasksets",
         )
-    if sync.sync_style not in SYNC_STYLES:
-        issues.add("synchronizer.sync_style", f"'{sync.sync_style}' is not one of {', '.join(SYNC_STYLES)}")
-    if sync.sync_interval < 1:
-        issues.add("synchronizer.sync_interval", f"must be at least 1, got {sync.sync_interval}")
-    if sync.sync_offset < 0:
-        issues.add("synchronizer.sync_offset", f"must be 0 or more, got {sync.sync_offset}")
 
 
 def check_intervals(config: Config, issues: IssueCollector) -> None:
-    interval, sync = config.explorer.eval_interval, config.synchronizer.sync_interval
-    if interval < 1:
-        issues.add("explorer.eval_interval", f"must be at least 1, got {interval}")
-    elif interval % sync:
-        rounded = (interval // sync + 1) * sync
-        logger.warning(
-            "explorer.eval_interval %d is not a multiple of synchronizer.sync_interval %d: evaluating every %d steps",
-            interval,
-            sync,
-            rounded,
-        )
-        config.explorer.eval_interval = rounded
+    """eval_interval becomes a multiple of the sync interval, rounded down (as Trinity-RFT)."""
+    interval, sync = config.explorer.eval_interval, config.synchronizer.explorer_sync_interval
+    if config.mode == "bench" or config.algorithm.algorithm_type in ("sft", "dpo") or interval % sync == 0:
+        return
+    rounded = max(interval // sync, 1) * sync
+    issues.warn(
+        "explorer.eval_interval",
+        f"{interval} is not a multiple of synchronizer.sync_interval {sync}: evaluating every {rounded} steps",
+    )
+    config.explorer.eval_interval = rounded
 
 
 def check_explorer(config: Config, issues: IssueCollector) -> None:
     explorer = config.explorer
+    explorer.mode = config.mode
     for path, model in explorer.inference_models():
         if _explorer_runs(config):
-            _plugin_ok(issues, Kind.ROLLOUT_ENGINE, model.engine_type, f"{path}.engine_type")
-        if model.engine_num < 1 or model.tensor_parallel_size < 1:
-            issues.add(
-                path,
-                f"engine_num and tensor_parallel_size must be >= 1 (got {model.engine_num}, {model.tensor_parallel_size})",
-            )
-    for key in ("runner_per_model", "max_timeout"):
-        if getattr(explorer, key) < 1:
-            issues.add(f"explorer.{key}", f"must be at least 1, got {getattr(explorer, key)}")
-    if explorer.max_retry_times < 0:
-        issues.add("explorer.max_retry_times", f"must be 0 or more, got {explorer.max_retry_times}")
+            plugin_ok(issues, Kind.ROLLOUT_ENGINE, model.engine_type, f"{path}.engine_type")
+    over = explorer.over_rollout
+    if (over.ratio > 0 or over.return_partial_tasks) and config.synchronizer.sync_style == "fixed":
+        issues.add(
+            "explorer.over_rollout",
+            "over_rollout does not work with sync_style fixed: use explorer_driven, trainer_driven or fully_async",
+        )
 
 
 def check_buffer(config: Config, issues: IssueCollector) -> None:
     buffer, inputs = config.buffer, config.buffer.explorer_input
-    if buffer.batch_size < 1:
-        issues.add("buffer.batch_size", f"must be at least 1, got {buffer.batch_size}")
     if not buffer.train_batch_size:
         buffer.train_batch_size = buffer.batch_size * config.algorithm.repeat_times
+    buffer.tokenizer_path = config.model.model_path
     if inputs.taskset is not None:
         if inputs.tasksets:
             issues.add("buffer.explorer_input.taskset", "give either taskset or tasksets, not both")
         inputs.tasksets = [inputs.taskset]
         inputs.taskset = None
-    if _explorer_runs(config) and config.mode != "bench" and not inputs.tasksets:
+    if _explorer_runs(config) and config.mode not in ("bench", "serve") and not inputs.tasksets:
         issues.add("buffer.explorer_input.tasksets", f"mode '{config.mode}' explores: give a taskset")
     seen: dict[str, str] = {}
     groups = [("tasksets", inputs.tasksets, False), ("eval_tasksets", inputs.eval_tasksets, True)]
-    for group, storages, is_eval in groups:
-        for i, storage in enumerate(storages):
+    for group, tasksets, is_eval in groups:
+        for i, taskset in enumerate(tasksets):
             path = f"buffer.explorer_input.{group}[{i}]"
-            storage.name = storage.name or f"{'eval_' if is_eval else ''}taskset_{i}"
-            if storage.name in seen:
+            taskset.name = taskset.name or f"{'eval_' if is_eval else ''}taskset_{i}"
+            if taskset.name in seen:
                 issues.add(
-                    f"{path}.name", f"'{storage.name}' is also the name of {seen[storage.name]}; names must be unique"
+                    f"{path}.name", f"'{taskset.name}' is also the name of {seen[taskset.name]}; names must be unique"
                 )
-            seen[storage.name] = path
-            _fill_taskset(config, storage, is_eval, path, issues)
-    trainer_input = buffer.trainer_input
+            seen[taskset.name] = path
+            _fill_taskset(config, taskset, is_eval, path, issues)
+    _check_experience_buffer(config, issues)
+
+
+def _fill_taskset(config: Config, taskset: TasksetConfig, is_eval: bool, path: str, issues: IssueCollector) -> None:
+    buffer, inputs = config.buffer, config.buffer.explorer_input
+    taskset.is_eval = is_eval
+    if not is_eval or taskset.repeat_times is None:
+        taskset.repeat_times = 1 if is_eval else config.algorithm.repeat_times
+    workflow = taskset.default_workflow_type
+    if is_eval:
+        workflow = taskset.default_eval_workflow_type or inputs.default_eval_workflow_type or workflow
+    taskset.default_workflow_type = workflow or inputs.default_workflow_type or buffer.default_workflow_type
+    taskset.default_reward_fn_type = (
+        taskset.default_reward_fn_type or inputs.default_reward_fn_type or buffer.default_reward_fn_type
+    )
+    taskset.format.system_prompt = taskset.format.system_prompt or inputs.system_prompt
+    taskset.format.reply_prefix = taskset.format.reply_prefix or inputs.reply_prefix
+    taskset.format.chat_template = taskset.format.chat_template or config.model.custom_chat_template
+    taskset.data_selector.seed = buffer.seed if taskset.data_selector.seed is None else taskset.data_selector.seed
+    taskset.batch_size = buffer.batch_size
+    taskset.total_epochs = 1 if is_eval else buffer.total_epochs
+    taskset.total_steps = None if is_eval else buffer.total_steps
+    taskset.ray_namespace = taskset.ray_namespace or config.ray_namespace
+    taskset.tokenizer_path = config.model.model_path
+    rollout = taskset.rollout_args
+    for key in ("temperature", "top_p", "top_k", "logprobs"):
+        if getattr(rollout, key) is None:
+            setattr(rollout, key, getattr(config.model, key))
+    rollout.max_tokens = rollout.max_tokens or config.model.max_response_tokens
+    rollout.n = taskset.repeat_times
+    plugin_ok(issues, Kind.BUFFER_STORAGE, taskset.storage_type, f"{path}.storage_type")
+    selector = taskset.data_selector.selector_type
+    plugin_ok(issues, Kind.TASK_SELECTOR, selector, f"{path}.data_selector.selector_type")
+    if not _explorer_runs(config):
+        return
+    if not taskset.path:
+        issues.add(f"{path}.path", "required: the file, folder or dataset of the tasks")
+    if taskset.default_workflow_type is None and not taskset.format.workflow_key:
+        issues.add(
+            f"{path}.default_workflow_type",
+            f"no workflow at any level (taskset, buffer.explorer_input, buffer): name one "
+            f"(installed workflows: {', '.join(get_registry().names(Kind.WORKFLOW)) or 'none'})",
+        )
+    elif taskset.default_workflow_type is not None:
+        keys = ("default_workflow_type", "workflow_args")
+        _check_named(Kind.WORKFLOW, taskset.default_workflow_type, taskset.workflow_args, path, keys, issues)
+    if taskset.default_reward_fn_type is not None:
+        keys = ("default_reward_fn_type", "reward_fn_args")
+        _check_named(Kind.REWARD_FN, taskset.default_reward_fn_type, taskset.reward_fn_args, path, keys, issues)
+
+
+def _check_named(kind: Kind, name: str, args: dict, path: str, keys: tuple[str, str], issues: IssueCollector) -> None:
+    """A workflow or reward function by name (or dotted ``module.Class`` path) and its args.
+
+    The implementation is imported only when args are given, to validate them with its ``Args``.
+    """
+    name_key, args_key = keys
+    if plugin_ok(issues, kind, name, f"{path}.{name_key}") and args:
+        target = _plugin(issues, kind, name, f"{path}.{name_key}")
+        if target is not None:
+            plugin_args(target, args, f"{path}.{args_key}", issues)
+
+
+def _check_experience_buffer(config: Config, issues: IssueCollector) -> None:
+    buffer, trainer_input = config.buffer, config.buffer.trainer_input
+    if config.mode == "bench":
+        return
     if trainer_input.experience_buffer is None:
-        trainer_input.experience_buffer = StorageConfig(name=DEFAULT_EXPERIENCE_BUFFER, storage_type="queue")
+        trainer_input.experience_buffer = ExperienceBufferConfig(name=DEFAULT_EXPERIENCE_BUFFER)
     experience = trainer_input.experience_buffer
     experience.name = experience.name or DEFAULT_EXPERIENCE_BUFFER
+    if experience.storage_type == "file" and config.mode in ("both", "colocate"):
+        issues.warn(
+            "buffer.trainer_input.experience_buffer.storage_type",
+            f"a file cannot pass experiences within one run (mode {config.mode}): using queue",
+        )
+        experience.storage_type = "queue"
     if experience.storage_type == "queue" and not experience.path and config.mode in ("train", "explore"):
         # Explorer and trainer run as separate processes: they meet through this file.
-        experience.path = str(Path(config.checkpoint_job_dir) / "buffer" / f"{experience.name}.db")
-    _plugin_ok(
+        experience.path = str(Path(buffer.cache_dir) / f"{experience.name}.db")
+    plugin_ok(
         issues, Kind.BUFFER_STORAGE, experience.storage_type, "buffer.trainer_input.experience_buffer.storage_type"
     )
     experience.batch_size = buffer.train_batch_size
     experience.total_epochs, experience.total_steps = buffer.total_epochs, buffer.total_steps
+    experience.tokenizer_path = config.model.model_path
+    if config.algorithm.algorithm_type in get_registry().names(Kind.ALGORITHM_TYPE):
+        experience.schema_type = resolve(Kind.ALGORITHM_TYPE, config.algorithm.algorithm_type).data_schema
+    experience.ray_namespace = experience.ray_namespace or config.ray_namespace
+    experience.format.chat_template = experience.format.chat_template or config.model.custom_chat_template
+    if experience.format.enable_thinking is None:
+        experience.format.enable_thinking = config.model.enable_thinking
+    buffer.explorer_output = experience.model_dump()
     for key, aux in trainer_input.auxiliary_buffers.items():
+        path = f"buffer.trainer_input.auxiliary_buffers.{key}"
         aux.name = aux.name or key
-        _plugin_ok(
-            issues, Kind.BUFFER_STORAGE, aux.storage_type, f"buffer.trainer_input.auxiliary_buffers.{key}.storage_type"
-        )
-
-
-def _fill_taskset(config: Config, storage: StorageConfig, is_eval: bool, path: str, issues: IssueCollector) -> None:
-    buffer, inputs = config.buffer, config.buffer.explorer_input
-    storage.is_eval = is_eval
-    if storage.repeat_times is None:
-        storage.repeat_times = 1 if is_eval else config.algorithm.repeat_times
-    workflow = storage.default_workflow_type
-    if is_eval:
-        workflow = storage.default_eval_workflow_type or inputs.default_eval_workflow_type or workflow
-    storage.default_workflow_type = workflow or inputs.default_workflow_type or buffer.default_workflow_type
-    storage.default_reward_fn_type = (
-        storage.default_reward_fn_type or inputs.default_reward_fn_type or buffer.default_reward_fn_type
-    )
-    storage.batch_size = buffer.batch_size
-    storage.total_epochs = 1 if is_eval else buffer.total_epochs
-    storage.total_steps = None if is_eval else buffer.total_steps
-    _plugin_ok(issues, Kind.BUFFER_STORAGE, storage.storage_type, f"{path}.storage_type")
-    _plugin_ok(issues, Kind.TASK_SELECTOR, storage.task_selector.selector_type, f"{path}.task_selector.selector_type")
-    if not _explorer_runs(config):
-        return
-    if storage.default_workflow_type is None:
-        storage.default_workflow_type = DEFAULT_WORKFLOW
-        logger.info("%s names no workflow: using %s", path, DEFAULT_WORKFLOW)
-    _plugin_ok(issues, Kind.WORKFLOW, storage.default_workflow_type, f"{path}.default_workflow_type")
-    if storage.default_reward_fn_type is not None:
-        _plugin_ok(issues, Kind.REWARD_FN, storage.default_reward_fn_type, f"{path}.default_reward_fn_type")
+        aux.batch_size = buffer.train_batch_size
+        aux.tokenizer_path = config.model.model_path
+        aux.ray_namespace = aux.ray_namespace or config.ray_namespace
+        if not aux.path:
+            issues.add(f"{path}.path", "required: the data of the auxiliary buffer")
+        plugin_ok(issues, Kind.BUFFER_STORAGE, aux.storage_type, f"{path}.storage_type")
+    config.data_processor.experience_pipeline.output = experience
 
 
 def check_trainer(config: Config, issues: IssueCollector) -> None:
     trainer = config.trainer
+    trainer.trust_remote_code = config.model.trust_remote_code
     if _trainer_runs(config):
-        _plugin_ok(issues, Kind.TRAINER_ENGINE, trainer.trainer_type, "trainer.trainer_type")
+        plugin_ok(issues, Kind.TRAINER_ENGINE, trainer.trainer_type, "trainer.trainer_type")
         _check_expert_buffer(config, issues)
-    if trainer.trainer_config is not None and trainer.trainer_config_path:
+    if trainer.trainer_strategy == "megatron":
+        issues.add("trainer.trainer_strategy", "megatron is not available in trinity: use fsdp or fsdp2")
+    if trainer.trainer_config and trainer.trainer_config_path:
         issues.add("trainer.trainer_config_path", "give either trainer_config or trainer_config_path, not both")
     elif trainer.trainer_config_path:
+        import yaml
+
         try:
             trainer.trainer_config = yaml.safe_load(Path(trainer.trainer_config_path).read_text()) or {}
         except (OSError, yaml.YAMLError) as exc:
             issues.add("trainer.trainer_config_path", f"cannot read {trainer.trainer_config_path}: {exc}")
-    if trainer.trainer_config is not None and not isinstance(trainer.trainer_config, dict):
-        issues.add("trainer.trainer_config", f"expected a mapping, got {type(trainer.trainer_config).__name__}")
+        if not isinstance(trainer.trainer_config, dict):
+            issues.add("trainer.trainer_config_path", f"expected a mapping in {trainer.trainer_config_path}")
+            trainer.trainer_config = None
     if trainer.total_steps is None:
         trainer.total_steps = config.buffer.total_steps
-    if trainer.save_strategy not in SAVE_STRATEGIES:
-        issues.add("trainer.save_strategy", f"'{trainer.save_strategy}' is not one of {', '.join(SAVE_STRATEGIES)}")
-    if trainer.save_hf_checkpoint not in SAVE_HF:
-        issues.add("trainer.save_hf_checkpoint", f"'{trainer.save_hf_checkpoint}' is not one of {', '.join(SAVE_HF)}")
-    max_len = config.model.max_model_len
-    if trainer.max_token_len_per_gpu is None and max_len is not None:
-        trainer.max_token_len_per_gpu = max(2 * max_len, DEFAULT_TOKEN_BUDGET)
-    elif max_len is not None and trainer.max_token_len_per_gpu < max_len:
-        issues.add(
+    _derive_token_budget(config, issues)
+
+
+def _derive_token_budget(config: Config, issues: IssueCollector) -> None:
+    """``max_token_len_per_gpu``: ceil(2 x max_model_len / sequence parallel size), as Trinity-RFT.
+
+    Ulysses sequence parallelism splits each sample across its ranks, so a rank needs room for
+    ``max_model_len / ulysses_sequence_parallel_size`` tokens of a full-length sample.
+    """
+    trainer, max_len = config.trainer, config.model.max_model_len
+    if max_len is None:
+        return
+    parallel = trainer.ulysses_sequence_parallel_size
+    if trainer.max_token_len_per_gpu is None:
+        trainer.max_token_len_per_gpu = math.ceil(2 * max_len / parallel)
+    elif trainer.max_token_len_per_gpu * parallel < max_len:
+        issues.warn(
             "trainer.max_token_len_per_gpu",
-            f"{trainer.max_token_len_per_gpu} is below model.max_model_len {max_len}: a full-length sample would not fit",
+            f"{trainer.max_token_len_per_gpu} x ulysses_sequence_parallel_size {parallel} is below "
+            f"model.max_model_len {max_len}: a full-length sample will not fit a micro-batch",
         )
-    if config.log.level.upper() not in LOG_LEVELS:
-        issues.add("log.level", f"'{config.log.level}' is not one of {', '.join(LOG_LEVELS)}")
 
 
 def _check_expert_buffer(config: Config, issues: IssueCollector) -> None:
@@ -423,6 +564,7 @@ def _check_expert_buffer(config: Config, issues: IssueCollector) -> None:
 _STAGE_SECTIONS = {
     "algorithm": AlgorithmConfig,
     "buffer": BufferConfig,
+    "data_processor": DataProcessorConfig,
     "explorer": ExplorerConfig,
     "trainer": TrainerConfig,
 }
@@ -437,10 +579,9 @@ def check_stages(config: Config, issues: IssueCollector) -> None:
         elif stage.stage_name in names:
             issues.add(f"{path}.stage_name", f"'{stage.stage_name}' is used twice; stage names must be unique")
         names.add(stage.stage_name)
-        if stage.mode is not None and stage.mode not in MODES:
-            issues.add(f"{path}.mode", f"'{stage.mode}' is not a mode; choose one of {', '.join(MODES)}")
         for section, cls in _STAGE_SECTIONS.items():
-            build(cls, getattr(stage, section), f"{path}.{section}", issues)
+            if getattr(stage, section) is not None:
+                validate_section(cls, getattr(stage, section), f"{path}.{section}", issues)
 
 
 CHECKS = (
@@ -449,6 +590,7 @@ CHECKS = (
     check_algorithm,
     check_model,
     check_cluster,
+    check_plugins,
     check_synchronizer,
     check_intervals,
     check_explorer,

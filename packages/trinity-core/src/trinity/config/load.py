@@ -1,27 +1,34 @@
-"""Read a YAML config (OmegaConf) and turn it into the typed ``Config``, collecting every error.
+"""Read a YAML config (OmegaConf) and validate it into the typed ``Config``, collecting every issue.
 
 OmegaConf gives ``${oc.env:VAR,default}`` and ``${section.key}`` interpolation and
-command-line dotlist overrides. The dataclass building is ours, so that an unknown key
-names its full dotted path and the nearest valid key, and a wrong type names path,
-expected type and value; all errors are reported together, not only the first.
+command-line dotlist overrides; pydantic (the models of ``trinity.config.schema``) types,
+coerces and ranges the values. Its errors become issues that name the dotted key, the bad
+value and what is allowed (the nearest valid key for an unknown one); a bad value falls back
+to its default so that the checks after it still run and report their own issues at once.
 """
 
 from __future__ import annotations
 
-import dataclasses
+import copy
 import difflib
+import logging
+import re
 import types
 import typing
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Union
+from typing import Annotated, Any, Union
 
 import yaml
 from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
+from pydantic import BaseModel, ValidationError
 
 from trinity.common.errors import PicklableError
-from trinity.config.schema import Config
+from trinity.config.base import ConfigModel
+from trinity.config.schema import EFFECT, Config
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -48,23 +55,55 @@ class ConfigError(PicklableError, ValueError):
 
 
 class IssueCollector:
-    """Collects issues while the loader and the check pass keep going."""
+    """Collects errors and warnings while the loader and the check pass keep going.
+
+    ``inert`` warnings (keys accepted but not acted on yet) become errors under ``--strict``.
+    """
 
     def __init__(self) -> None:
         self.issues: list[ConfigIssue] = []
+        self.warnings: list[ConfigIssue] = []
+        self.inert: list[ConfigIssue] = []
 
     def add(self, path: str, message: str) -> None:
-        """Record an issue; the first one at a path wins (no cascades of one cause)."""
+        """Record an error; the first one at a path wins (no cascades of one cause)."""
         if not path or all(issue.path != path for issue in self.issues):
             self.issues.append(ConfigIssue(path, message))
 
-    def raise_if_any(self, source: str = "") -> None:
-        if self.issues:
-            raise ConfigError(self.issues, source)
+    def warn(self, path: str, message: str) -> None:
+        """Record a warning (printed once by ``emit_warnings``)."""
+        issue = ConfigIssue(path, message)
+        if issue not in self.warnings:
+            self.warnings.append(issue)
+
+    def no_effect(self, path: str, message: str) -> None:
+        """Record a key that is accepted but has no effect yet."""
+        issue = ConfigIssue(path, message)
+        if issue not in self.inert:
+            self.inert.append(issue)
+
+    def raise_if_any(self, source: str = "", strict: bool = False) -> None:
+        issues = self.issues + (self.inert if strict else [])
+        if issues:
+            raise ConfigError(issues, source)
+
+    def emit_warnings(self) -> None:
+        for issue in self.inert + self.warnings:
+            logger.warning("%s", issue)
 
 
 def _join(path: str, key: Any) -> str:
+    if isinstance(key, int):
+        return f"{path}[{key}]"
     return f"{path}.{key}" if path else str(key)
+
+
+def dotted(loc: tuple[Any, ...], prefix: str = "") -> str:
+    """``("buffer", "tasksets", 0, "path")`` -> ``buffer.tasksets[0].path``."""
+    path = prefix
+    for key in loc:
+        path = _join(path, key)
+    return path
 
 
 def read_yaml(path: str | Path, overrides: list[str] | None = None) -> DictConfig:
@@ -85,7 +124,10 @@ def read_yaml(path: str | Path, overrides: list[str] | None = None) -> DictConfi
         bad = [item for item in overrides if "=" not in item]
         if bad:
             raise ConfigError([ConfigIssue("", f"override '{item}' is not key=value") for item in bad], str(path))
-        raw = OmegaConf.merge(raw, OmegaConf.from_dotlist(list(overrides)))
+        try:
+            raw = OmegaConf.merge(raw, OmegaConf.from_dotlist(list(overrides)))
+        except OmegaConfBaseException as exc:
+            raise ConfigError([ConfigIssue("", f"cannot apply the overrides: {_short(exc)}")], str(path)) from None
     return raw
 
 
@@ -132,101 +174,213 @@ def _short(exc: Exception) -> str:
     return str(exc).splitlines()[0]
 
 
-def _type_name(tp: Any) -> str:
+# --- walking the schema --------------------------------------------------------------------
+
+
+def _unwrap(annotation: Any) -> Any:
+    """The annotation without ``Annotated`` and ``None`` options."""
+    while True:
+        origin = typing.get_origin(annotation)
+        if origin is Annotated:
+            annotation = typing.get_args(annotation)[0]
+        elif origin in (Union, types.UnionType):
+            options = [a for a in typing.get_args(annotation) if a is not type(None)]
+            if len(options) != 1:
+                return annotation
+            annotation = options[0]
+        else:
+            return annotation
+
+
+def _is_model(tp: Any) -> bool:
+    return isinstance(tp, type) and issubclass(tp, BaseModel)
+
+
+def children(annotation: Any) -> tuple[str, type[BaseModel]] | None:
+    """``("one" | "list" | "dict", model)`` when a field holds models, else None."""
+    tp = _unwrap(annotation)
+    if _is_model(tp):
+        return "one", tp
     origin = typing.get_origin(tp)
-    if origin in (Union, types.UnionType):
-        args = [a for a in typing.get_args(tp) if a is not type(None)]
-        return " or ".join(_type_name(a) for a in args)
-    if origin is list:
-        return f"list of {_type_name(typing.get_args(tp)[0])}"
-    if origin is dict:
-        return "mapping"
-    return getattr(tp, "__name__", str(tp))
+    if origin is list and _is_model(_unwrap(typing.get_args(tp)[0])):
+        return "list", _unwrap(typing.get_args(tp)[0])
+    if origin is dict and _is_model(_unwrap(typing.get_args(tp)[1])):
+        return "dict", _unwrap(typing.get_args(tp)[1])
+    return None
 
 
-def build(cls: type, data: Any, path: str, issues: IssueCollector) -> Any:
-    """Build dataclass ``cls`` from plain ``data``; bad keys and values become issues."""
-    if data is None:
-        data = {}
-    if not isinstance(data, dict):
-        issues.add(path, f"expected a mapping of {cls.__name__} fields, got {type(data).__name__} {data!r}")
-        return cls()
-    hints = typing.get_type_hints(cls)
-    names = [f.name for f in dataclasses.fields(cls)]
-    kwargs = {}
-    for key, value in data.items():
-        key_path = _join(path, key)
-        if key not in hints:
-            close = difflib.get_close_matches(str(key), names, n=1, cutoff=0.5)
-            hint = f"; did you mean '{_join(path, close[0])}'?" if close else f"; valid keys: {', '.join(names)}"
-            issues.add(key_path, f"unknown key{hint}")
-            continue
-        converted = convert(hints[key], value, key_path, issues)
-        if converted is not INVALID:  # a bad value keeps the default, so later checks stay safe
-            kwargs[key] = converted
-    return cls(**kwargs)
-
-
-INVALID = object()
-"""What ``convert`` returns for a value of the wrong type (after recording the issue)."""
-
-
-def convert(tp: Any, value: Any, path: str, issues: IssueCollector) -> Any:
-    """``value`` as type ``tp``, or INVALID (with the issue recorded) when it is not."""
-    origin = typing.get_origin(tp)
-    if tp is Any:
-        return value
-    if origin in (Union, types.UnionType):
-        options = [a for a in typing.get_args(tp) if a is not type(None)]
-        if value is None:
+def model_at(cls: type[BaseModel], loc: tuple[Any, ...]) -> type[BaseModel] | None:
+    """The model class that holds the mapping at ``loc`` (relative to ``cls``), or None."""
+    current: type[BaseModel] | None = cls
+    pending: str | None = None  # "list"/"dict": the next loc element is an index or a key
+    for key in loc:
+        if current is None:
             return None
-        return convert(options[0], value, path, issues)
-    if dataclasses.is_dataclass(tp):
-        return build(tp, value, path, issues)
-    if origin is list:
-        (item_type,) = typing.get_args(tp)
-        if not isinstance(value, list):
-            issues.add(path, f"expected {_type_name(tp)}, got {type(value).__name__} {value!r}")
-            return INVALID
-        items = [convert(item_type, item, f"{path}[{i}]", issues) for i, item in enumerate(value)]
-        return INVALID if any(item is INVALID for item in items) else items
-    if origin is dict:
-        _, value_type = typing.get_args(tp)
-        if not isinstance(value, dict):
-            issues.add(path, f"expected a mapping, got {type(value).__name__} {value!r}")
-            return INVALID
-        items = {k: convert(value_type, v, _join(path, k), issues) for k, v in value.items()}
-        return INVALID if any(item is INVALID for item in items.values()) else items
-    return _convert_scalar(tp, value, path, issues)
+        if pending:
+            pending = None
+            continue
+        field = current.model_fields.get(key) if isinstance(key, str) else None
+        inner = children(field.annotation) if field else None
+        if inner is None:
+            return None
+        kind, current = inner
+        pending = kind if kind != "one" else None
+    return None if pending else current
 
 
-def _convert_scalar(tp: type, value: Any, path: str, issues: IssueCollector) -> Any:
-    if tp is bool:
-        if isinstance(value, bool):
-            return value
-    elif tp is int:
-        if isinstance(value, int) and not isinstance(value, bool):
-            return value
-        if isinstance(value, float) and value.is_integer():
-            return int(value)
-    elif tp is float:
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            return float(value)
-        if isinstance(value, str):  # YAML 1.1 reads 1e-6 as a string
-            try:
-                return float(value)
-            except ValueError:
-                pass
-    elif tp is str:
-        if isinstance(value, str):
-            return value
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            return str(value)
-    issues.add(path, f"expected {_type_name(tp)}, got {type(value).__name__} {value!r}")
-    return INVALID
+def _apply_renames(cls: type[BaseModel], data: Any, path: str, issues: IssueCollector) -> Any:
+    """Move every deprecated key (a model's ``renamed``) to its current place, warning by path."""
+    if not isinstance(data, dict):
+        return data
+    data = dict(data)
+    for old, new in getattr(cls, "renamed", {}).items():
+        if old not in data:
+            continue
+        value = data.pop(old)
+        *parents, leaf = new.split(".")
+        target = data
+        for part in parents:
+            target[part] = dict(target.get(part) or {})
+            target = target[part]
+        if leaf in target:
+            issues.warn(_join(path, old), f"deprecated and {_join(path, new)} is also set: using {new}")
+        else:
+            issues.warn(_join(path, old), f"deprecated: use {_join(path, new)}")
+            target[leaf] = value
+    for name, field in cls.model_fields.items():
+        inner = children(field.annotation)
+        if inner is None or name not in data:
+            continue
+        kind, model = inner
+        value, key_path = data[name], _join(path, name)
+        if kind == "one":
+            data[name] = _apply_renames(model, value, key_path, issues)
+        elif kind == "list" and isinstance(value, list):
+            data[name] = [_apply_renames(model, v, _join(key_path, i), issues) for i, v in enumerate(value)]
+        elif kind == "dict" and isinstance(value, dict):
+            data[name] = {k: _apply_renames(model, v, _join(key_path, k), issues) for k, v in value.items()}
+    return data
+
+
+# --- pydantic errors as issues -------------------------------------------------------------
+
+_EXPECTED = {"int": "int", "float": "float", "bool": "bool", "string": "str", "list": "list", "dict": "a mapping"}
+_EXPECTED["model"] = _EXPECTED["dict"]
+_BOUNDS = {"greater_than": ">", "greater_than_equal": ">=", "less_than": "<", "less_than_equal": "<="}
+
+
+def _value(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def describe_error(error: dict[str, Any], cls: type[BaseModel], loc: tuple[Any, ...], prefix: str = "") -> str:
+    """One pydantic error as trinity's message (the key, ``prefix`` + ``loc``, is printed beside it)."""
+    kind, value, ctx = error["type"], error.get("input"), error.get("ctx") or {}
+    if kind == "extra_forbidden":
+        owner = model_at(cls, loc[:-1])
+        names = list(owner.model_fields) if owner else []
+        close = difflib.get_close_matches(str(loc[-1]), names, n=1, cutoff=0.5)
+        if close:
+            return f"unknown key; did you mean '{dotted((*loc[:-1], close[0]), prefix)}'?"
+        return f"unknown key; valid keys: {', '.join(names)}" if names else "unknown key"
+    if kind == "literal_error":
+        allowed = re.findall(r"'([^']*)'", ctx.get("expected", ""))
+        close = difflib.get_close_matches(str(value), allowed, n=1, cutoff=0.6)
+        hint = f"; did you mean '{close[0]}'?" if close else ""
+        return f"{_value(value)} is not one of {', '.join(allowed)}{hint}"
+    if kind in _BOUNDS:
+        bound = next(iter(ctx.values()))
+        return f"must be {_BOUNDS[kind]} {bound}, got {_value(value)}"
+    if kind in ("too_short", "too_long"):
+        return f"expected {ctx.get('min_length', ctx.get('max_length'))} items, got {ctx.get('actual_length')}"
+    if kind == "missing":
+        return "required"
+    prefix = kind.split("_")[0]
+    if prefix in _EXPECTED and kind.endswith(("_type", "_parsing", "_from_float", "_attributes_type")):
+        return f"expected {_EXPECTED[prefix]}, got {type(value).__name__} {_value(value)}"
+    return error["msg"].removeprefix("Value error, ")
+
+
+def _drop(tree: Any, loc: tuple[Any, ...]) -> None:
+    """Remove the value at ``loc`` (a bad value falls back to its default); list items become None."""
+    node = tree
+    for key in loc[:-1]:
+        try:
+            node = node[key]
+        except (KeyError, IndexError, TypeError):
+            return
+    last = loc[-1]
+    if isinstance(node, dict):
+        node.pop(last, None)
+    elif isinstance(node, list) and isinstance(last, int) and last < len(node):
+        node[last] = _DROPPED
+
+
+_DROPPED = object()
+
+
+def _without_dropped(node: Any) -> Any:
+    if isinstance(node, dict):
+        return {k: _without_dropped(v) for k, v in node.items()}
+    if isinstance(node, list):
+        return [_without_dropped(v) for v in node if v is not _DROPPED]
+    return node
+
+
+def validate_section(cls: type[ConfigModel], data: Any, path: str, issues: IssueCollector) -> Any:
+    """``cls`` built from plain ``data``; every bad key or value becomes an issue under ``path``.
+
+    Offending values are removed and the rest validated again, so a config with errors still
+    yields a model (with defaults in their place) for the checks that follow.
+    """
+    tree = _apply_renames(cls, copy.deepcopy(data) if data is not None else {}, path, issues)
+    if not isinstance(tree, dict):
+        issues.add(path, f"expected a mapping, got {type(tree).__name__} {_value(tree)}")
+        return cls()
+    for _ in range(8):  # each round removes what the previous one reported
+        try:
+            return cls.model_validate(tree)
+        except ValidationError as exc:
+            for error in exc.errors():
+                loc = tuple(error["loc"])
+                issues.add(dotted(loc, path), describe_error(error, cls, loc, path))
+                if not loc:
+                    return cls()
+                _drop(tree, loc)
+            tree = _without_dropped(tree)
+    return cls()
+
+
+def _default(field: Any) -> Any:
+    return field.get_default(call_default_factory=True)
+
+
+def report_effects(model: BaseModel, path: str, issues: IssueCollector) -> None:
+    """Warn about every key set in the file that trinity does not act on (``inert``) or derives."""
+    for name in model.model_fields_set:
+        field = type(model).model_fields[name]
+        value, key_path = getattr(model, name), _join(path, name)
+        effect = (field.json_schema_extra or {}).get(EFFECT) if isinstance(field.json_schema_extra, dict) else None
+        if effect == "inert" and value != _default(field):
+            issues.no_effect(key_path, "has no effect yet in trinity (accepted for Trinity-RFT compatibility)")
+        elif effect == "derived" and value != _default(field):
+            issues.warn(key_path, "is derived by trinity: the value in the file is replaced")
+        if isinstance(value, BaseModel):
+            report_effects(value, key_path, issues)
+        elif isinstance(value, list):
+            for i, item in enumerate(value):
+                if isinstance(item, BaseModel):
+                    report_effects(item, _join(key_path, i), issues)
+        elif isinstance(value, dict):
+            for key, item in value.items():
+                if isinstance(item, BaseModel):
+                    report_effects(item, _join(key_path, key), issues)
 
 
 def parse_config(raw: DictConfig, issues: IssueCollector) -> Config:
     """Resolve and type a raw tree (the step before ``check_config``)."""
     tree = resolve_tree(raw, issues, keep_unresolved=("trainer.trainer_config",))
-    return build(Config, tree, "", issues)
+    config = validate_section(Config, tree, "", issues)
+    report_effects(config, "", issues)
+    return config

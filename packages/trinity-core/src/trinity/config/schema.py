@@ -1,216 +1,580 @@
-"""The configuration schema: one dataclass per section of a Trinity-RFT YAML file.
+"""The configuration schema: every section and key of a Trinity-RFT YAML file, declared once.
 
-Field names and defaults follow the Trinity-RFT configuration guide so its configs load
-unchanged. ``None`` means "derive it" (see ``trinity.config.check``). Free-form dicts
-(``*_args``, ``trainer_config``, ``env_vars``) are passed on without key checks.
+Each field carries its type, default, range or allowed values and a one-line description;
+validation, ``trinity config check``, ``trinity config schema`` (JSON Schema), the reference
+in ``docs/config.md`` and the studio's form all come from these declarations. Names, defaults
+and meanings follow Trinity-RFT (``trinity/common/config.py`` of its 0.6 release) so that its
+configs load unchanged; ``None`` means "derive it" (see ``trinity.config.check``).
+
+Two markers say what a run does with a field beyond reading it:
+
+- ``inert(...)``: accepted for compatibility but not acted on yet. Setting it to anything but
+  its default prints a warning naming the key; ``trinity config check --strict`` refuses it.
+- ``derived(...)``: filled by the check pass ("DO NOT SET" in Trinity-RFT); a value in the
+  file is replaced, with a warning.
+
+Free-form mappings (``*_args``, ``trainer_config``, ``env_vars``) are checked by their owner:
+a plugin's declared ``Args`` model, or verl's own schema.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any
+from typing import Annotated, Any, ClassVar, Literal
+
+from pydantic import BeforeValidator, Field
+from pydantic_core import PydanticUndefined
+
+from trinity.config.base import ConfigModel
+
+EFFECT = "x-trinity-effect"
+"""JSON Schema key of a field's marker: ``inert`` or ``derived`` (absent: acted on)."""
 
 
-@dataclass
-class FormatConfig:
+def inert(default: Any = PydanticUndefined, description: str = "", **constraints: Any) -> Any:
+    """A field Trinity-RFT accepts that trinity does not act on yet (warns when set)."""
+    return Field(default, description=description, json_schema_extra={EFFECT: "inert"}, **constraints)
+
+
+def derived(default: Any = PydanticUndefined, description: str = "", **constraints: Any) -> Any:
+    """A field the check pass fills; a value given in the file is replaced (with a warning)."""
+    return Field(default, description=description, json_schema_extra={EFFECT: "derived"}, **constraints)
+
+
+def _choice(aliases: dict[str, str] | None = None, case: str = "lower") -> BeforeValidator:
+    """Case-insensitive enum values, with older names mapped to the current ones."""
+
+    def normalise(value: Any) -> Any:
+        if isinstance(value, str):
+            value = value.strip().upper() if case == "upper" else value.strip().lower()
+            return (aliases or {}).get(value, value)
+        return getattr(value, "value", value)  # an Enum member
+
+    return BeforeValidator(normalise)
+
+
+# --- value types -------------------------------------------------------------------------
+
+Mode = Annotated[Literal["both", "train", "explore", "bench", "serve", "colocate"], _choice()]
+PromptType = Annotated[Literal["messages", "plaintext"], _choice()]
+SyncStyle = Annotated[
+    Literal["fixed", "trainer_driven", "explorer_driven", "fully_async"],
+    _choice({"dynamic_by_explorer": "explorer_driven", "dynamic_by_trainer": "trainer_driven"}),
+]
+SyncMethodName = Annotated[str, _choice({"online": "nccl", "offline": "checkpoint"})]
+"""A sync method plugin's name (``online`` and ``offline`` are Trinity-RFT's old names)."""
+SaveStrategy = Annotated[Literal["single_thread", "single_process", "single_node", "unrestricted"], _choice()]
+SaveHFCheckpoint = Annotated[Literal["last", "always", "never"], _choice()]
+LogLevel = Annotated[Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"], _choice(case="upper")]
+LossAggMode = Annotated[
+    Literal["token-mean", "token-sum", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm"],
+    _choice(),
+]
+ConcurrentMode = Annotated[Literal["sequential", "asynchronous", "multi-threading"], _choice()]
+LRSchedulerType = Annotated[Literal["constant", "cosine"], _choice()]
+TrainerStrategy = Annotated[Literal["fsdp", "fsdp2", "megatron"], _choice()]
+Probability = Annotated[float, Field(ge=0.0, le=1.0)]
+
+
+def _monitor_names(value: Any) -> Any:
+    return [value] if isinstance(value, str) else value
+
+
+# --- data --------------------------------------------------------------------------------
+
+
+class FormatConfig(ConfigModel):
     """How the columns of a dataset map onto prompts, responses and preference pairs."""
 
-    prompt_type: str = "plaintext"  # plaintext | messages
-    prompt_key: str = "prompt"
-    response_key: str = "response"
-    system_prompt_key: str | None = None
-    system_prompt: str | None = None
-    messages_key: str = "messages"
-    tools_key: str = "tools"
-    chosen_key: str = "chosen"
-    rejected_key: str = "rejected"
-    workflow_key: str | None = None
-    reward_fn_key: str | None = None
-    enable_concatenated_multi_turn: bool = False
-    chat_template: str | None = None
-    skip_bad_rows: bool = False
+    prompt_type: PromptType | None = Field(
+        None,
+        description="messages (a list of chat messages) or plaintext (prompt/response columns); "
+        "unset: messages for SFT/DPO data (as Trinity-RFT), plaintext for tasksets",
+    )
+    prompt_key: str = Field("prompt", description="Column of the user prompt (plaintext).")
+    response_key: str = Field("response", description="Column of the assistant response (plaintext).")
+    system_prompt_key: str | None = Field(None, description="Column of a per-row system prompt (plaintext).")
+    system_prompt: str | None = Field(None, description="System prompt of every row; system_prompt_key wins.")
+    messages_key: str = Field("message", description="Column of the message list (prompt_type messages).")
+    tools_key: str = Field("tools", description="Column of the tool schemas offered to the model.")
+    image_key: str | None = inert(None, "Column of images (multimodal models).")
+    video_key: str | None = inert(None, "Column of videos (multimodal models).")
+    reply_prefix: str | None = Field(None, description="Text the assistant's reply starts with (appended to prompts).")
+    workflow_key: str | None = Field(None, description="Column naming a per-row workflow (overrides the taskset's).")
+    reward_fn_key: str | None = Field(None, description="Column naming a per-row reward function.")
+    chosen_key: str = Field("chosen", description="Column of the preferred response (DPO).")
+    rejected_key: str = Field("rejected", description="Column of the rejected response (DPO).")
+    enable_concatenated_multi_turn: bool = Field(
+        False, description="SFT on every assistant turn of a conversation, not only the last."
+    )
+    chat_template: str | None = Field(None, description="Jinja chat template for this data; unset: the model's.")
+    enable_thinking: bool | None = Field(
+        None, description="Chat template's enable_thinking for this data (Qwen3); unset: the model's."
+    )
+    skip_bad_rows: bool = Field(False, description="Skip rows that do not fit the format (with a warning per row).")
 
 
-@dataclass
-class GenerationConfig:
+class GenerationConfig(ConfigModel):
     """Sampling settings of a taskset (``rollout_args``); unset ones come from ``model``."""
 
-    temperature: float | None = None
-    top_p: float | None = None
-    top_k: int | None = None
-    logprobs: int | None = None
-    max_tokens: int | None = None
-    n: int | None = None
-    stop: list[str] | None = None
+    temperature: float | None = Field(None, ge=0.0, description="Sampling temperature; 0 is greedy.")
+    top_p: float | None = Field(None, gt=0.0, le=1.0, description="Nucleus sampling mass.")
+    top_k: int | None = Field(None, ge=-1, description="Top-k sampling; -1 disables it.")
+    logprobs: int | None = Field(None, ge=0, description="Top log-probabilities returned per token.")
+    max_tokens: int | None = Field(None, ge=1, description="Response length limit; unset: model.max_response_tokens.")
+    n: int | None = derived(None, "Samples per task: algorithm.repeat_times (eval: the taskset's repeat_times).")
+    stop: list[str] | None = Field(None, description="Stop strings that end a response.")
 
 
-@dataclass
-class TaskSelectorConfig:
-    selector_type: str = "sequential"
-    feature_keys: list[str] = field(default_factory=list)
-    kwargs: dict[str, Any] = field(default_factory=dict)
+class DataSelectorConfig(ConfigModel):
+    """How the next batch of tasks is picked from a taskset."""
+
+    selector_type: str = Field("sequential", description="A task selector plugin: sequential, shuffle, random, ...")
+    seed: int | None = Field(None, description="Seed of the selector's order; unset: buffer.seed.")
+    feature_keys: list[str] = Field(default_factory=list, description="Columns the selector reads (difficulty).")
+    kwargs: dict[str, Any] = Field(default_factory=dict, description="Selector-specific arguments.")
 
 
-@dataclass
-class StorageConfig:
-    """A taskset, an eval taskset, the experience buffer or an auxiliary buffer."""
+class ReplayBufferConfig(ConfigModel):
+    """Prioritised replay on a queue buffer: experiences are read by priority and may be reused."""
 
-    name: str = ""
-    storage_type: str = "file"  # file | queue | sql (or a plugin's)
-    path: str | None = None
-    subset_name: str | None = None
-    split: str = "train"
-    repeat_times: int | None = None
-    format: FormatConfig = field(default_factory=FormatConfig)
-    rollout_args: GenerationConfig = field(default_factory=GenerationConfig)
-    default_workflow_type: str | None = None
-    default_eval_workflow_type: str | None = None
-    default_reward_fn_type: str | None = None
-    workflow_args: dict[str, Any] = field(default_factory=dict)
-    reward_fn_args: dict[str, Any] = field(default_factory=dict)
-    task_selector: TaskSelectorConfig = field(default_factory=TaskSelectorConfig)
-    index: int = 0
-    # queue storage
-    capacity: int = 10000
-    max_read_timeout: float = 1800
-    use_priority_queue: bool = False
-    reuse_cooldown_time: float | None = None
-    replay_buffer_kwargs: dict[str, Any] = field(default_factory=dict)
-    # filled by the config pass from buffer / algorithm
-    batch_size: int | None = None
-    total_epochs: int | None = None
-    total_steps: int | None = None
-    is_eval: bool = False
+    enable: bool = Field(False, description="Read by priority instead of first-in-first-out.")
+    priority_fn: str = Field("linear_decay", description="linear_decay or decay_limit_randomization.")
+    reuse_cooldown_time: float | None = Field(
+        None, ge=0, description="Seconds before a read experience may be read again; unset: never reused."
+    )
+    priority_fn_args: dict[str, Any] = Field(
+        default_factory=lambda: {"decay": 2.0}, description="Arguments of the priority function."
+    )
 
 
-@dataclass
-class ExplorerInput:
-    taskset: StorageConfig | None = None
-    tasksets: list[StorageConfig] = field(default_factory=list)
-    eval_tasksets: list[StorageConfig] = field(default_factory=list)
-    default_workflow_type: str | None = None
-    default_eval_workflow_type: str | None = None
-    default_reward_fn_type: str | None = None
-    system_prompt: str | None = None
-    reply_prefix: str | None = None
+class StorageConfig(ConfigModel):
+    """What tasksets and experience buffers share: where the data lives and how rows are read."""
+
+    name: str = Field("", description="Name of this buffer (metrics, files and tables are named after it).")
+    storage_type: str = Field("file", description="A buffer storage plugin: file, queue or sql.")
+    path: str | None = Field(None, description="File, folder, dataset id or database URL of the data.")
+    split: str = Field("train", description="Dataset split to read.")
+    subset_name: str | None = Field(None, description="Dataset subset (configuration) name.")
+    format: FormatConfig = Field(default_factory=FormatConfig, description="Column mapping of the rows.")
+    data_selector: DataSelectorConfig = Field(
+        default_factory=DataSelectorConfig, description="How rows are picked (order, curriculum)."
+    )
+    max_retry_times: int = Field(3, ge=0, description="Retries of a failed database operation (sql).")
+    max_retry_interval: int = Field(1, gt=0, description="Seconds between database retries (sql).")
+    enable_progress_bar: bool = inert(False, "Show a progress bar while a dataset loads.")
+    ray_namespace: str | None = Field(
+        None, description="Ray namespace of the buffer (another experiment's, to share it); unset: this one's."
+    )
+    index: int = derived(0, "Read position; restored from the checkpoint on resume.", ge=0)
+    batch_size: int = derived(0, "Rows per read: buffer.batch_size (tasksets) or buffer.train_batch_size.", ge=0)
+    total_epochs: int = Field(
+        1, ge=1, description="Epochs over the data; tasksets and the experience buffer take buffer.total_epochs."
+    )
+    total_steps: int | None = Field(
+        None, ge=1, description="Reads before the end; tasksets and the experience buffer take buffer.total_steps."
+    )
+    is_eval: bool = derived(False, "Whether this is an eval taskset.")
+    tokenizer_path: str | None = derived(None, "Tokenizer of the data: model.model_path.")
+    schema_type: str | None = derived(None, "Row schema: the algorithm's (rollout, sft, dpo).")
 
 
-@dataclass
-class TrainerInput:
-    experience_buffer: StorageConfig | None = None
-    auxiliary_buffers: dict[str, StorageConfig] = field(default_factory=dict)
+class TasksetConfig(StorageConfig):
+    """A taskset the explorer rolls out (``buffer.explorer_input.taskset(s)``, ``eval_tasksets``)."""
+
+    repeat_times: int | None = Field(
+        None, ge=1, description="Rollouts per task; train tasksets use algorithm.repeat_times, eval ones default 1."
+    )
+    default_workflow_type: str | None = Field(None, description="Workflow of the rows (a name or module.Class).")
+    default_eval_workflow_type: str | None = Field(None, description="Workflow of the rows when evaluating.")
+    default_reward_fn_type: str | None = Field(None, description="Reward function of the rows.")
+    workflow_args: dict[str, Any] = Field(default_factory=dict, description="Arguments of the workflow.")
+    reward_fn_args: dict[str, Any] = Field(default_factory=dict, description="Arguments of the reward function.")
+    rollout_args: GenerationConfig = Field(default_factory=GenerationConfig, description="Sampling settings.")
+
+    renamed: ClassVar[dict[str, str]] = {"task_selector": "data_selector"}
 
 
-@dataclass
-class BufferConfig:
-    batch_size: int = 1
-    train_batch_size: int = 0
-    total_epochs: int = 1
-    total_steps: int | None = None
-    explorer_input: ExplorerInput = field(default_factory=ExplorerInput)
-    trainer_input: TrainerInput = field(default_factory=TrainerInput)
-    default_workflow_type: str | None = None
-    default_reward_fn_type: str | None = None
-    seed: int = 42
+class ExperienceBufferConfig(StorageConfig):
+    """The buffer between explorer and trainer, or an auxiliary buffer the trainer reads."""
+
+    storage_type: str = Field("queue", description="A buffer storage plugin: queue, sql or file.")
+    capacity: int = Field(10000, ge=1, description="Experiences a queue holds before writers wait.")
+    max_read_timeout: float = Field(1800, gt=0, description="Seconds a reader waits for a batch before giving up.")
+    replay_buffer: ReplayBufferConfig = Field(
+        default_factory=ReplayBufferConfig, description="Prioritised replay of experiences (queue)."
+    )
+
+    renamed: ClassVar[dict[str, str]] = {
+        "use_priority_queue": "replay_buffer.enable",
+        "reuse_cooldown_time": "replay_buffer.reuse_cooldown_time",
+    }
 
 
-@dataclass
-class OptimizerConfig:
-    lr: float = 1e-6
-    lr_warmup_steps: int = -1
-    lr_warmup_steps_ratio: float = 0.0
-    min_lr_ratio: float = 0.0
-    warmup_style: str = "constant"  # constant | cosine
-    optimizer_type: str = "adamw"
-    betas: list[float] = field(default_factory=lambda: [0.9, 0.999])
-    weight_decay: float = 0.01
-    total_training_steps: int = -1
+class ExplorerInput(ConfigModel):
+    """The tasksets the explorer rolls out and evaluates."""
+
+    taskset: TasksetConfig | None = Field(None, description="The one training taskset (or use tasksets).")
+    tasksets: list[TasksetConfig] = Field(default_factory=list, description="Training tasksets, read in turn.")
+    eval_tasksets: list[TasksetConfig] = Field(
+        default_factory=list, description="Tasksets evaluated every eval_interval."
+    )
+    default_workflow_type: str | None = Field(None, description="Workflow of tasksets that name none.")
+    default_eval_workflow_type: str | None = Field(None, description="Eval workflow of tasksets that name none.")
+    default_reward_fn_type: str | None = Field(None, description="Reward function of tasksets that name none.")
+    system_prompt: str | None = Field(
+        None, description="Deprecated: format.system_prompt of every taskset that sets none."
+    )
+    reply_prefix: str | None = Field(
+        None, description="Deprecated: format.reply_prefix of every taskset that sets none."
+    )
 
 
-@dataclass
-class AlgorithmConfig:
-    """The RL algorithm; unset function names and args come from ``algorithm_type``."""
+class TrainerInput(ConfigModel):
+    """What the trainer reads."""
 
-    algorithm_type: str = "ppo"
-    repeat_times: int = 1
-    optimizer: OptimizerConfig = field(default_factory=OptimizerConfig)
-    sample_strategy: str | None = None
-    sample_strategy_args: dict[str, Any] | None = None
-    advantage_fn: str | None = None
-    advantage_fn_args: dict[str, Any] | None = None
-    kl_penalty_fn: str | None = None
-    kl_penalty_fn_args: dict[str, Any] | None = None
-    kl_loss_fn: str | None = None
-    kl_loss_fn_args: dict[str, Any] | None = None
-    policy_loss_fn: str | None = None
-    policy_loss_fn_args: dict[str, Any] | None = None
-    entropy_loss_fn: str | None = None
-    entropy_loss_fn_args: dict[str, Any] | None = None
-    loss_agg_mode: str = "token-mean"
+    experience_buffer: ExperienceBufferConfig | None = Field(
+        None, description="The explorer's output (a queue by default), or the SFT/DPO dataset in mode train."
+    )
+    auxiliary_buffers: dict[str, ExperienceBufferConfig] = Field(
+        default_factory=dict, description="More buffers by name, e.g. expert data for the mix algorithm."
+    )
 
 
-@dataclass
-class ModelConfig:
-    model_path: str = ""
-    critic_model_path: str = ""
-    custom_chat_template: str | None = None
-    chat_template_path: str | None = None
-    max_model_len: int | None = None
-    max_prompt_tokens: int | None = None
-    max_response_tokens: int | None = None
-    min_response_tokens: int = 1
-    enable_prompt_truncation: bool = True
-    enable_thinking: bool | None = None
-    temperature: float = 1.0
-    top_p: float = 1.0
-    top_k: int = -1
-    logprobs: int = 0
-    repetition_penalty: float = 1.0
+class BufferConfig(ConfigModel):
+    """Batch sizes, epochs and the explorer's and trainer's inputs."""
+
+    batch_size: int = Field(1, ge=1, description="Tasks per explorer step.")
+    train_batch_size: int = Field(
+        0, ge=0, description="Experiences per trainer step; 0: batch_size x algorithm.repeat_times."
+    )
+    total_epochs: int = Field(1, ge=1, description="Passes over the training tasksets (or SFT data).")
+    total_steps: int | None = Field(None, ge=1, description="Steps before the run ends; unset: by epochs.")
+    explorer_input: ExplorerInput = Field(default_factory=ExplorerInput, description="Tasksets of the explorer.")
+    trainer_input: TrainerInput = Field(default_factory=TrainerInput, description="Buffers of the trainer.")
+    default_workflow_type: str | None = Field(None, description="Deprecated: explorer_input.default_workflow_type.")
+    default_reward_fn_type: str | None = Field(None, description="Deprecated: explorer_input.default_reward_fn_type.")
+    seed: int = Field(42, description="Seed of data order (task selectors without a seed, SFT shuffling).")
+    explorer_output: dict[str, Any] | None = derived(None, "The explorer's output buffer: the experience buffer.")
+    tokenizer_path: str | None = derived(None, "Tokenizer of the buffers: model.model_path.")
+    cache_dir: str | None = derived(None, "Folder of the run's buffer files: <job dir>/buffer.")
 
 
-@dataclass
-class InferenceModelConfig:
-    """A rollout model (``explorer.rollout_model``) or an auxiliary model."""
-
-    model_path: str = ""
-    name: str | None = None
-    engine_type: str = "vllm"
-    engine_num: int = 1
-    tensor_parallel_size: int = 1
-    gpu_memory_utilization: float = 0.9
-    dtype: str = "bfloat16"
-    seed: int = 42
-    enforce_eager: bool = False
-    enable_prefix_caching: bool = False
-    enable_chunked_prefill: bool = False
-    use_v1: bool = True
-    chat_template: str | None = None
-    enable_thinking: bool | None = None  # None: the chat template's own default
-    enable_history: bool = False
-    enable_openai_api: bool = False
-    enable_auto_tool_choice: bool = False
-    tool_call_parser: str | None = None
-    reasoning_parser: str | None = None
-    openai_api_host: str = "127.0.0.1"
-    max_model_len: int | None = None
-    max_prompt_tokens: int | None = None
-    max_response_tokens: int | None = None
-    min_response_tokens: int | None = None
-    engine_args: dict[str, Any] = field(default_factory=dict)
+# --- data processing ---------------------------------------------------------------------
 
 
-@dataclass
-class ExplorerConfig:
-    name: str = "explorer"
-    runner_per_model: int = 8
-    max_timeout: int = 1800
-    max_retry_times: int = 2
-    env_vars: dict[str, str] = field(default_factory=dict)
-    rollout_model: InferenceModelConfig = field(default_factory=InferenceModelConfig)
-    auxiliary_models: list[InferenceModelConfig] = field(default_factory=list)
-    eval_interval: int = 100
-    eval_on_startup: bool = True
-    bench_on_latest_checkpoint: bool = False
+class OperatorConfig(ConfigModel):
+    """One operator of a pipeline: a registered name and its arguments."""
+
+    name: str = Field("", description="The operator's registered name.")
+    args: dict[str, Any] = Field(default_factory=dict, description="Arguments of the operator.")
+
+
+class ExperiencePipelineConfig(ConfigModel):
+    """Operators applied to every batch of experiences between explorer and buffer."""
+
+    operators: list[OperatorConfig] = inert(
+        default_factory=list, description="Operators applied in order to each batch of experiences."
+    )
+    save_input: bool = inert(True, "Keep the experiences as they were before the operators.")
+    input_save_path: str | None = inert(None, "Where the unprocessed experiences go (jsonl or sqlite).")
+    inputs: dict[str, ExperienceBufferConfig] = inert(default_factory=dict, description="Extra input buffers.")
+    output: ExperienceBufferConfig | None = derived(None, "The pipeline's output: the trainer's experience buffer.")
+
+
+class TaskPipelineConfig(ConfigModel):
+    """Data-Juicer operators that turn raw data into the taskset before exploring."""
+
+    operators: list[OperatorConfig] = inert(default_factory=list, description="Data-Juicer operators, in order.")
+    num_process: int = inert(4, "Worker processes of Data-Juicer.", ge=1)
+    config_path: str | None = inert(None, "A Data-Juicer recipe; when set, operators and num_process are ignored.")
+    inputs: list[str] = inert(default_factory=list, description="Raw input files (jsonl or parquet).")
+    output: TasksetConfig | None = inert(None, "The taskset written; unset: the first taskset.")
+    target_fields: list[str] = inert(default_factory=list, description="Fields carried into the taskset.")
+    priority_weights: dict[str, float] = inert(
+        default_factory=dict, description="Weights of difficulty, diversity, usage_frequency and quality."
+    )
+    top_k: int = inert(-1, "Tasks kept after scoring; -1 keeps all.", ge=-1)
+
+
+class DataProcessorConfig(ConfigModel):
+    """Task and experience pipelines."""
+
+    task_pipeline: TaskPipelineConfig | None = inert(None, "Raw data to taskset, before exploring.")
+    experience_pipeline: ExperiencePipelineConfig = Field(
+        default_factory=ExperiencePipelineConfig, description="Experiences to buffer, while exploring."
+    )
+
+
+class DataJuicerServiceConfig(ConfigModel):
+    """A Data-Juicer server."""
+
+    server_url: str | None = inert(None, "URL of a running Data-Juicer server.")
+    auto_start: bool = inert(False, "Start a local Data-Juicer server for the run.")
+    port: int | None = inert(None, "Port of the auto-started server; unset: a free one.", ge=1, le=65535)
+
+
+class ServiceConfig(ConfigModel):
+    """Services outside the run."""
+
+    data_juicer: DataJuicerServiceConfig | None = Field(None, description="The Data-Juicer service.")
+
+
+# --- models ------------------------------------------------------------------------------
+
+
+class OptimizerConfig(ConfigModel):
+    """The actor's optimizer and learning-rate schedule."""
+
+    lr: float = Field(1e-6, gt=0.0, description="Peak learning rate.")
+    lr_warmup_steps: int = Field(-1, ge=-1, description="Linear warm-up steps; -1: use lr_warmup_steps_ratio.")
+    lr_warmup_steps_ratio: Probability = Field(0.0, description="Warm-up as a fraction of the total steps.")
+    min_lr_ratio: Probability = Field(0.01, description="Final learning rate of the cosine schedule, relative to lr.")
+    lr_scheduler_type: LRSchedulerType = Field("constant", description="constant or cosine (after warm-up).")
+    optimizer_type: str = Field("adam", description="Optimizer: adam(w) (verl's AdamW).")
+    betas: list[float] = Field(
+        default_factory=lambda: [0.9, 0.999], min_length=2, max_length=2, description="Adam betas."
+    )
+    weight_decay: float = Field(0.01, ge=0.0, description="Decoupled weight decay.")
+    clip_grad: float = Field(1.0, ge=0.0, description="Gradient-norm clipping; same as trainer.grad_clip.")
+    total_training_steps: int = Field(-1, ge=-1, description="Steps of the schedule; -1: the run's total steps.")
+
+    renamed: ClassVar[dict[str, str]] = {"warmup_style": "lr_scheduler_type"}
+
+
+class LoRAConfig(ConfigModel):
+    """A LoRA adapter of the rollout model."""
+
+    name: str | None = inert(None, "Adapter name.")
+    path: str | None = inert(None, "Adapter weights; unset: a fresh adapter.")
+    base_model_name: str | None = inert(None, "Name of the base model the adapter belongs to.")
+    lora_rank: int = inert(32, "Rank of the adapter.", ge=0)
+    lora_alpha: int = inert(32, "Scaling alpha of the adapter.", ge=0)
+    lora_dtype: str = inert("auto", "Data type of the adapter weights.")
+    target_modules: str = inert("all-linear", "Modules the adapter wraps.")
+    exclude_modules: str | None = inert(None, "Modules left without an adapter.")
+    is_dummy: bool = derived(False, "Whether the adapter was created empty.")
+
+
+class TinkerConfig(ConfigModel):
+    """Training and sampling on the Tinker service instead of local engines."""
+
+    enable: bool = Field(False, description="Use the Tinker service (not available in trinity).")
+    rank: int = inert(16, "LoRA rank on Tinker.", ge=1)
+    seed: int | None = inert(None, "Seed on Tinker.")
+    train_mlp: bool = inert(True, "Train the MLP layers.")
+    train_attn: bool = inert(True, "Train the attention layers.")
+    train_unembed: bool = inert(True, "Train the unembedding.")
+    base_url: str | None = inert(None, "URL of the Tinker service.")
+
+
+class ExternalModelConfig(ConfigModel):
+    """A model served by an OpenAI-compatible API (bench mode)."""
+
+    enable: bool = inert(False, "Evaluate the external model instead of a local one (bench mode).")
+    base_url_env: str = inert("OPENAI_BASE_URL", "Environment variable holding the API's base URL.")
+    api_key_env: str = inert("OPENAI_API_KEY", "Environment variable holding the API key.")
+    model_name: str | None = inert(None, "Model name sent to the API.")
+
+
+class ModelConfig(ConfigModel):
+    """The model trained, and the defaults of its rollouts."""
+
+    model_path: str = Field("", description="Path or hub id of the model to train.")
+    trust_remote_code: bool = Field(False, description="Allow the model's own code when loading it.")
+    critic_model_path: str = Field("", description="Path of the critic (PPO); unset: model_path.")
+    custom_chat_template: str | None = Field(None, description="Jinja chat template replacing the tokenizer's.")
+    chat_template_path: str | None = Field(
+        None, description="File of a chat template, read when custom_chat_template is unset."
+    )
+    temperature: float = Field(1.0, ge=0.0, description="Rollout temperature; 0 is greedy.")
+    top_p: float = Field(1.0, gt=0.0, le=1.0, description="Rollout nucleus mass.")
+    top_k: int = Field(-1, ge=-1, description="Rollout top-k; -1 disables it.")
+    logprobs: int = Field(0, ge=0, description="Top log-probabilities returned per token.")
+    max_model_len: int | None = Field(None, ge=1, description="Prompt + response token limit.")
+    max_prompt_tokens: int | None = Field(None, ge=1, description="Prompt token limit.")
+    max_response_tokens: int | None = Field(None, ge=1, description="Response token limit.")
+    min_response_tokens: int = Field(0, ge=0, description="Tokens generated before end-of-sequence is allowed.")
+    enable_prompt_truncation: bool = Field(True, description="Cut prompts to max_prompt_tokens (left side).")
+    repetition_penalty: float = Field(1.0, gt=0.0, description="Penalty of repeated tokens; 1 is none.")
+    enable_thinking: bool | None = Field(
+        None, description="Chat template's enable_thinking (Qwen3); unset: the template's default."
+    )
+    lora_configs: list[LoRAConfig] | None = inert(None, "LoRA adapters of the rollout model.")
+    fully_sharded_loras: bool = inert(False, "Shard LoRA weights across tensor-parallel ranks (vLLM).")
+    max_cpu_loras: int | None = inert(None, "LoRA adapters kept in CPU memory (vLLM).", ge=1)
+    rope_scaling: dict[str, Any] | None = inert(None, "RoPE scaling override of the model config.")
+    rope_theta: float | None = inert(None, "RoPE theta override of the model config.", gt=0)
+    tinker: TinkerConfig = Field(default_factory=TinkerConfig, description="Tinker service settings.")
+    external_model: ExternalModelConfig = Field(
+        default_factory=ExternalModelConfig, description="An API model to evaluate (bench mode)."
+    )
+
+
+class InferenceModelConfig(ConfigModel):
+    """A rollout model (``explorer.rollout_model``) or an auxiliary model (judges, reward models)."""
+
+    model_path: str | None = Field(None, description="Path of the model; the rollout model's is model.model_path.")
+    name: str | None = Field(None, description="Name a workflow finds an auxiliary model by.")
+    trust_remote_code: bool = Field(False, description="Allow the model's own code when loading it.")
+    engine_type: str = Field("vllm", description="A rollout engine plugin: vllm, transformers, ...")
+    engine_num: int = Field(1, ge=1, description="Engines (replicas) of this model.")
+    tensor_parallel_size: int = Field(1, ge=1, description="GPUs per engine for tensor parallelism.")
+    data_parallel_size: int = inert(1, "Data-parallel ranks inside one engine.", ge=1)
+    pipeline_parallel_size: int = inert(1, "Pipeline stages of one engine.", ge=1)
+    enable_expert_parallel: bool = inert(False, "Expert parallelism of MoE models.")
+    gpu_per_engine: int = derived(0, "tensor x data x pipeline parallel size.", ge=0)
+    extra_engine_args: dict[str, Any] = Field(
+        default_factory=dict, description="Engine-specific arguments passed through (e.g. vLLM's)."
+    )
+    use_v1: bool = Field(True, description="vLLM's V1 engine.")
+    enforce_eager: bool = Field(False, description="No CUDA graphs (vLLM).")
+    enable_prefix_caching: bool = Field(True, description="Reuse the KV cache of shared prefixes (vLLM).")
+    enable_chunked_prefill: bool = Field(True, description="Chunked prefill (vLLM).")
+    gpu_memory_utilization: float = Field(0.9, gt=0.0, le=1.0, description="GPU memory the engine may take.")
+    dtype: str = Field("bfloat16", description="Weights' data type: bfloat16, float16, float32 or auto.")
+    seed: int = Field(42, description="Seed of the engine's sampling.")
+    temperature: float | None = derived(None, "Rollout temperature: model.temperature.", ge=0.0)
+    top_p: float | None = derived(None, "Rollout nucleus mass: model.top_p.", gt=0.0, le=1.0)
+    top_k: int | None = derived(None, "Rollout top-k: model.top_k.", ge=-1)
+    logprobs: int | None = derived(None, "Log-probabilities returned: model.logprobs.", ge=0)
+    max_model_len: int | None = Field(None, ge=1, description="Token limit; unset: model.max_model_len.")
+    max_prompt_tokens: int | None = Field(None, ge=1, description="Prompt limit; unset: model.max_prompt_tokens.")
+    max_response_tokens: int | None = Field(None, ge=1, description="Response limit; unset: model.max_response_tokens.")
+    min_response_tokens: int | None = Field(
+        None, ge=0, description="Minimum response; unset: model.min_response_tokens."
+    )
+    enable_prompt_truncation: bool | None = Field(
+        None, description="Cut long prompts; unset: model.enable_prompt_truncation."
+    )
+    repetition_penalty: float | None = Field(
+        None, gt=0.0, description="Repetition penalty; unset: model.repetition_penalty."
+    )
+    ignore_eos: bool = inert(False, "Keep generating past end-of-sequence (length tests).")
+    enable_multimodal: bool = inert(False, "Accept images and videos in prompts.")
+    chat_template: str | None = Field(
+        None, description="Chat template of this model; unset: model.custom_chat_template."
+    )
+    enable_thinking: bool | None = Field(
+        None, description="enable_thinking of this model; unset: model.enable_thinking."
+    )
+    enable_history: bool = Field(False, description="Record every call's prompt, response and log-probs.")
+    enable_openai_api: bool = inert(False, "Serve an OpenAI-compatible endpoint for workflows.")
+    enable_log_requests: bool = inert(False, "Log every request of the OpenAI endpoint.")
+    base_port: int | None = inert(None, "First port of the OpenAI endpoints.", ge=1, le=65535)
+    api_key: str = inert("EMPTY", "API key the OpenAI endpoint expects.")
+    openai_api_host: str = Field("127.0.0.1", description="Address the OpenAI endpoint binds to.")
+    enable_auto_tool_choice: bool = inert(False, "Let the model call tools on its own (OpenAI endpoint).")
+    tool_call_parser: str | None = inert(None, "Parser of tool calls in responses (vLLM's names, e.g. hermes).")
+    reasoning_parser: str | None = inert(None, "Parser of reasoning text in responses (vLLM's names).")
+    external_model_config: ExternalModelConfig = derived(
+        default_factory=ExternalModelConfig, description="model.external_model, copied."
+    )
+    nnodes: int = derived(1, "Nodes one engine spans.", ge=1)
+    node_rank: int = derived(0, "This engine's node.", ge=0)
+    enable_return_routed_experts: bool = derived(False, "algorithm.enable_router_replay.")
+    weight_sync_buffer_size: int = inert(1024, "MB of GPU memory per batch of NCCL weight sync.", ge=1)
+    bundle_indices: str = derived("", "Placement group bundles of the engine.")
+    engine_id: int = derived(0, "Index of the engine.", ge=0)
+    ray_namespace: str | None = derived(None, "The experiment's Ray namespace.")
+    ray_actor_name: str | None = derived(None, "Name of the engine's actor.")
+    sync_method: str | None = derived(None, "synchronizer.sync_method.")
+    checkpoint_job_dir: str | None = derived(None, "The job folder.")
+    cuda_visible_devices: str | None = derived(None, "GPUs of the engine.")
+    enable_lora: bool = derived(False, "Whether model.lora_configs is set.")
+    enable_runtime_lora_updating: bool = derived(False, "Whether LoRA weights change during the run.")
+    lora_modules: list[dict[str, Any]] | None = derived(None, "LoRA adapters, from model.lora_configs.")
+    lora_kwargs: dict[str, Any] = derived(default_factory=dict, description="LoRA engine arguments.")
+    rope_scaling: dict[str, Any] | None = derived(None, "model.rope_scaling.")
+    rope_theta: float | None = derived(None, "model.rope_theta.")
+
+    renamed: ClassVar[dict[str, str]] = {"engine_args": "extra_engine_args"}
+
+
+# --- algorithm ---------------------------------------------------------------------------
+
+
+class AlgorithmConfig(ConfigModel):
+    """The RL algorithm; unset functions and args come from ``algorithm_type``'s preset."""
+
+    algorithm_type: str = Field("ppo", description="An algorithm type plugin: ppo, grpo, dpo, sft, ...")
+    repeat_times: int = Field(1, ge=1, description="Rollouts per task (the group size of GRPO-like algorithms).")
+    optimizer: OptimizerConfig = Field(default_factory=OptimizerConfig, description="Optimizer and schedule.")
+    sample_strategy: str | None = Field(None, description="How the trainer turns buffer reads into a batch.")
+    sample_strategy_args: dict[str, Any] | None = Field(None, description="Arguments of the sample strategy.")
+    advantage_fn: str | None = Field(None, description="Advantage function; unset: the algorithm's.")
+    advantage_fn_args: dict[str, Any] | None = Field(None, description="Arguments of the advantage function.")
+    kl_penalty_fn: str | None = Field(None, description="KL subtracted from rewards; none disables it.")
+    kl_penalty_fn_args: dict[str, Any] | None = Field(None, description="Arguments of the KL penalty.")
+    kl_loss_fn: str | None = Field(None, description="KL added to the loss; none disables it.")
+    kl_loss_fn_args: dict[str, Any] | None = Field(None, description="Arguments of the KL loss.")
+    policy_loss_fn: str | None = Field(None, description="Policy loss; unset: the algorithm's.")
+    policy_loss_fn_args: dict[str, Any] | None = Field(None, description="Arguments of the policy loss.")
+    entropy_loss_fn: str | None = Field(None, description="Entropy term of the loss; none disables it.")
+    entropy_loss_fn_args: dict[str, Any] | None = Field(None, description="Arguments of the entropy loss.")
+    loss_agg_mode: LossAggMode = Field("token-mean", description="How token losses are averaged.")
+    enable_router_replay: bool = inert(False, "Replay the rollout's MoE routing in training.")
+    bypass_old_logprobs: bool = inert(True, "Use rollout log-probs as the old policy's (no recomputation).")
+    rollout_correction: dict[str, Any] | None = inert(
+        None, "Off-policy correction of rollouts (importance weights, rejection sampling)."
+    )
+
+
+# --- roles -------------------------------------------------------------------------------
+
+
+class OverRolloutConfig(ConfigModel):
+    """Start more tasks than a step needs and keep the first ones that finish."""
+
+    ratio: float = inert(0.0, "Fraction of a step's tasks the explorer does not wait for.", ge=0.0, lt=1.0)
+    wait_after_min: float = inert(30.0, "Seconds to wait once the minimum of tasks finished.", ge=0.0)
+    return_partial_tasks: bool = inert(False, "Keep tasks of which only some runs finished.")
+
+
+class DynamicTimeoutConfig(ConfigModel):
+    """A per-task timeout from the durations of recent tasks."""
+
+    enable: bool = inert(False, "Derive the task timeout from recent task durations.")
+    warmup_min_steps: int = inert(1, "Steps observed before the timeout adapts.", ge=0)
+    ratio: float = inert(3.0, "Timeout = average task time x ratio (at most max_timeout).", gt=0.0)
+
+
+class ExplorerConfig(ConfigModel):
+    """The explorer: workflow runners, the rollout and auxiliary models, evaluation."""
+
+    renamed: ClassVar[dict[str, str]] = {"runner_num": "runner_per_model"}
+
+    name: str = Field("explorer", description="Name of this explorer (several may feed one trainer).")
+    mode: str = derived("both", "The experiment's mode.")
+    runner_per_model: int = Field(8, ge=1, description="Workflows run at once per rollout engine.")
+    runner_prepare_concurrency: int = inert(8, "Runners being prepared at once.", ge=1)
+    runner_prepare_max_retries: int = inert(2, "Retries of a runner that failed to start.", ge=0)
+    max_timeout: int = Field(1800, gt=0, description="Seconds a task may take before it fails.")
+    max_retry_times: int = Field(2, ge=0, description="Retries of a failed task.")
+    env_vars: dict[str, str] = Field(default_factory=dict, description="Environment variables of the workflows.")
+    concurrent_mode: ConcurrentMode = inert(
+        "sequential", "How one runner runs a group of repeats: sequential, asynchronous or multi-threading."
+    )
+    max_repeat_times_per_runner: int | None = inert(None, "Repeats of a task one runner takes at most.", ge=1)
+    rollout_model: InferenceModelConfig = Field(
+        default_factory=InferenceModelConfig, description="The policy's engines."
+    )
+    auxiliary_models: list[InferenceModelConfig] = Field(
+        default_factory=list, description="More models for workflows (judges, reward models)."
+    )
+    eval_interval: int = Field(100, ge=1, description="Explorer steps between evaluations.")
+    eval_on_startup: bool = Field(True, description="Evaluate before the first step.")
+    bench_on_latest_checkpoint: bool = Field(False, description="Bench mode: evaluate only the latest checkpoint.")
+    proxy_port: int = inert(8010, "Port of the serve-mode proxy.", ge=1, le=65535)
+    listen_address: str = inert("0.0.0.0", "Address the serve-mode proxy binds to.")
+    service_status_check_interval: int = inert(60, "Seconds between health checks of served models.", gt=0)
+    min_running_model_num: int = inert(1, "Served models kept running during weight updates.", ge=1)
+    db_url: str | None = inert(None, "Database of the serve-mode history; unset: a sqlite file in the job.")
+    over_rollout: OverRolloutConfig = Field(default_factory=OverRolloutConfig, description="Straggler control.")
+    dynamic_timeout: DynamicTimeoutConfig = Field(
+        default_factory=DynamicTimeoutConfig, description="Adaptive task timeout."
+    )
+    runner_state_report_interval: int = inert(0, "Seconds between runner state reports; 0: never.", ge=0)
+    max_inflight_batches: int = inert(2, "Batches the explorer may run ahead in fully_async mode.", ge=1)
 
     def inference_models(self) -> list[tuple[str, InferenceModelConfig]]:
         """The rollout model and the auxiliary models, each with its config key (for messages)."""
@@ -219,126 +583,163 @@ class ExplorerConfig:
         return models
 
 
-@dataclass
-class TrainerConfig:
-    name: str = "trainer"
-    trainer_type: str = "verl"
-    save_interval: int = 0
-    total_steps: int | None = None
-    save_strategy: str = "unrestricted"  # single_thread | single_process | single_node | unrestricted
-    save_hf_checkpoint: str = "last"  # last | always | never
-    grad_clip: float = 1.0
-    use_dynamic_bsz: bool = True
-    max_token_len_per_gpu: int | None = None
-    micro_batch_size_per_gpu: int = 4
-    ulysses_sequence_parallel_size: int = 1
-    trainer_config: dict[str, Any] | None = None
-    trainer_config_path: str = ""
+class MegatronParallelConfig(ConfigModel):
+    """Megatron-Core parallelism of the trainer (trainer_strategy megatron)."""
+
+    tensor_model_parallel_size: int = inert(1, "Tensor parallel size.", ge=1)
+    pipeline_model_parallel_size: int = inert(1, "Pipeline parallel size.", ge=1)
+    virtual_pipeline_model_parallel_size: int | None = inert(None, "Virtual pipeline stages.", ge=1)
+    expert_model_parallel_size: int = inert(1, "Expert parallel size.", ge=1)
+    expert_tensor_parallel_size: int | None = inert(None, "Expert tensor parallel size.", ge=1)
+    context_parallel_size: int = inert(1, "Context parallel size.", ge=1)
+    sequence_parallel: bool = inert(True, "Sequence parallelism.")
 
 
-@dataclass
-class SynchronizerConfig:
-    sync_method: str | None = None  # derived per mode when unset
-    sync_style: str = "fixed"  # fixed | dynamic_by_explorer | dynamic_by_trainer
-    sync_interval: int = 1
-    sync_offset: int = 0
-    sync_timeout: int = 3600
+class TrainerConfig(ConfigModel):
+    """The trainer: its engine, checkpoints and batching."""
+
+    name: str = Field("trainer", description="Name of the trainer.")
+    trainer_type: str = Field("verl", description="A training engine plugin: verl, torch, ...")
+    trainer_strategy: TrainerStrategy = Field("fsdp2", description="verl's strategy: fsdp or fsdp2 (megatron: no).")
+    save_interval: int = Field(0, ge=0, description="Steps between checkpoints; 0: only the last.")
+    enable_preview: bool = inert(False, "Show rollout previews in wandb.")
+    total_steps: int | None = Field(None, ge=1, description="Trainer steps before the end; unset: buffer.total_steps.")
+    save_hf_checkpoint: SaveHFCheckpoint = Field(
+        "last", description="Hugging Face weights with checkpoints: last, always or never."
+    )
+    grad_clip: float = Field(1.0, ge=0.0, description="Gradient-norm clipping; 0 disables it.")
+    use_dynamic_bsz: bool = Field(True, description="Micro-batches by token budget (max_token_len_per_gpu).")
+    use_remove_padding: bool = Field(True, description="Pack sequences without padding (verl).")
+    balance_batch: bool = Field(True, description="Balance tokens across data-parallel ranks (verl).")
+    critic_warmup: int = Field(0, ge=0, description="Steps that train only the critic (PPO).")
+    max_token_len_per_gpu: int | None = Field(
+        None, ge=1, description="Token budget of a micro-batch; unset: ceil(2 x max_model_len / sequence parallel)."
+    )
+    micro_batch_size_per_gpu: int = Field(4, ge=1, description="Rows per micro-batch without dynamic batching.")
+    ulysses_sequence_parallel_size: int = Field(1, ge=1, description="Ulysses sequence parallel size.")
+    fix_actor_microbatch_loss_scale: bool = inert(False, "Scale micro-batch losses by their share of tokens.")
+    param_offload: bool = Field(False, description="Offload parameters to CPU (FSDP).")
+    optimizer_offload: bool = Field(False, description="Offload optimizer state to CPU (FSDP).")
+    grad_offload: bool = inert(False, "Offload gradients to CPU (FSDP).")
+    offload_policy: bool = Field(False, description="FSDP2's CPU offload policy.")
+    save_strategy: SaveStrategy = Field(
+        "unrestricted", description="Who may save at once: single_thread, single_process, single_node, unrestricted."
+    )
+    max_checkpoints_to_keep: int = Field(0, ge=0, description="Checkpoints kept (oldest removed); 0 keeps all.")
+    megatron: MegatronParallelConfig = Field(
+        default_factory=MegatronParallelConfig, description="Megatron parallelism (not available)."
+    )
+    trust_remote_code: bool = derived(False, "model.trust_remote_code.")
+    trainer_config: dict[str, Any] | None = Field(None, description="The training engine's own config (veRL's keys).")
+    trainer_config_path: str = Field("", description="Deprecated: a YAML file of trainer_config.")
 
 
-@dataclass
-class MonitorConfig:
-    monitor_type: Any = "tensorboard"  # one name or a list of names
-    monitor_args: dict[str, Any] = field(default_factory=dict)
-    enable_ray_timeline: bool = False
+class SynchronizerConfig(ConfigModel):
+    """How and when the trainer's weights reach the explorer."""
+
+    sync_method: SyncMethodName | None = Field(
+        None, description="nccl, memory or checkpoint; unset: the best the mode and engines allow."
+    )
+    sync_style: SyncStyle = Field(
+        "fixed", description="fixed, trainer_driven, explorer_driven or fully_async (when weights move)."
+    )
+    sync_interval: int = Field(1, ge=1, description="Steps between weight syncs.")
+    explorer_sync_interval: int | None = derived(None, "sync_interval, as the explorer counts it.", ge=1)
+    trainer_sync_interval: int | None = derived(None, "sync_interval, as the trainer counts it.", ge=1)
+    sync_offset: int = Field(0, ge=0, description="Steps the explorer may run ahead of the trainer.")
+    sync_timeout: int = Field(3600, gt=0, description="Seconds a sync may wait before it fails.")
+    group_name: str = inert("rollout_weight_sync", "Name of the NCCL weight-sync group.")
+    wait_for_checkpoint: bool = inert(False, "Wait for the latest checkpoint before syncing.")
+    explorer_world_size: int | None = derived(None, "Ranks of the rollout engines.", ge=0)
+    ray_namespace: str = derived("", "The experiment's Ray namespace.")
 
 
-@dataclass
-class ClusterConfig:
-    node_num: int = 1
-    gpu_per_node: int = 8
-    ray_address: str = ""
-    cpu_threads: int | None = None
-    """Torch threads per explorer/trainer actor; default: all cores when they take turns
-    (sync_offset 0, fixed style), an even share when they overlap."""
+class MonitorConfig(ConfigModel):
+    """Where metrics go."""
+
+    monitor_type: Annotated[list[str], BeforeValidator(_monitor_names)] = Field(
+        default_factory=lambda: ["tensorboard"],
+        description="A monitor plugin or a list: tensorboard, wandb, mlflow, console.",
+    )
+    monitor_args: dict[str, Any] | None = Field(None, description="Arguments of the monitors.")
+    detailed_stats: bool = inert(False, "Mean, std, max and min of every evaluation metric.")
+    enable_ray_timeline: bool = inert(False, "Write Ray's timeline of the run to monitor/timeline.json.")
+    cache_dir: str = derived("", "Folder of the monitors' files: <job dir>/monitor.")
 
 
-@dataclass
-class DataJuicerServiceConfig:
-    server_url: str | None = None
-    auto_start: bool = False
-    port: int = 5005
+class ClusterConfig(ConfigModel):
+    """The machines of the run."""
+
+    ray_address: str = Field(
+        "auto", description="Ray cluster to join: auto (a running one, else a new local one), local, or an address."
+    )
+    node_num: int = Field(0, ge=0, description="Nodes; 0: detected from the Ray cluster.")
+    gpu_per_node: int = Field(0, ge=0, description="GPUs per node; 0: detected (0 on a CPU machine).")
+    cpu_threads: int | None = Field(
+        None,
+        ge=1,
+        description="Torch threads per role; unset: all cores when the roles take turns, a share when they overlap.",
+    )
+    total_gpu_num: int = derived(0, "node_num x gpu_per_node.", ge=0)
+    rollout_gpu_num: int = derived(0, "GPUs of the rollout engines.", ge=0)
+    auxiliary_model_gpu_num: int = derived(0, "GPUs of the auxiliary models.", ge=0)
+    explorer_gpu_num: int = derived(0, "GPUs of the explorer.", ge=0)
+    trainer_gpu_num: int = derived(0, "GPUs of the trainer.", ge=0)
+    trainer_node_num: int = derived(0, "Nodes of the trainer.", ge=0)
+    trainer_gpu_num_per_node: int = derived(0, "GPUs per node of the trainer.", ge=0)
 
 
-@dataclass
-class ServiceConfig:
-    data_juicer: DataJuicerServiceConfig | None = None
+class LogConfig(ConfigModel):
+    """Log files of the run."""
+
+    level: LogLevel = Field("INFO", description="DEBUG, INFO, WARNING, ERROR or CRITICAL.")
+    group_by_node: bool = Field(False, description="One log folder per node IP.")
+    save_dir: str = derived("", "Folder of the logs: <job dir>/log.")
 
 
-@dataclass
-class OperatorConfig:
-    name: str = ""
-    args: dict[str, Any] = field(default_factory=dict)
+class CoDConfig(ConfigModel):
+    """Chain-of-draft task packing (a Trinity-RFT research feature)."""
+
+    task_pack_size: int = inert(4, "Tasks packed into one.", ge=1)
+    eval_task_pack_size: int | None = inert(None, "Tasks packed into one when evaluating.", ge=1)
+    packing_strategy: str = inert("cod", "How tasks are packed.")
+    cod_workflow_args: dict[str, Any] = inert(default_factory=dict, description="Arguments of the packing workflow.")
 
 
-@dataclass
-class TaskPipelineConfig:
-    num_process: int = 1
-    operators: list[OperatorConfig] = field(default_factory=list)
-    inputs: list[str] = field(default_factory=list)
-    target_fields: list[str] = field(default_factory=list)
+class StageConfig(ConfigModel):
+    """One stage of ``stages``: its mode and the sections it overrides (merged over the global ones)."""
+
+    stage_name: str = Field("", description="Name of the stage (its job folder is <name>/<stage_name>).")
+    mode: Mode | None = Field(None, description="Mode of this stage; unset: the global mode.")
+    algorithm: dict[str, Any] | None = Field(None, description="algorithm keys of this stage.")
+    buffer: dict[str, Any] | None = Field(None, description="buffer keys of this stage.")
+    data_processor: dict[str, Any] | None = Field(None, description="data_processor keys of this stage.")
+    explorer: dict[str, Any] | None = Field(None, description="explorer keys of this stage.")
+    trainer: dict[str, Any] | None = Field(None, description="trainer keys of this stage.")
 
 
-@dataclass
-class ExperiencePipelineConfig:
-    operators: list[OperatorConfig] = field(default_factory=list)
-    save_input: bool = False
-
-
-@dataclass
-class DataProcessorConfig:
-    task_pipeline: TaskPipelineConfig | None = None
-    experience_pipeline: ExperiencePipelineConfig | None = None
-
-
-@dataclass
-class LogConfig:
-    level: str = "INFO"
-    group_by_node: bool = False
-
-
-@dataclass
-class StageConfig:
-    """One stage of ``stages``: overrides of the global sections for this stage only."""
-
-    stage_name: str = ""
-    mode: str | None = None
-    algorithm: dict[str, Any] | None = None
-    buffer: dict[str, Any] | None = None
-    explorer: dict[str, Any] | None = None
-    trainer: dict[str, Any] | None = None
-
-
-@dataclass
-class Config:
+class Config(ConfigModel):
     """A whole experiment."""
 
-    project: str = "Trinity-RFT"
-    name: str = "rft"
-    mode: str = "both"  # both | train | explore | bench
-    checkpoint_root_dir: str = "./checkpoints"
-    continue_from_checkpoint: bool = True
-    ray_namespace: str = ""
-    checkpoint_job_dir: str = ""
-    """Derived: ``<checkpoint_root_dir>/<project>/<name>`` made absolute."""
-    algorithm: AlgorithmConfig = field(default_factory=AlgorithmConfig)
-    model: ModelConfig = field(default_factory=ModelConfig)
-    cluster: ClusterConfig = field(default_factory=ClusterConfig)
-    buffer: BufferConfig = field(default_factory=BufferConfig)
-    explorer: ExplorerConfig = field(default_factory=ExplorerConfig)
-    trainer: TrainerConfig = field(default_factory=TrainerConfig)
-    synchronizer: SynchronizerConfig = field(default_factory=SynchronizerConfig)
-    monitor: MonitorConfig = field(default_factory=MonitorConfig)
-    service: ServiceConfig = field(default_factory=ServiceConfig)
-    data_processor: DataProcessorConfig = field(default_factory=DataProcessorConfig)
-    log: LogConfig = field(default_factory=LogConfig)
-    stages: list[StageConfig] = field(default_factory=list)
+    mode: Mode = Field("both", description="both, train, explore, bench, serve or colocate.")
+    project: str = Field("Trinity-RFT", description="Project name (job folder and trackers).")
+    group: str = Field("", description="Group of experiments (a folder level between project and name).")
+    name: str = Field("rft", description="Experiment name.")
+    checkpoint_root_dir: str = Field("", description="Root of job folders; relative to the working directory.")
+    checkpoint_job_dir: str = derived("", "<checkpoint_root_dir>/<project>/<group>/<name>, absolute.")
+    ray_namespace: str = Field("", description="Ray namespace of the run; unset: <project>/<group>/<name>.")
+    continue_from_checkpoint: bool = Field(True, description="Resume from the job folder's last checkpoint.")
+    ignore_validator_suggestions: bool = inert(False, "Skip Trinity-RFT's interactive GPU-memory suggestions.")
+    algorithm: AlgorithmConfig = Field(default_factory=AlgorithmConfig, description="The RL algorithm.")
+    data_processor: DataProcessorConfig = Field(default_factory=DataProcessorConfig, description="Data pipelines.")
+    model: ModelConfig = Field(default_factory=ModelConfig, description="The model trained.")
+    cluster: ClusterConfig = Field(default_factory=ClusterConfig, description="Machines.")
+    buffer: BufferConfig = Field(default_factory=BufferConfig, description="Data and batch sizes.")
+    explorer: ExplorerConfig = Field(default_factory=ExplorerConfig, description="The explorer.")
+    trainer: TrainerConfig = Field(default_factory=TrainerConfig, description="The trainer.")
+    monitor: MonitorConfig = Field(default_factory=MonitorConfig, description="Metrics trackers.")
+    synchronizer: SynchronizerConfig = Field(default_factory=SynchronizerConfig, description="Weight sync.")
+    service: ServiceConfig = Field(default_factory=ServiceConfig, description="Outside services.")
+    log: LogConfig = Field(default_factory=LogConfig, description="Logs.")
+    cod: CoDConfig = Field(default_factory=CoDConfig, description="Chain-of-draft packing (research).")
+    stages: list[StageConfig] = Field(default_factory=list, description="Stages run in order.")

@@ -92,7 +92,7 @@ def lr_factor(step: int, warmup_steps: int, total_steps: int, style: str, min_lr
         progress = (step - warmup_steps) / max(1, total_steps - warmup_steps)
         x = math.cos(math.pi * progress)
         return max(min_lr_ratio, x * (1 - min_lr_ratio) * 0.5 + (1 + min_lr_ratio) * 0.5)
-    raise ValueError(f"algorithm.optimizer.warmup_style {style!r} is not one of constant, cosine")
+    raise ValueError(f"algorithm.optimizer.lr_scheduler_type {style!r} is not one of constant, cosine")
 
 
 def micro_batches(
@@ -149,9 +149,10 @@ class TorchTrainingEngine(TrainingEngine):
         self.device = default_device()
         self.global_step = 0
 
-        path = config.model.model_path
-        self.tokenizer = AutoTokenizer.from_pretrained(path)
-        self.actor = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).to(self.device).train()
+        path, remote_code = config.model.model_path, config.model.trust_remote_code
+        self.tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=remote_code)
+        self.actor = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32, trust_remote_code=remote_code)
+        self.actor.to(self.device).train()
         self.reference: torch.nn.Module | None = None
         if self.algorithm.needs_reference(algo_cfg.kl_loss_fn, algo_cfg.kl_penalty_fn):
             self.reference = copy.deepcopy(self.actor).eval().requires_grad_(False)
@@ -160,12 +161,16 @@ class TorchTrainingEngine(TrainingEngine):
         self.critic: torch.nn.Module | None = None
         if self.algorithm.use_critic:
             critic_path = config.model.critic_model_path or path
-            critic_config = AutoConfig.from_pretrained(critic_path, num_labels=1)
+            critic_config = AutoConfig.from_pretrained(critic_path, num_labels=1, trust_remote_code=remote_code)
             # set, not passed: transformers 5 drops from_pretrained kwargs the config class lacks
             # (Qwen2's has no classifier_dropout), which left the value head with dropout 0.1
             critic_config.classifier_dropout = 0.0
             self.critic, info = AutoModelForTokenClassification.from_pretrained(
-                critic_path, config=critic_config, dtype=torch.float32, output_loading_info=True
+                critic_path,
+                config=critic_config,
+                dtype=torch.float32,
+                output_loading_info=True,
+                trust_remote_code=remote_code,
             )
             if any(key.startswith("score.") for key in info["missing_keys"]):
                 torch.nn.init.zeros_(self.critic.score.weight)  # a new value head starts at V = 0, deterministically
@@ -182,9 +187,8 @@ class TorchTrainingEngine(TrainingEngine):
         opt: OptimizerConfig = self.config.algorithm.optimizer
         params = [p for p in model.parameters() if p.requires_grad]
         kind = opt.optimizer_type.lower()
-        if kind in ("adamw", "adam"):
-            cls = torch.optim.AdamW if kind == "adamw" else torch.optim.Adam
-            optimizer = cls(params, lr=lr, betas=tuple(opt.betas), weight_decay=opt.weight_decay)
+        if kind in ("adamw", "adam"):  # Trinity-RFT's adam is AdamW, as verl builds it
+            optimizer = torch.optim.AdamW(params, lr=lr, betas=tuple(opt.betas), weight_decay=opt.weight_decay)
         elif kind == "sgd":
             optimizer = torch.optim.SGD(params, lr=lr, weight_decay=opt.weight_decay)
         else:
@@ -193,14 +197,13 @@ class TorchTrainingEngine(TrainingEngine):
             )
         total = opt.total_training_steps if opt.total_training_steps > 0 else (self.config.trainer.total_steps or 0)
         warmup = opt.lr_warmup_steps if opt.lr_warmup_steps > 0 else int(opt.lr_warmup_steps_ratio * total)
-        if opt.warmup_style == "cosine" and total <= 0:
+        if opt.lr_scheduler_type == "cosine" and total <= 0:
             raise ValueError(
                 "a cosine LR schedule needs algorithm.optimizer.total_training_steps or trainer.total_steps"
             )
-        lr_factor(0, warmup, total, opt.warmup_style, opt.min_lr_ratio)  # reject an unknown style now
 
         def factor(step: int) -> float:
-            return lr_factor(step, warmup, total, opt.warmup_style, opt.min_lr_ratio)
+            return lr_factor(step, warmup, total, opt.lr_scheduler_type, opt.min_lr_ratio)
 
         return optimizer, torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
 

@@ -103,8 +103,11 @@ class TransformersRolloutEngine(RolloutEngine):
         self.config, self.model_config = config, model
         self.device = default_device()
         path = config.model_path or model.model_path
-        self.tokenizer = AutoTokenizer.from_pretrained(path)
-        self.model = AutoModelForCausalLM.from_pretrained(path, dtype=model_dtype(self.device, config.dtype))
+        remote_code = config.trust_remote_code
+        self.tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=remote_code)
+        self.model = AutoModelForCausalLM.from_pretrained(
+            path, dtype=model_dtype(self.device, config.dtype), trust_remote_code=remote_code
+        )
         self.model.to(self.device).eval()
         self.model_version = 0
         eos = self.model.generation_config.eos_token_id
@@ -118,7 +121,8 @@ class TransformersRolloutEngine(RolloutEngine):
         self.prompts = PromptFormatter(self.tokenizer, config, model)
         self.max_model_len = _first(config.max_model_len, model.max_model_len)
         self.max_response_tokens = _first(config.max_response_tokens, model.max_response_tokens)
-        self.min_response_tokens = _first(config.min_response_tokens, model.min_response_tokens, 1)
+        # 0 and 1 mean the same here: a response has a token (EOS at the least) before a stop applies
+        self.min_response_tokens = max(1, _first(config.min_response_tokens, model.min_response_tokens, 1))
         with self._rng(config.seed):
             self._rng_state = self._get_rng_state()
 

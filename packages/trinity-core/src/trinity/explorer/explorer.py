@@ -19,13 +19,13 @@ from typing import Any
 from trinity.buffer import EndOfTaskset, TasksetReader, open_experience_writer
 from trinity.common.experience import Experience, Task
 from trinity.common.files import read_json, write_json
-from trinity.common.runtime import freeze_long_lived_objects, setup_role
 from trinity.config.schema import Config, InferenceModelConfig, StorageConfig
 from trinity.engine.base import EngineStartError, RolloutEngine
 from trinity.explorer.model_wrapper import LocalEngineClient
 from trinity.explorer.runner import TaskRunner
 from trinity.monitor.metrics import eval_at_k, gather, stats, timer
 from trinity.plugins import Kind, resolve
+from trinity.runtime import freeze_long_lived_objects, setup_role
 from trinity.synchronizer.methods import SyncMethod, WeightUpdate
 
 logger = logging.getLogger(__name__)
@@ -53,7 +53,7 @@ class Explorer:
             self._start_engines(key, model, cls) for (key, model), cls in zip(models, classes, strict=True)
         ]
         inputs = config.buffer.explorer_input
-        self.tasksets = [TasksetReader(storage, seed=config.buffer.seed) for storage in inputs.tasksets]
+        self.tasksets = [TasksetReader(storage) for storage in inputs.tasksets]
         for reader, state in zip(
             self.tasksets, meta.get("tasksets", []), strict=False
         ):  # a taskset added on resume starts fresh
@@ -166,12 +166,12 @@ class Explorer:
         """Before a step, take the trainer's newer weights.
 
         Mode both with ``fixed`` style waits at every ``sync_interval`` for the version
-        ``step - sync_offset``; ``dynamic_by_explorer`` and async explorers (mode explore)
-        take whatever is newer at those steps without waiting; ``dynamic_by_trainer``
+        ``step - sync_offset``; ``explorer_driven``, ``fully_async`` and async explorers (mode
+        explore) take whatever is newer at those steps without waiting; ``trainer_driven``
         looks at every step.
         """
         sync = self.config.synchronizer
-        every_step = sync.sync_style == "dynamic_by_trainer"
+        every_step = sync.sync_style == "trainer_driven"
         if self.step == 0 or (self.step % sync.sync_interval and not every_step):
             return
         if self.config.mode == "both" and sync.sync_style == "fixed":
@@ -223,7 +223,7 @@ class Explorer:
         return metrics
 
     def _evaluate_taskset(self, storage: StorageConfig) -> dict[str, float]:
-        reader = TasksetReader(storage, seed=self.config.buffer.seed)
+        reader = TasksetReader(storage)
         runs: dict[str, list[dict[str, float]]] = {}
         while True:
             try:

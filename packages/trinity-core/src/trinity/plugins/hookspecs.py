@@ -100,3 +100,15 @@ def trinity_register_trainer_engines(register: Register) -> None:
 @hookspec
 def trinity_register_experience_operators(register: Register) -> None:
     """Register experience operators of the data processor (``data_processor.*.operators[].name``)."""
+
+
+@hookspec
+def trinity_check_config(config: Any, issues: Any) -> None:
+    """Check the settings of a config that name this plugin's implementations.
+
+    Called once per config by ``trinity config check`` and ``trinity run``, after the cluster
+    and the models are derived and before the synchronizer is checked. A plugin reports
+    problems with ``issues.add(dotted_key, message)`` (or ``issues.warn``) and may fill the
+    unset values it owns (e.g. a default sync method for its engine); it never raises.
+    ``config`` is a ``trinity.config.schema.Config``, ``issues`` an ``IssueCollector``.
+    """

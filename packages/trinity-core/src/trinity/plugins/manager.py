@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import difflib
 import importlib
+import importlib.util
 import logging
 import os
 import sys
@@ -107,6 +108,13 @@ class LoadFailure:
     error: str
 
 
+def _module_exists(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):  # a parent package that is missing or not a package
+        return False
+
+
 def _split_env(var: str) -> set[str]:
     return {item.strip() for item in os.environ.get(var, "").split(",") if item.strip()}
 
@@ -128,6 +136,8 @@ class PluginRegistry:
 
     entries: dict[Kind, dict[str, PluginEntry]] = field(default_factory=lambda: {k: {} for k in Kind})
     failures: list[LoadFailure] = field(default_factory=list)
+    hooks: Any = None
+    """The plugin manager's hook caller (``hooks.trinity_check_config(...)``)."""
     _loaded: dict[tuple[Kind, str], Any] = field(default_factory=dict)
 
     def add(self, kind: Kind, name: str, target: Any, plugin: str, distribution: str) -> None:
@@ -148,10 +158,14 @@ class PluginRegistry:
         return sorted(self.entries[kind])
 
     def entry(self, kind: Kind, name: str, config_key: str | None = None) -> PluginEntry:
-        try:
+        """The entry of ``name``; an unregistered dotted ``package.module.Class`` whose module
+        exists is an entry of its own (as Trinity-RFT accepts), found without importing it."""
+        if name in self.entries[kind]:
             return self.entries[kind][name]
-        except KeyError:
-            raise UnknownPluginError(kind, name, self.names(kind), config_key) from None
+        module = name.rpartition(".")[0] if "." in name and ":" not in name else ""
+        if module and _module_exists(module):
+            return PluginEntry(kind, name, name, plugin="dotted path", distribution="(import path)")
+        raise UnknownPluginError(kind, name, self.names(kind), config_key)
 
     def check(self, kind: Kind, name: str, config_key: str | None = None) -> None:
         """Raise UnknownPluginError unless ``name`` is registered; imports nothing."""
@@ -251,6 +265,8 @@ def build_registry(extra_plugins: Iterable[tuple[str, ModuleType | object]] = ()
         pm.register(module, name=name)
         owners[name] = dist
 
+    _refuse_unknown_hooks(pm, owners, registry.failures)
+    registry.hooks = pm.hook
     for kind in Kind:
         caller = getattr(pm.hook, kind.hook_name)
         for impl in caller.get_hookimpls():  # in registration order
@@ -269,6 +285,20 @@ def build_registry(extra_plugins: Iterable[tuple[str, ModuleType | object]] = ()
     return registry
 
 
+def _refuse_unknown_hooks(pm: pluggy.PluginManager, owners: dict[str, str], failures: list[LoadFailure]) -> None:
+    """A plugin implementing a hook that no spec declares (a misspelt name) is a load failure:
+    it is unregistered, with the unknown hook named, and the others keep working."""
+    while True:
+        try:
+            pm.check_pending()
+            return
+        except pluggy.PluginValidationError as exc:
+            name = pm.get_name(exc.plugin) or "unknown"
+            failures.append(LoadFailure(name, owners.get(name, "unknown"), f"{exc}; see trinity.plugins.hookspecs"))
+            logger.warning("plugin %s not loaded: %s", name, exc)
+            pm.unregister(exc.plugin)
+
+
 _registry: PluginRegistry | None = None
 
 
@@ -278,6 +308,11 @@ def get_registry() -> PluginRegistry:
     if _registry is None:
         _registry = build_registry()
     return _registry
+
+
+def plugin_hooks() -> Any:
+    """The hook caller of every loaded plugin (for hooks other than registration)."""
+    return get_registry().hooks
 
 
 def resolve(kind: Kind, name: str, config_key: str | None = None) -> Any:

@@ -28,7 +28,7 @@ class ChatTokenizer:
     def __init__(self, model: ModelConfig, fmt: FormatConfig):
         from transformers import AutoTokenizer
 
-        self.tokenizer = AutoTokenizer.from_pretrained(model.model_path)
+        self.tokenizer = AutoTokenizer.from_pretrained(model.model_path, trust_remote_code=model.trust_remote_code)
         self.template = fmt.chat_template or model.custom_chat_template
         self.max_len = model.max_model_len
 
@@ -61,7 +61,7 @@ class ChatTokenizer:
 
 def _messages(row: dict[str, Any], fmt: FormatConfig, response: Any = None) -> list[dict[str, Any]]:
     """The row as a conversation; ``response`` (a DPO side) replaces the response column."""
-    if fmt.prompt_type == "messages":
+    if fmt.prompt_type in (None, "messages"):  # SFT and DPO data default to messages, as in Trinity-RFT
         messages = list(row[fmt.messages_key])
         if response is not None:
             messages += response if isinstance(response, list) else [{"role": "assistant", "content": response}]
@@ -79,7 +79,7 @@ def _messages(row: dict[str, Any], fmt: FormatConfig, response: Any = None) -> l
 def row_to_experience(row: dict[str, Any], fmt: FormatConfig, chat: ChatTokenizer, schema: str) -> Experience:
     """One SFT or DPO example from a dataset row."""
     if schema == "dpo":
-        prompt_messages = list(row[fmt.messages_key]) if fmt.prompt_type == "messages" else _messages(row, fmt)[:-1]
+        prompt_messages = _messages(row, fmt)[:-1] if fmt.prompt_type == "plaintext" else list(row[fmt.messages_key])
         prompt = chat.ids(prompt_messages, generation_prompt=True)
         sides = []
         for key in (fmt.chosen_key, fmt.rejected_key):

@@ -29,10 +29,10 @@ from trinity.buffer import BufferTimeout, EndOfBuffer, open_experience_reader
 from trinity.common.batch import Batch
 from trinity.common.experience import Experience
 from trinity.common.files import read_json, write_json
-from trinity.common.runtime import freeze_long_lived_objects, setup_role
 from trinity.config.schema import Config, StorageConfig
 from trinity.monitor.metrics import stats, timer
 from trinity.plugins import Kind, resolve
+from trinity.runtime import freeze_long_lived_objects, setup_role
 
 logger = logging.getLogger(__name__)
 

@@ -4,15 +4,16 @@ Shared by writers and readers of one process (``local_queue``) and hosted by the
 queue actor for sharing across actors (which stores serialised experiences: the queue only
 ever looks at an item's ``model_version``). Thread-safe; blocking calls wait on a condition.
 
-Priority replay (``use_priority_queue``): ``get`` returns the highest-priority
+Priority replay (``replay_buffer.enable``): ``get`` returns the highest-priority
 experiences (ties: oldest first); a full queue drops its lowest-priority experience
-instead of blocking. ``replay_buffer_kwargs.priority_fn`` picks the priority:
+instead of blocking. ``replay_buffer.priority_fn`` picks the priority (its arguments in
+``replay_buffer.priority_fn_args``):
 
 - ``linear_decay`` (default): ``model_version - decay * use_count``.
 - ``decay_limit_randomization``: the same plus Gaussian noise of ``sigma``; an experience
   used ``use_count_limit`` times is not reused.
 
-With ``reuse_cooldown_time`` set, an experience goes back into the queue that many
+With ``replay_buffer.reuse_cooldown_time`` set, an experience goes back into the queue that many
 seconds after it was read (with ``use_count + 1``); without it, each is read once.
 """
 
@@ -29,7 +30,7 @@ from typing import Any
 
 from trinity.buffer.storage.base import ExperienceReader, ExperienceWriter, default_writer_name
 from trinity.common.experience import Experience
-from trinity.config.schema import StorageConfig
+from trinity.config.schema import ExperienceBufferConfig
 
 PRIORITY_FNS = ("linear_decay", "decay_limit_randomization")
 
@@ -44,16 +45,17 @@ class _Item:
 class MemoryQueue:
     """The queue itself; ``MemoryWriter`` and ``MemoryReader`` (or the Ray actor) wrap it."""
 
-    def __init__(self, storage: StorageConfig):
+    def __init__(self, storage: ExperienceBufferConfig):
         self.name = storage.name
         self.capacity = storage.capacity
-        self.priority = storage.use_priority_queue
-        self.cooldown = storage.reuse_cooldown_time
-        kwargs = dict(storage.replay_buffer_kwargs)
-        self.priority_fn = kwargs.pop("priority_fn", "linear_decay")
+        replay = storage.replay_buffer
+        self.priority = replay.enable
+        self.cooldown = replay.reuse_cooldown_time
+        kwargs = dict(replay.priority_fn_args)
+        self.priority_fn = replay.priority_fn
         if self.priority_fn not in PRIORITY_FNS:
             raise ValueError(
-                f"buffer {self.name!r}: unknown replay_buffer_kwargs.priority_fn {self.priority_fn!r}; "
+                f"buffer {self.name!r}: unknown replay_buffer.priority_fn {self.priority_fn!r}; "
                 f"choose one of {', '.join(PRIORITY_FNS)}"
             )
         self.decay = float(kwargs.pop("decay", 2.0))
@@ -179,7 +181,7 @@ _LOCAL: dict[str, MemoryQueue] = {}
 _LOCAL_LOCK = threading.Lock()
 
 
-def local_queue(storage: StorageConfig) -> MemoryQueue:
+def local_queue(storage: ExperienceBufferConfig) -> MemoryQueue:
     """The process-wide in-memory queue of ``storage.name`` (created on first use)."""
     with _LOCAL_LOCK:
         if storage.name not in _LOCAL:

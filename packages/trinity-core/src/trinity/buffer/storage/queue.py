@@ -10,7 +10,7 @@ Where the queue lives depends on ``path``:
   ``capacity``. Every write is durable in the database, so a restarted process or a
   second one (async mode: explorer and trainer processes) works through the file alone.
 
-Priority replay (``use_priority_queue``) needs the in-memory queue.
+Priority replay (``replay_buffer.enable``) needs the in-memory queue.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from typing import Any
 from trinity.buffer.storage.base import ExperienceReader, ExperienceWriter, LogStorage
 from trinity.buffer.storage.file import FileStorage
 from trinity.buffer.storage.memory import MemoryReader, MemoryWriter, local_queue
-from trinity.config.schema import StorageConfig
+from trinity.config.schema import ExperienceBufferConfig
 
 
 def _ray_running() -> bool:
@@ -30,15 +30,15 @@ def _ray_running() -> bool:
 
 
 class QueueStorage:
-    def __init__(self, storage: StorageConfig, namespace: str | None = None, use_ray: bool | None = None):
+    def __init__(self, storage: ExperienceBufferConfig, namespace: str | None = None, use_ray: bool | None = None):
         self.storage = storage
         self.durable: LogStorage | None = None
         path = storage.path or ""
         if path:
-            if storage.use_priority_queue:
+            if storage.replay_buffer.enable:
                 raise ValueError(
-                    f"buffer {storage.name!r}: use_priority_queue needs an in-memory queue; "
-                    f"remove path {path!r} or set use_priority_queue: false"
+                    f"buffer {storage.name!r}: replay_buffer needs an in-memory queue; "
+                    f"remove path {path!r} or set replay_buffer.enable: false"
                 )
             if path.endswith((".jsonl", ".json")):
                 self.durable = FileStorage(storage)

@@ -19,7 +19,7 @@ import ray
 
 from trinity.buffer.storage.memory import MemoryQueue
 from trinity.common.experience import Experience
-from trinity.config.schema import StorageConfig
+from trinity.config.schema import ExperienceBufferConfig
 
 ACTOR_PREFIX = "trinity-buffer-"
 
@@ -34,7 +34,7 @@ class _Stored:
 
 @ray.remote(num_cpus=0, max_concurrency=64)
 class QueueActor:
-    def __init__(self, storage: StorageConfig):
+    def __init__(self, storage: ExperienceBufferConfig):
         self.queue = MemoryQueue(storage)
 
     def open_writer(self, writer: str) -> None:
@@ -81,7 +81,7 @@ class RayQueueHandle:
         return ray.get(self.actor.size.remote())
 
 
-def get_or_create_queue_actor(storage: StorageConfig, namespace: str | None = None) -> RayQueueHandle:
+def get_or_create_queue_actor(storage: ExperienceBufferConfig, namespace: str | None = None) -> RayQueueHandle:
     """The queue actor ``trinity-buffer-<name>`` in ``namespace`` (default: the current one)."""
     namespace = namespace or ray.get_runtime_context().namespace
     actor = QueueActor.options(
@@ -90,7 +90,7 @@ def get_or_create_queue_actor(storage: StorageConfig, namespace: str | None = No
     return RayQueueHandle(actor)
 
 
-def kill_queue_actor(storage: StorageConfig, namespace: str | None = None) -> None:
+def kill_queue_actor(storage: ExperienceBufferConfig, namespace: str | None = None) -> None:
     """Remove the queue actor of ``storage`` (its unread experiences are lost)."""
     namespace = namespace or ray.get_runtime_context().namespace
     ray.kill(ray.get_actor(ACTOR_PREFIX + storage.name, namespace=namespace))

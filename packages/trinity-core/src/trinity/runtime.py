@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import gc
 import logging
 import os
@@ -70,7 +69,7 @@ def setup_role(config: Config, role: str, threads: int | None) -> MonitorGroup:
         role,
         config.checkpoint_job_dir,
         config.monitor.monitor_args,
-        dataclasses.asdict(config),
+        config.model_dump(mode="json"),
     )
 
 
