@@ -4,39 +4,11 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import textwrap
-from pathlib import Path
 
 import pytest
+from config_helpers import issues_of, write
 
 from trinity.config import ConfigError, load_config
-
-BASE = """
-project: demo
-name: run
-checkpoint_root_dir: {root}
-algorithm: {{algorithm_type: grpo, repeat_times: 4}}
-model: {{model_path: /models/tiny, max_prompt_tokens: 64, max_response_tokens: 32}}
-cluster: {{node_num: 1, gpu_per_node: 0}}
-explorer: {{rollout_model: {{engine_type: transformers}}}}
-trainer: {{trainer_type: torch}}
-buffer:
-  batch_size: 4
-  explorer_input:
-    taskset: {{path: /data/tasks.jsonl, default_workflow_type: math_workflow}}
-"""
-
-
-def write(tmp_path: Path, extra: str = "", base: str = BASE) -> Path:
-    path = tmp_path / "config.yaml"
-    path.write_text(base.format(root=tmp_path / "ckpt") + textwrap.dedent(extra))
-    return path
-
-
-def issues_of(path: Path, overrides: list[str] | None = None) -> dict[str, str]:
-    with pytest.raises(ConfigError) as err:
-        load_config(path, overrides)
-    return {issue.path: issue.message for issue in err.value.issues}
 
 
 def test_base_config_is_valid_and_derives(tmp_path):

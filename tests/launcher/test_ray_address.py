@@ -75,3 +75,29 @@ def test_a_named_address_where_no_cluster_answers_fails_naming_its_source(ray_tm
     monkeypatch.setenv("RAY_ADDRESS", gone)
     with pytest.raises(RunFailed, match=rf"RAY_ADDRESS is '{gone}', where no Ray cluster answers"):
         ray_address(no_address())
+
+
+def test_auto_the_trinity_rft_default_joins_a_running_cluster_or_starts_one(ray_tmpdir):
+    auto = OmegaConf.create({"cluster": {"ray_address": "auto"}})
+    assert ray_address(auto) is None  # nothing recorded: a new local Ray, where Ray's own 'auto' would fail
+    with listening() as address:
+        (ray_tmpdir / "ray_current_cluster").write_text(address)
+        assert ray_address(auto) is None  # ray.init joins the recorded cluster
+
+
+def test_node_and_gpu_counts_left_at_zero_are_read_from_the_cluster(tmp_path):
+    """A Ray cluster that declares GPUs (Ray counts them as resources, so a CPU machine can
+    stand in): the zeros become its alive nodes and GPUs per node, as Trinity-RFT detects them."""
+    import ray
+
+    from trinity.config.schema import Config
+    from trinity.launcher import detected_cluster
+
+    ray.init(num_cpus=1, num_gpus=2, include_dashboard=False, namespace="detect")
+    try:
+        assert detected_cluster(Config()) == ["cluster.node_num=1", "cluster.gpu_per_node=2"]
+        given = Config.model_validate({"cluster": {"node_num": 1, "gpu_per_node": 0}})
+        assert detected_cluster(given) == ["cluster.node_num=1", "cluster.gpu_per_node=2"]
+        assert detected_cluster(Config.model_validate({"cluster": {"node_num": 2, "gpu_per_node": 8}})) == []
+    finally:
+        ray.shutdown()

@@ -171,19 +171,15 @@ def test_unknown_verl_keys_are_reported_with_the_nearest_key(tmp_path):
     assert "trainer.trainer_config.critic.optim.learning_rate: unknown verl key" in message
 
 
-def test_token_budgets_below_max_model_len_are_refused(tmp_path):
+def test_token_budgets_below_max_model_len_warn_counting_sequence_parallelism(tmp_path, caplog):
     pytest.importorskip("verl")
-    path = write_variant(
-        tmp_path,
-        "verl_grpo_example.yaml",
-        "trainer.trainer_config.actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu=512",
-    )
-    with pytest.raises(ConfigError) as error:
-        verl_config(load_config(path))
-    assert (
-        "trainer.trainer_config.actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu: 512 is below "
-        "model.max_model_len 1024"
-    ) in str(error.value)
+    key = "trainer.trainer_config.actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu"
+    verl_config(load_config(write_variant(tmp_path, "verl_grpo_example.yaml", f"{key}=512")))
+    assert f"{key}: 512 x ulysses_sequence_parallel_size 1 is below model.max_model_len 1024" in caplog.text
+    caplog.clear()
+    path = write_variant(tmp_path, "verl_grpo_example.yaml", f"{key}=512", "trainer.ulysses_sequence_parallel_size=2")
+    verl_config(load_config(path))
+    assert key not in caplog.text  # 512 x 2 holds a sample of 1024
 
 
 def test_sequence_parallel_size_must_divide_the_trainer_gpus(tmp_path):

@@ -90,6 +90,8 @@ def config() -> None:
 
     \b
     trinity config check FILE    validate, print the resolved config
+    trinity config schema        the JSON Schema of a config file
+    trinity config docs          write docs/config.md, the reference of every key
     trinity config ENGINE FILE   print the config training engine ENGINE builds (e.g. verl)
     """
 
@@ -97,20 +99,57 @@ def config() -> None:
 @config.command("check")
 @click.argument("config_file", type=click.Path(dir_okay=False))
 @click.argument("overrides", nargs=-1)
-def config_check(config_file: str, overrides: tuple[str, ...]) -> None:
+@click.option("--strict", is_flag=True, help="Keys accepted but not acted on yet are errors, not warnings.")
+def config_check(config_file: str, overrides: tuple[str, ...], strict: bool) -> None:
     """Load CONFIG_FILE with OVERRIDES (dotlist: buffer.batch_size=8), validate, print the result.
 
-    Exits 0 and prints the resolved config as YAML, or exits 2 and prints every error
-    found, each with its dotted path.
+    Exits 0 and prints the resolved config as YAML (warnings on stderr), or exits 2 and
+    prints every error found, each with its dotted path.
     """
     from trinity.config import ConfigError, load_config, to_yaml
 
     try:
-        cfg = load_config(config_file, list(overrides))
+        cfg = load_config(config_file, list(overrides), strict=strict)
     except ConfigError as exc:
         click.echo(str(exc), err=True)
         sys.exit(2)
     click.echo(to_yaml(cfg), nl=False)
+
+
+@config.command("schema")
+def config_schema() -> None:
+    """Print the JSON Schema of a config file (every key: type, default, range, description)."""
+    from trinity.config.reference import json_schema
+
+    click.echo(json.dumps(json_schema(), indent=2))
+
+
+@config.command("docs")
+@click.option(
+    "--out",
+    type=click.Path(dir_okay=False),
+    default="docs/config.md",
+    show_default=True,
+    help="Where the Markdown reference goes ('-' prints it).",
+)
+@click.option("--check", is_flag=True, help="Write nothing; exit 1 when OUT differs from the schema.")
+def config_docs(out: str, check: bool) -> None:
+    """Write the Markdown reference of every config key, generated from the schema."""
+    from pathlib import Path
+
+    from trinity.config.reference import markdown
+
+    text = markdown()
+    if out == "-":
+        click.echo(text, nl=False)
+    elif check:
+        if not Path(out).is_file() or Path(out).read_text() != text:
+            click.echo(f"{out} is not the schema's reference: run `trinity config docs --out {out}`", err=True)
+            sys.exit(1)
+    else:
+        Path(out).parent.mkdir(parents=True, exist_ok=True)
+        Path(out).write_text(text)
+        click.echo(f"wrote {out} ({len(text.splitlines())} lines)")
 
 
 @main.command()

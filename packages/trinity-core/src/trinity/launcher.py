@@ -45,7 +45,9 @@ def run(config_path: str, overrides: list[str] | None = None) -> list[dict[str, 
     and nothing is started for a config that cannot run. The check imports no torch (0.05 s
     for the quickstart; see ``trinity.common.lazy_import``). The driver joins Ray before it
     knows the experiment's namespace: its own job namespace is Ray's anonymous one, and
-    every named actor of the run carries ``ray_namespace`` explicitly.
+    every named actor of the run carries ``ray_namespace`` explicitly. ``cluster.node_num`` /
+    ``gpu_per_node`` left at 0 are then read from the cluster (as Trinity-RFT does), and the
+    config is derived again with them when the cluster has GPUs.
     """
     import ray
 
@@ -54,6 +56,9 @@ def run(config_path: str, overrides: list[str] | None = None) -> list[dict[str, 
     if started_ray:
         os.environ.setdefault(WORKER_NICENESS, "0")  # a Ray it starts runs the roles at its own priority
         ray.init(address=ray_address(read_yaml(config_path, overrides)), include_dashboard=False, log_to_driver=True)
+    detected = detected_cluster(stages[0])
+    if detected:
+        stages = load_stage_configs(config_path, [*(overrides or []), *detected], warn=False)
     summaries = []
     model_path = None
     try:
@@ -77,9 +82,27 @@ def run(config_path: str, overrides: list[str] | None = None) -> list[dict[str, 
     return summaries
 
 
+def detected_cluster(config: Config) -> list[str]:
+    """Overrides for the cluster keys left at 0, from the Ray cluster's alive nodes; none
+    when the cluster has no GPU (a CPU run is what 0 already means)."""
+    import ray
+
+    cluster = config.cluster
+    if cluster.node_num and cluster.gpu_per_node:
+        return []
+    nodes = [node for node in ray.nodes() if node.get("Alive")]
+    gpus = max((int(node.get("Resources", {}).get("GPU", 0)) for node in nodes), default=0)
+    if not gpus:
+        return []
+    logger.info("cluster detected: %d nodes x %d GPUs", len(nodes), gpus)
+    found = {"node_num": cluster.node_num or len(nodes), "gpu_per_node": cluster.gpu_per_node or gpus}
+    return [f"cluster.{key}={value}" for key, value in found.items()]
+
+
 def ray_address(raw: Any) -> str | None:
     """What ``ray.init`` joins: ``cluster.ray_address``, else ``RAY_ADDRESS``, else (None) the
-    cluster ``ray start`` recorded on this machine, or a new local one.
+    cluster ``ray start`` recorded on this machine, or a new local one (what ``auto``, the
+    default, means too).
 
     Ray tries an address for minutes before it gives up, so a named ``host:port`` where no
     cluster answers is an error now, naming where the address came from; a recorded one
@@ -89,7 +112,7 @@ def ray_address(raw: Any) -> str | None:
         ("cluster.ray_address", OmegaConf.select(raw, "cluster.ray_address")),
         ("RAY_ADDRESS", os.environ.get("RAY_ADDRESS")),
     ):
-        if address:
+        if address and address != "auto":
             if not _cluster_answers(address):
                 raise RunFailed(
                     f"{source} is {address!r}, where no Ray cluster answers: start one there "

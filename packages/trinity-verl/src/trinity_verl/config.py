@@ -30,6 +30,15 @@ SOFT = (
     "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu",
     "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu",
     "critic.ppo_micro_batch_size_per_gpu",
+    "actor_rollout_ref.model.use_remove_padding",
+    "critic.model.use_remove_padding",
+    "actor_rollout_ref.actor.fsdp_config.param_offload",
+    "actor_rollout_ref.actor.fsdp_config.optimizer_offload",
+    "actor_rollout_ref.actor.fsdp_config.offload_policy",
+    "critic.fsdp.param_offload",
+    "critic.fsdp.optimizer_offload",
+    "trainer.balance_batch",
+    "trainer.critic_warmup",
 )
 """Mapped keys outside the guide's tables (and all of ``critic.optim``): defaults from trinity
 fields that ``trainer_config`` may set."""
@@ -62,7 +71,7 @@ def trinity_fields(config: Config) -> dict[str, Any]:
     n = max(algo.repeat_times, 1)
     train_batch = buffer.train_batch_size or buffer.batch_size * n
     actor = "actor_rollout_ref.actor"
-    clip = trainer.grad_clip if trainer.grad_clip and trainer.grad_clip > 0 else float("inf")  # 0: no clipping
+    clip = _clip(trainer.grad_clip)
     fields: dict[str, Any] = {
         # algorithm
         "algorithm.adv_estimator": {"ppo": "gae"}.get(algo.advantage_fn, algo.advantage_fn),
@@ -77,6 +86,12 @@ def trinity_fields(config: Config) -> dict[str, Any]:
         "data.filter_overlong_prompts": model.enable_prompt_truncation,
         # actor, rollout, critic
         "actor_rollout_ref.model.path": model.model_path,
+        "actor_rollout_ref.model.trust_remote_code": model.trust_remote_code,
+        "actor_rollout_ref.model.use_remove_padding": trainer.use_remove_padding,
+        f"{actor}.strategy": trainer.trainer_strategy,
+        f"{actor}.fsdp_config.param_offload": trainer.param_offload,
+        f"{actor}.fsdp_config.optimizer_offload": trainer.optimizer_offload,
+        f"{actor}.fsdp_config.offload_policy": trainer.offload_policy,
         **_optimizer(f"{actor}.optim", config, clip),
         f"{actor}.grad_clip": clip,
         "actor_rollout_ref.rollout.n": n,
@@ -97,6 +112,10 @@ def trinity_fields(config: Config) -> dict[str, Any]:
         "actor_rollout_ref.rollout.tensor_model_parallel_size": rollout.tensor_parallel_size,
         "actor_rollout_ref.rollout.gpu_memory_utilization": rollout.gpu_memory_utilization,
         "critic.model.path": model.critic_model_path or model.model_path,
+        "critic.model.use_remove_padding": trainer.use_remove_padding,
+        "critic.strategy": trainer.trainer_strategy,
+        "critic.fsdp.param_offload": trainer.param_offload,
+        "critic.fsdp.optimizer_offload": trainer.optimizer_offload,
         "critic.ppo_mini_batch_size": max(train_batch // n, 1),
         "critic.ppo_micro_batch_size_per_gpu": trainer.micro_batch_size_per_gpu,
         "critic.use_dynamic_bsz": trainer.use_dynamic_bsz,
@@ -116,6 +135,8 @@ def trinity_fields(config: Config) -> dict[str, Any]:
         "trainer.total_training_steps": trainer.total_steps,
         "trainer.val_before_train": config.explorer.eval_on_startup,
         "trainer.resume_mode": "auto" if config.continue_from_checkpoint else "disable",
+        "trainer.balance_batch": trainer.balance_batch,
+        "trainer.critic_warmup": trainer.critic_warmup,
     }
     if _enabled(algo.kl_loss_fn):
         fields[f"{actor}.kl_loss_type"] = algo.kl_loss_fn
@@ -144,8 +165,12 @@ def _optimizer(prefix: str, config: Config, clip: float) -> dict[str, Any]:
         f"{prefix}.betas": list(opt.betas),
         f"{prefix}.weight_decay": opt.weight_decay,
         f"{prefix}.total_training_steps": total,
-        f"{prefix}.clip_grad": clip,
+        f"{prefix}.clip_grad": _clip(opt.clip_grad),
     }
+
+
+def _clip(norm: float) -> float:
+    return norm if norm > 0 else float("inf")  # 0: no clipping
 
 
 def _monitor_types(monitor_type: Any) -> list[str]:
@@ -232,16 +257,18 @@ def build_verl_config(config: Config, issues: IssueCollector, device: str | None
 
 
 def _check_budgets(config: Config, merged: DictConfig, issues: IssueCollector) -> None:
-    max_len = config.model.max_model_len
+    """verl gives each micro-batch ``budget x ulysses_sequence_parallel_size`` tokens; a budget that
+    cannot hold a full-length sample fails the step that meets one (a warning: shorter runs pass)."""
+    max_len, parallel = config.model.max_model_len, config.trainer.ulysses_sequence_parallel_size
     if max_len is None or not config.trainer.use_dynamic_bsz:
         return
     for key in TOKEN_BUDGETS:
         budget = OmegaConf.select(merged, key)
-        if budget is not None and budget < max_len:
-            issues.add(
+        if budget is not None and budget * parallel < max_len:
+            issues.warn(
                 f"{PREFIX}.{key}",
-                f"{budget} is below model.max_model_len {max_len}: a full-length sample would not fit "
-                "(raise it or trainer.max_token_len_per_gpu)",
+                f"{budget} x ulysses_sequence_parallel_size {parallel} is below model.max_model_len {max_len}: "
+                "a full-length sample would not fit (raise it or trainer.max_token_len_per_gpu)",
             )
 
 
@@ -250,4 +277,5 @@ def verl_config(config: Config, device: str | None = None) -> DictConfig:
     issues = IssueCollector()
     merged = build_verl_config(config, issues, device)
     issues.raise_if_any(PREFIX)
+    issues.emit_warnings()
     return merged

@@ -20,11 +20,17 @@ def _is_vllm(engine_type: str) -> bool:
 
 
 @hookimpl
-def trinity_check_config(config, issues):
-    """NCCL sync is this package's: the default in one run on GPUs, and only into vLLM engines."""
+def trinity_config_defaults(config, issues):
+    """NCCL sync is the default of vLLM engines in one run on GPUs."""
     sync, engine = config.synchronizer, config.explorer.rollout_model.engine_type
     if sync.sync_method is None and config.mode == "both" and _is_vllm(engine) and config.cluster.total_gpu_num:
         sync.sync_method = "nccl"  # on a CPU, nccl would broadcast over gloo: memory sync needs no group
+
+
+@hookimpl
+def trinity_check_config(config, issues):
+    """NCCL sync loads weights into vLLM engines only."""
+    sync, engine = config.synchronizer, config.explorer.rollout_model.engine_type
     if sync.sync_method == "nccl" and not _is_vllm(engine):
         issues.add(
             "synchronizer.sync_method",

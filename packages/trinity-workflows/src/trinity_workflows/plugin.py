@@ -40,7 +40,7 @@ DEFAULT_WORKFLOW = "math_workflow"
 
 
 @hookimpl
-def trinity_check_config(config, issues):
+def trinity_config_defaults(config, issues):
     """Tasksets that name no workflow at any level get ``math_workflow``."""
     inputs = config.buffer.explorer_input
     if inputs.default_workflow_type or config.buffer.default_workflow_type:

@@ -25,12 +25,14 @@ def load_config(path: str | Path, overrides: list[str] | None = None, strict: bo
     return config
 
 
-def load_stage_configs(path: str | Path, overrides: list[str] | None = None, strict: bool = False) -> list[Config]:
+def load_stage_configs(
+    path: str | Path, overrides: list[str] | None = None, strict: bool = False, warn: bool = True
+) -> list[Config]:
     """One checked config per stage (the config itself when it has no ``stages``).
 
     A stage's sections are merged over the global ones (what it does not set, it inherits);
     its experiment name is ``<name>/<stage_name>``. Every issue of every stage is reported at
-    once, and each warning once.
+    once, and each warning once (``warn=False``: none, for a config loaded again).
     """
     raw = read_yaml(path, overrides)
     issues = IssueCollector()
@@ -57,7 +59,8 @@ def load_stage_configs(path: str | Path, overrides: list[str] | None = None, str
             for issue in stage_issues.warnings:
                 issues.warn(issue.path, issue.message)
     issues.raise_if_any(str(path), strict)
-    issues.emit_warnings()
+    if warn:
+        issues.emit_warnings()
     return configs
 
 

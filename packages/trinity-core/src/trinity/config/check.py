@@ -1,11 +1,12 @@
 """The one validation and derivation pass over a loaded ``Config``.
 
-Runs in a fixed order (global, monitor, algorithm, model, cluster, plugins, synchronizer,
-intervals, explorer, buffer, trainer, stages) because later steps read what earlier ones
-derived. Every problem is collected with its dotted path. Plugin names are checked through
-the plugin registry (an unknown name gets the registry's message), a plugin's arguments
-through its declared ``Args`` model, and each plugin checks the settings that name it through
-the ``trinity_check_config`` hook: this module names no plugin of a sibling package.
+Runs in a fixed order (global, monitor, algorithm, model, cluster, plugin defaults,
+synchronizer, intervals, explorer, buffer, trainer, stages, plugin checks) because later steps
+read what earlier ones derived. Every problem is collected with its dotted path. Plugin names
+are checked through the plugin registry (an unknown name gets the registry's message), a
+plugin's arguments through its declared ``Args`` model; plugins fill the defaults they own
+(``trinity_config_defaults``) and check the settings that name them (``trinity_check_config``):
+this module names no plugin of a sibling package.
 
 Derivations follow Trinity-RFT's config validators; where a rule of theirs only warns or
 adjusts a value, so does this one (a rule stricter than the original is a warning).
@@ -314,8 +315,13 @@ def trainer_gpu_num(config: Config) -> int:
     return max(cluster.total_gpu_num - cluster.explorer_gpu_num, 0)
 
 
-def check_plugins(config: Config, issues: IssueCollector) -> None:
-    """Each plugin checks the settings that name it and fills the unset ones it owns."""
+def plugin_defaults(config: Config, issues: IssueCollector) -> None:
+    """Each plugin fills the unset values it owns."""
+    plugin_hooks().trinity_config_defaults(config=config, issues=issues)
+
+
+def plugin_checks(config: Config, issues: IssueCollector) -> None:
+    """Each plugin checks the settings that name it, on the derived config."""
     plugin_hooks().trinity_check_config(config=config, issues=issues)
 
 
@@ -376,7 +382,8 @@ def check_buffer(config: Config, issues: IssueCollector) -> None:
     if not buffer.train_batch_size:
         buffer.train_batch_size = buffer.batch_size * config.algorithm.repeat_times
     buffer.tokenizer_path = config.model.model_path
-    if inputs.taskset is not None:
+    single = inputs.taskset is not None  # errors name the key the user wrote
+    if single:
         if inputs.tasksets:
             issues.add("buffer.explorer_input.taskset", "give either taskset or tasksets, not both")
         inputs.tasksets = [inputs.taskset]
@@ -387,7 +394,7 @@ def check_buffer(config: Config, issues: IssueCollector) -> None:
     groups = [("tasksets", inputs.tasksets, False), ("eval_tasksets", inputs.eval_tasksets, True)]
     for group, tasksets, is_eval in groups:
         for i, taskset in enumerate(tasksets):
-            path = f"buffer.explorer_input.{group}[{i}]"
+            path = "buffer.explorer_input.taskset" if single and not is_eval else f"buffer.explorer_input.{group}[{i}]"
             taskset.name = taskset.name or f"{'eval_' if is_eval else ''}taskset_{i}"
             if taskset.name in seen:
                 issues.add(
@@ -590,13 +597,14 @@ CHECKS = (
     check_algorithm,
     check_model,
     check_cluster,
-    check_plugins,
+    plugin_defaults,
     check_synchronizer,
     check_intervals,
     check_explorer,
     check_buffer,
     check_trainer,
     check_stages,
+    plugin_checks,
 )
 
 

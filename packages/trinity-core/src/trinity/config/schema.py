@@ -159,8 +159,8 @@ class StorageConfig(ConfigModel):
     data_selector: DataSelectorConfig = Field(
         default_factory=DataSelectorConfig, description="How rows are picked (order, curriculum)."
     )
-    max_retry_times: int = Field(3, ge=0, description="Retries of a failed database operation (sql).")
-    max_retry_interval: int = Field(1, gt=0, description="Seconds between database retries (sql).")
+    max_retry_times: int = inert(3, "Retries of a failed database operation (sql; trinity waits on locks).", ge=0)
+    max_retry_interval: int = inert(1, "Seconds between database retries (sql).", gt=0)
     enable_progress_bar: bool = inert(False, "Show a progress bar while a dataset loads.")
     ray_namespace: str | None = Field(
         None, description="Ray namespace of the buffer (another experiment's, to share it); unset: this one's."
@@ -352,7 +352,7 @@ class LoRAConfig(ConfigModel):
     lora_dtype: str = inert("auto", "Data type of the adapter weights.")
     target_modules: str = inert("all-linear", "Modules the adapter wraps.")
     exclude_modules: str | None = inert(None, "Modules left without an adapter.")
-    is_dummy: bool = derived(False, "Whether the adapter was created empty.")
+    is_dummy: bool = inert(False, "Whether the adapter was created empty.")
 
 
 class TinkerConfig(ConfigModel):
@@ -426,7 +426,7 @@ class InferenceModelConfig(ConfigModel):
     extra_engine_args: dict[str, Any] = Field(
         default_factory=dict, description="Engine-specific arguments passed through (e.g. vLLM's)."
     )
-    use_v1: bool = Field(True, description="vLLM's V1 engine.")
+    use_v1: bool = inert(True, "vLLM's V1 engine (the only one of the vLLM trinity runs).")
     enforce_eager: bool = Field(False, description="No CUDA graphs (vLLM).")
     enable_prefix_caching: bool = Field(True, description="Reuse the KV cache of shared prefixes (vLLM).")
     enable_chunked_prefill: bool = Field(True, description="Chunked prefill (vLLM).")
@@ -470,20 +470,20 @@ class InferenceModelConfig(ConfigModel):
         default_factory=ExternalModelConfig, description="model.external_model, copied."
     )
     nnodes: int = derived(1, "Nodes one engine spans.", ge=1)
-    node_rank: int = derived(0, "This engine's node.", ge=0)
+    node_rank: int = inert(0, "This engine's node (multi-node engines).", ge=0)
     enable_return_routed_experts: bool = derived(False, "algorithm.enable_router_replay.")
     weight_sync_buffer_size: int = inert(1024, "MB of GPU memory per batch of NCCL weight sync.", ge=1)
-    bundle_indices: str = derived("", "Placement group bundles of the engine.")
-    engine_id: int = derived(0, "Index of the engine.", ge=0)
+    bundle_indices: str = inert("", "Placement group bundles of the engine.")
+    engine_id: int = inert(0, "Index of the engine.", ge=0)
     ray_namespace: str | None = derived(None, "The experiment's Ray namespace.")
-    ray_actor_name: str | None = derived(None, "Name of the engine's actor.")
+    ray_actor_name: str | None = inert(None, "Name of the engine's actor.")
     sync_method: str | None = derived(None, "synchronizer.sync_method.")
     checkpoint_job_dir: str | None = derived(None, "The job folder.")
-    cuda_visible_devices: str | None = derived(None, "GPUs of the engine.")
-    enable_lora: bool = derived(False, "Whether model.lora_configs is set.")
-    enable_runtime_lora_updating: bool = derived(False, "Whether LoRA weights change during the run.")
-    lora_modules: list[dict[str, Any]] | None = derived(None, "LoRA adapters, from model.lora_configs.")
-    lora_kwargs: dict[str, Any] = derived(default_factory=dict, description="LoRA engine arguments.")
+    cuda_visible_devices: str | None = inert(None, "GPUs of the engine.")
+    enable_lora: bool = inert(False, "Whether model.lora_configs is set.")
+    enable_runtime_lora_updating: bool = inert(False, "Whether LoRA weights change during the run.")
+    lora_modules: list[dict[str, Any]] | None = inert(None, "LoRA adapters, from model.lora_configs.")
+    lora_kwargs: dict[str, Any] = inert(default_factory=dict, description="LoRA engine arguments.")
     rope_scaling: dict[str, Any] | None = derived(None, "model.rope_scaling.")
     rope_theta: float | None = derived(None, "model.rope_theta.")
 

@@ -103,12 +103,20 @@ def trinity_register_experience_operators(register: Register) -> None:
 
 
 @hookspec
-def trinity_check_config(config: Any, issues: Any) -> None:
-    """Check the settings of a config that name this plugin's implementations.
+def trinity_config_defaults(config: Any, issues: Any) -> None:
+    """Fill the unset values of a config that this plugin owns (e.g. the default sync method of
+    its engine, the workflow of tasksets that name none).
 
-    Called once per config by ``trinity config check`` and ``trinity run``, after the cluster
-    and the models are derived and before the synchronizer is checked. A plugin reports
-    problems with ``issues.add(dotted_key, message)`` (or ``issues.warn``) and may fill the
-    unset values it owns (e.g. a default sync method for its engine); it never raises.
-    ``config`` is a ``trinity.config.schema.Config``, ``issues`` an ``IssueCollector``.
+    Called by the check pass after the cluster and the models are derived, before the
+    synchronizer and the buffers are. ``config`` is a ``trinity.config.schema.Config``,
+    ``issues`` an ``IssueCollector`` (say what was filled with ``issues.warn``).
+    """
+
+
+@hookspec
+def trinity_check_config(config: Any, issues: Any) -> None:
+    """Check the settings of a fully derived config that name this plugin's implementations.
+
+    Called last by the check pass of ``trinity config check`` and ``trinity run``. Report
+    problems with ``issues.add(dotted_key, message)`` or ``issues.warn``; never raise.
     """

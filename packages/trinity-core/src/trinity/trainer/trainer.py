@@ -67,6 +67,21 @@ def saved_checkpoints(config: Config) -> list[tuple[int, Path]]:
     return sorted(found)
 
 
+def prune_checkpoints(config: Config, keep: int) -> None:
+    """Remove all but the ``keep`` newest checkpoints (``trainer.max_checkpoints_to_keep``; 0 keeps
+    all). Runs after the metadata names the newest, so a resume never points at a removed one."""
+    if keep <= 0:
+        return
+    steps = sorted(
+        int(path.name.removeprefix("global_step_"))
+        for path in Path(config.checkpoint_job_dir).glob("global_step_*")
+        if path.name.removeprefix("global_step_").isdigit()
+    )
+    for step in steps[:-keep]:
+        shutil.rmtree(checkpoint_dir(config, step), ignore_errors=True)
+        logger.info("removed checkpoint %s (trainer.max_checkpoints_to_keep %d)", checkpoint_dir(config, step), keep)
+
+
 @contextmanager
 def save_guard(config: Config) -> Iterator[None]:
     """Serialise saves per ``trainer.save_strategy``.
@@ -267,6 +282,7 @@ class Trainer:
             reader.commit()
         self.saved_step, self.saved_hf = self.step, has_hf_weights(target)
         logger.info("%s: saved %s", self.name, target)
+        prune_checkpoints(self.config, self.config.trainer.max_checkpoints_to_keep)
 
     def shutdown(self) -> None:
         for reader in self.readers:

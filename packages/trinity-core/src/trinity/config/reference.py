@@ -1,0 +1,148 @@
+"""The schema as documents: JSON Schema (``trinity config schema``) and the Markdown reference of
+every key (``trinity config docs``, kept in ``docs/config.md``); both read the models of
+``trinity.config.schema`` and nothing else, so they cannot drift from what is validated.
+"""
+
+from __future__ import annotations
+
+import json
+import types
+import typing
+from typing import Annotated, Any, Literal, Union
+
+import annotated_types
+from pydantic import BaseModel
+from pydantic.json_schema import GenerateJsonSchema
+
+from trinity.config.load import children
+from trinity.config.schema import EFFECT, Config
+
+
+class _WithFactoryDefaults(GenerateJsonSchema):
+    """Pydantic's JSON Schema, with the defaults that factories make (``[]``, ``{}``, sections)."""
+
+    def get_default_value(self, schema: Any) -> Any:
+        if "default_factory" in schema and not schema.get("default_factory_takes_data"):
+            return schema["default_factory"]()
+        return super().get_default_value(schema)
+
+
+def json_schema() -> dict[str, Any]:
+    """The JSON Schema of a whole config file (draft 2020-12)."""
+    schema = Config.model_json_schema(schema_generator=_WithFactoryDefaults)
+    schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+    schema["title"] = "trinity experiment config"
+    return schema
+
+
+def _strip(annotation: Any) -> tuple[Any, list[Any]]:
+    """The annotation without Annotated / None, and the constraints Annotated carried."""
+    constraints: list[Any] = []
+    while True:
+        origin = typing.get_origin(annotation)
+        if origin is Annotated:
+            annotation, *extra = typing.get_args(annotation)
+            constraints += extra
+        elif origin in (Union, types.UnionType):
+            options = [a for a in typing.get_args(annotation) if a is not type(None)]
+            if len(options) != 1:
+                return annotation, constraints
+            annotation = options[0]
+        else:
+            return annotation, constraints
+
+
+def _type_name(annotation: Any) -> str:
+    tp, _ = _strip(annotation)
+    origin = typing.get_origin(tp)
+    if origin is Literal:
+        return "str"
+    if origin is list:
+        return f"list of {_type_name(typing.get_args(tp)[0])}"
+    if origin is dict:
+        return f"mapping of {_type_name(typing.get_args(tp)[1])}" if children(tp) else "mapping"
+    if isinstance(tp, type) and issubclass(tp, BaseModel):
+        return f"[{tp.__name__}](#{tp.__name__.lower()})"
+    return getattr(tp, "__name__", str(tp)).replace("Any", "any")
+
+
+_BOUNDS = {
+    annotated_types.Gt: (">", "gt"),
+    annotated_types.Ge: (">=", "ge"),
+    annotated_types.Lt: ("<", "lt"),
+    annotated_types.Le: ("<=", "le"),
+}
+
+
+def _allowed(field: Any) -> str:
+    tp, constraints = _strip(field.annotation)
+    if typing.get_origin(tp) is Literal:
+        return ", ".join(str(v) for v in typing.get_args(tp))
+    parts, lengths = [], {}
+    for item in [*constraints, *field.metadata]:
+        for kind, (symbol, attribute) in _BOUNDS.items():
+            if isinstance(item, kind):
+                parts.append(f"{symbol} {getattr(item, attribute)}")
+        for kind, attribute in ((annotated_types.MinLen, "min_length"), (annotated_types.MaxLen, "max_length")):
+            if isinstance(item, kind):
+                lengths[attribute] = getattr(item, attribute)
+        if hasattr(item, "metadata"):  # a FieldInfo inside Annotated (e.g. Probability)
+            parts.append(_allowed(item))
+    if lengths:
+        low, high = lengths.get("min_length"), lengths.get("max_length")
+        parts.append(f"{low} items" if low == high else f"{low or 0} to {high if high is not None else 'any'} items")
+    return ", ".join(p for p in parts if p)
+
+
+def _default(field: Any) -> str:
+    value = field.get_default(call_default_factory=True)
+    if isinstance(value, BaseModel):
+        return "(section)"
+    return f"`{json.dumps(value)}`"
+
+
+def _description(field: Any) -> str:
+    effect = (field.json_schema_extra or {}).get(EFFECT)
+    prefix = {"inert": "**No effect yet.** ", "derived": "*Derived.* "}.get(effect, "")
+    return prefix + (field.description or "").replace("|", "\\|")
+
+
+def _models(model: type[BaseModel], path: str, found: dict[type[BaseModel], list[str]]) -> None:
+    """Every model of the schema with the dotted paths where it appears, in order of first use."""
+    if model in found:
+        found[model].append(path)
+        return
+    found[model] = [path]
+    for name, field in model.model_fields.items():
+        inner = children(field.annotation)
+        if inner:
+            kind, sub = inner
+            suffix = {"one": "", "list": "[]", "dict": ".<name>"}[kind]
+            _models(sub, f"{path}.{name}{suffix}" if path else f"{name}{suffix}", found)
+
+
+def markdown() -> str:
+    """The reference of every key: one table per section, in the order of a config file."""
+    found: dict[type[BaseModel], list[str]] = {}
+    _models(Config, "", found)
+    lines = [
+        "# Configuration reference",
+        "",
+        "Generated from `trinity/config/schema.py` by `trinity config docs`; a test keeps it in step.",
+        "Keys are Trinity-RFT's. **No effect yet**: accepted, warns when set (an error under",
+        "`trinity config check --strict`). *Derived*: filled by trinity; a value in the file is replaced.",
+        "",
+    ]
+    for model, paths in found.items():
+        where = ", ".join(f"`{p}`" for p in paths if p) or "the top level"
+        lines += [f"## {model.__name__}", "", f"{(model.__doc__ or '').strip()} At {where}.", ""]
+        lines += ["| key | type | default | allowed | description |", "|---|---|---|---|---|"]
+        for name, field in model.model_fields.items():
+            row = [f"`{name}`", _type_name(field.annotation), _default(field), _allowed(field), _description(field)]
+            lines.append("| " + " | ".join(row) + " |")
+        renamed = getattr(model, "renamed", {})
+        if renamed:
+            moves = ", ".join(f"`{old}` → `{new}`" for old, new in renamed.items())
+            lines += ["", f"Older names, moved with a warning: {moves}."]
+        lines.append("")
+    return "\n".join(lines)
