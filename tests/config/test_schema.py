@@ -272,3 +272,11 @@ def test_config_schema_prints_a_json_schema_with_types_defaults_and_ranges():
     assert schema["$defs"]["MonitorConfig"]["properties"]["monitor_type"]["default"] == ["tensorboard"]
     assert schema["$defs"]["TrainerConfig"]["properties"]["enable_preview"][EFFECT] == "inert"
     assert schema["additionalProperties"] is False
+
+
+def test_monitor_args_are_checked_against_the_monitors_that_read_them(tmp_path, caplog):
+    path = write(tmp_path, "monitor: {monitor_type: [mlflow, wandb], monitor_args: {username: [a], entity: team}}\n")
+    found = issues_of(path)
+    assert found == {"monitor.monitor_args.username": "expected str, got list ['a']"}
+    load_config(path, ["monitor.monitor_args.username=me"])
+    assert "monitor.monitor_args.entity: no monitor of mlflow, wandb reads it (they read: api_key" in caplog.text

@@ -21,17 +21,13 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from mlflow.entities import Metric, Param
-from mlflow.exceptions import MlflowException
-from mlflow.tracking import MlflowClient
-from mlflow.utils.validation import (
-    MAX_ENTITY_KEY_LENGTH,
-    MAX_METRICS_PER_BATCH,
-    MAX_PARAM_VAL_LENGTH,
-    MAX_PARAMS_TAGS_PER_BATCH,
-)
+from trinity.plugin_api import Field, Monitor, MonitorError, PluginArgs, lazy_module
 
-from trinity.plugin_api import Monitor, MonitorError
+# mlflow takes 1-1.7 s to import: only when a run logs, not when the config check reads Args.
+entities = lazy_module("mlflow.entities")
+exceptions = lazy_module("mlflow.exceptions")
+tracking = lazy_module("mlflow.tracking")
+limits = lazy_module("mlflow.utils.validation")
 
 REACHABILITY_TIMEOUT_S = 5.0
 
@@ -39,7 +35,7 @@ REACHABILITY_TIMEOUT_S = 5.0
 def mlflow_key(name: str) -> str:
     """A metric or param name MLflow accepts: ``@`` reads ``_at_`` (``mean@4`` -> ``mean_at_4``),
     other characters outside ``[/\\w.\\- :]`` become ``_``, cut to MLflow's key length."""
-    return re.sub(r"[^/\w.\- :]", "_", name.replace("@", "_at_"))[:MAX_ENTITY_KEY_LENGTH]
+    return re.sub(r"[^/\w.\- :]", "_", name.replace("@", "_at_"))[: limits.MAX_ENTITY_KEY_LENGTH]
 
 
 def flatten(config: Mapping[str, Any], prefix: str = "") -> dict[str, str]:
@@ -50,7 +46,7 @@ def flatten(config: Mapping[str, Any], prefix: str = "") -> dict[str, str]:
         if isinstance(value, Mapping) and value:
             flat.update(flatten(value, f"{path}."))
         else:
-            flat[path] = str(value)[:MAX_PARAM_VAL_LENGTH]
+            flat[path] = str(value)[: limits.MAX_PARAM_VAL_LENGTH]
     return flat
 
 
@@ -87,6 +83,11 @@ def _batches(items: Sequence[Any], size: int) -> Iterator[Sequence[Any]]:
 class MlflowMonitor(Monitor):
     """Scalars as MLflow metrics, tables as JSON table artifacts, the config as params."""
 
+    class Args(PluginArgs):
+        uri: str | None = Field(None, description="Tracking server URI; unset: a sqlite store in the job folder.")
+        username: str | None = Field(None, description="Tracking server user (MLFLOW_TRACKING_USERNAME).")
+        password: str | None = Field(None, description="Tracking server password (MLFLOW_TRACKING_PASSWORD).")
+
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         for arg, env in (("username", "MLFLOW_TRACKING_USERNAME"), ("password", "MLFLOW_TRACKING_PASSWORD")):
@@ -100,11 +101,11 @@ class MlflowMonitor(Monitor):
         run_name = f"{self.name}_{self.role}"
         try:
             with _file_lock(self.monitor_dir / "mlflow.lock"):
-                self._client = MlflowClient(tracking_uri=self.tracking_uri)  # creates a new store's schema
+                self._client = tracking.MlflowClient(tracking_uri=self.tracking_uri)  # creates a new store's schema
                 experiment_id = self._experiment_id(artifacts)
                 self.run_id = self._client.create_run(experiment_id, run_name=run_name).info.run_id
-            params = [Param(mlflow_key(k), v) for k, v in flatten(self.config).items()]
-            for batch in _batches(params, MAX_PARAMS_TAGS_PER_BATCH):
+            params = [entities.Param(mlflow_key(k), v) for k, v in flatten(self.config).items()]
+            for batch in _batches(params, limits.MAX_PARAMS_TAGS_PER_BATCH):
                 self._client.log_batch(self.run_id, params=batch)
         except Exception as exc:
             raise MonitorError(
@@ -118,7 +119,7 @@ class MlflowMonitor(Monitor):
             return experiment.experiment_id
         try:
             return self._client.create_experiment(self.project, artifact_location=artifact_location)
-        except MlflowException:  # the other role, on another host, created it meanwhile
+        except exceptions.MlflowException:  # the other role, on another host, created it meanwhile
             experiment = self._client.get_experiment_by_name(self.project)
             if experiment is None:
                 raise
@@ -126,8 +127,8 @@ class MlflowMonitor(Monitor):
 
     def log(self, metrics: Mapping[str, float], step: int) -> None:
         now = int(time.time() * 1000)
-        entries = [Metric(mlflow_key(k), float(v), now, step) for k, v in metrics.items()]
-        for batch in _batches(entries, MAX_METRICS_PER_BATCH):
+        entries = [entities.Metric(mlflow_key(k), float(v), now, step) for k, v in metrics.items()]
+        for batch in _batches(entries, limits.MAX_METRICS_PER_BATCH):
             self._client.log_batch(self.run_id, metrics=batch)
 
     def log_table(self, table_name: str, rows: Sequence[Mapping[str, Any]], step: int) -> None:

@@ -140,11 +140,11 @@ def check_monitor(config: Config, issues: IssueCollector) -> None:
         validate_section(
             model, {k: v for k, v in args.items() if k in model.model_fields}, "monitor.monitor_args", issues
         )
-    if not free_form:
-        for key in set(args) - declared:
-            issues.add(
+    if not free_form:  # Trinity-RFT's monitors ignore what they do not read: a warning, not an error
+        for key in sorted(set(args) - declared):
+            issues.no_effect(
                 f"monitor.monitor_args.{key}",
-                f"no monitor of {', '.join(monitors)} takes it (accepted: {', '.join(sorted(declared)) or 'none'})",
+                f"no monitor of {', '.join(monitors)} reads it (they read: {', '.join(sorted(declared)) or 'nothing'})",
             )
 
 
