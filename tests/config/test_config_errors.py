@@ -117,7 +117,7 @@ def test_gpu_allocation_error_shows_the_arithmetic(tmp_path):
 
 def test_sync_method_must_suit_the_mode(tmp_path, caplog):
     """As Trinity-RFT turns nccl into checkpoint outside one run, with a warning."""
-    cfg = load_config(write(tmp_path), ["mode=train", "synchronizer.sync_method=memory"])
+    cfg = load_config(write(tmp_path), ["mode=train", "synchronizer.sync_method=memory", "buffer.train_batch_size=16"])
     assert cfg.synchronizer.sync_method == "checkpoint"
     assert "mode 'train' runs them apart: using checkpoint" in caplog.text
 
@@ -177,7 +177,10 @@ def test_token_limits(tmp_path, caplog):
 def test_repeat_times_and_forced_values(tmp_path, caplog):
     load_config(write(tmp_path), ["algorithm.repeat_times=1"])  # Trinity-RFT runs it: a warning, not an error
     assert "algorithm 'grpo' compares several rollouts of a task" in caplog.text
-    cfg = load_config(write(tmp_path), ["algorithm.algorithm_type=dpo", "algorithm.repeat_times=1", "mode=train"])
+    cfg = load_config(
+        write(tmp_path),
+        ["algorithm.algorithm_type=dpo", "algorithm.repeat_times=1", "mode=train", "buffer.train_batch_size=8"],
+    )
     assert cfg.algorithm.repeat_times == 2
 
 
@@ -215,15 +218,20 @@ def test_global_loss_agg_mode_reaches_the_loss_functions(tmp_path):
     assert own.algorithm.policy_loss_fn_args["loss_agg_mode"] == "token-mean"
 
 
-def test_stages_inherit_and_rederive_per_mode(tmp_path):
+def test_stages_replace_the_sections_they_give_and_rederive_per_mode(tmp_path):
+    """As Trinity-RFT: a stage's section replaces the global one, keys it leaves out take defaults."""
     from trinity.config import load_stage_configs
 
+    sft = "buffer: {train_batch_size: 8, trainer_input: {experience_buffer: {path: /data/sft.jsonl}}}"
     path = write(
         tmp_path,
-        "stages:\n  - {stage_name: warm, mode: train, algorithm: {algorithm_type: sft}}\n  - {stage_name: rl}\n",
+        f"stages:\n  - {{stage_name: warm, mode: train, algorithm: {{algorithm_type: sft}}, {sft}}}\n"
+        "  - {stage_name: rl}\n",
     )
-    warm, rl = load_stage_configs(path, ["synchronizer.sync_method=memory"])
+    warm, rl = load_stage_configs(path, ["synchronizer.sync_method=memory", "algorithm.optimizer.lr=1e-4"])
     assert (warm.name, warm.mode, warm.algorithm.algorithm_type) == ("run/warm", "train", "sft")
+    assert warm.algorithm.optimizer.lr == 1e-6 and warm.buffer.batch_size == 1  # defaults, not the global values
+    assert rl.algorithm.optimizer.lr == 1e-4 and rl.buffer.batch_size == 4  # no section given: the global ones
     assert warm.synchronizer.sync_method == "checkpoint"  # re-derived for mode train
     assert (rl.name, rl.mode, rl.algorithm.algorithm_type) == ("run/rl", "both", "grpo")
     assert rl.synchronizer.sync_method == "memory"

@@ -116,6 +116,7 @@ def test_trinity_rft_names_of_older_releases_are_accepted(tmp_path, caplog):
         path,
         [
             "mode=train",
+            "buffer.train_batch_size=16",
             "explorer.runner_num=3",
             "algorithm.optimizer.warmup_style=cosine",
             "buffer.explorer_input.taskset.task_selector.selector_type=shuffle",
@@ -280,3 +281,12 @@ def test_monitor_args_are_checked_against_the_monitors_that_read_them(tmp_path, 
     assert found == {"monitor.monitor_args.username": "expected str, got list ['a']"}
     load_config(path, ["monitor.monitor_args.username=me"])
     assert "monitor.monitor_args.entity: no monitor of mlflow, wandb reads it (they read: api_key" in caplog.text
+
+
+def test_a_trainer_that_reads_its_own_data_needs_a_batch_size(tmp_path):
+    """As Trinity-RFT: mode train, or SFT/DPO data, cannot derive train_batch_size."""
+    sft = ["algorithm.algorithm_type=sft", "buffer.trainer_input.experience_buffer={path: /data/sft.jsonl}"]
+    for overrides in (["mode=train"], sft):
+        found = issues_of(write(tmp_path), overrides)
+        assert "required: the trainer reads its own data here" in found["buffer.train_batch_size"], overrides
+    assert load_config(write(tmp_path), [*sft, "buffer.train_batch_size=8"]).buffer.train_batch_size == 8

@@ -76,6 +76,7 @@ def test_async_explorer_and_trainer_processes_exchange_data_and_weights(tmp_path
     common = (
         "synchronizer.sync_method=checkpoint",
         "buffer.batch_size=4",
+        "buffer.train_batch_size=16",  # mode train reads its own data: given, not derived (as Trinity-RFT)
         "buffer.total_steps=4",
         "algorithm.repeat_times=4",
     )
@@ -136,6 +137,7 @@ def test_a_second_explorer_joins_a_running_async_pair(tmp_path, tiny_model_dir, 
     plugins.mkdir()
     (plugins / "gated.py").write_text(GATED_WORKFLOW)
     common = ("synchronizer.sync_method=checkpoint", "buffer.batch_size=4", "algorithm.repeat_times=4")
+    common += ("buffer.train_batch_size=16",)
     first_steps, second_steps = 3, 2  # 16 experiences a step, on both sides
     train = write_experiment(
         tmp_path,
@@ -223,6 +225,7 @@ def test_trainer_killed_mid_run_resumes_from_its_checkpoint(tmp_path, tiny_model
     common = (
         "synchronizer.sync_method=checkpoint",
         "buffer.batch_size=4",
+        "buffer.train_batch_size=16",
         "algorithm.repeat_times=4",
         "buffer.total_steps=6",
     )

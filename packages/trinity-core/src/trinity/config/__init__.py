@@ -30,9 +30,12 @@ def load_stage_configs(
 ) -> list[Config]:
     """One checked config per stage (the config itself when it has no ``stages``).
 
-    A stage's sections are merged over the global ones (what it does not set, it inherits);
-    its experiment name is ``<name>/<stage_name>``. Every issue of every stage is reported at
-    once, and each warning once (``warn=False``: none, for a config loaded again).
+    As in Trinity-RFT, a section a stage gives replaces the global one (its keys left out take
+    their defaults, not the global values); sections it does not give are the global ones. Its
+    experiment name is ``<name>/<stage_name>``, and each stage keeps its final Hugging Face
+    weights (``save_hf_checkpoint: never`` becomes ``last``): the next stage starts from them.
+    Every issue of every stage is reported at once, and each warning once (``warn=False``:
+    none, for a config loaded again).
     """
     raw = read_yaml(path, overrides)
     issues = IssueCollector()
@@ -47,7 +50,12 @@ def load_stage_configs(
                 for k in ("algorithm", "buffer", "data_processor", "explorer", "trainer")
                 if getattr(stage, k)
             }
-            merged = OmegaConf.merge(base, sections, {"name": f"{config.name}/{stage.stage_name}"})
+            merged = base.copy()
+            for section, values in {**sections, "name": f"{config.name}/{stage.stage_name}"}.items():
+                merged[section] = values
+            if OmegaConf.select(merged, "trainer.save_hf_checkpoint") == "never":
+                merged.trainer.save_hf_checkpoint = "last"
+                issues.warn("trainer.save_hf_checkpoint", "never: each stage keeps its last weights for the next")
             if stage.mode and stage.mode != config.mode:
                 merged.mode = stage.mode
                 if "synchronizer" in merged and "sync_method" in merged.synchronizer:

@@ -151,7 +151,10 @@ def check_monitor(config: Config, issues: IssueCollector) -> None:
 def check_algorithm(config: Config, issues: IssueCollector) -> None:
     algo_cfg = config.algorithm
     algorithm = _plugin(issues, Kind.ALGORITHM_TYPE, algo_cfg.algorithm_type, "algorithm.algorithm_type")
-    if algorithm is None:
+    if algorithm is None:  # the functions named explicitly are still checked: all errors at once
+        for field_name, kind in _ALGORITHM_FNS.items():
+            if getattr(algo_cfg, field_name):
+                plugin_ok(issues, kind, getattr(algo_cfg, field_name), f"algorithm.{field_name}")
         return
     if algorithm.repeat_times is not None:
         algo_cfg.repeat_times = algorithm.repeat_times
@@ -178,8 +181,11 @@ def check_algorithm(config: Config, issues: IssueCollector) -> None:
 
 def check_model(config: Config, issues: IssueCollector) -> None:
     model = config.model
-    if model.tinker.enable:
-        issues.add("model.tinker.enable", "the Tinker service is not available in trinity: train with local engines")
+    if model.tinker.enable:  # as Trinity-RFT: every engine becomes tinker (a plugin trinity does not ship)
+        config.trainer.trainer_type = "tinker"
+        for _, inference in config.explorer.inference_models():
+            inference.engine_type = "tinker"
+        issues.warn("model.tinker.enable", "trainer_type and every engine_type set to tinker")
     if not model.model_path:
         issues.add("model.model_path", "required: the path (or hub id) of the model to train")
     model.critic_model_path = model.critic_model_path or model.model_path
@@ -270,6 +276,8 @@ def check_cluster(config: Config, issues: IssueCollector) -> None:
     cluster = config.cluster
     total = cluster.node_num * cluster.gpu_per_node
     cluster.total_gpu_num = total
+    if config.model.tinker.enable:  # the Tinker service trains and samples: no local GPU to split
+        return
     explorer = config.explorer
     if _explorer_runs(config):
         cluster.rollout_gpu_num = _gpus(explorer.rollout_model)
@@ -380,6 +388,16 @@ def check_explorer(config: Config, issues: IssueCollector) -> None:
 def check_buffer(config: Config, issues: IssueCollector) -> None:
     buffer, inputs = config.buffer, config.buffer.explorer_input
     if not buffer.train_batch_size:
+        reads_data = config.buffer.trainer_input.experience_buffer is not None and _data_schema(config) in (
+            "sft",
+            "dpo",
+        )
+        if config.mode == "train" or reads_data:
+            issues.add(
+                "buffer.train_batch_size",
+                "required: the trainer reads its own data here (mode train, or SFT/DPO data), so the "
+                "batch cannot be derived from batch_size x repeat_times",
+            )
         buffer.train_batch_size = buffer.batch_size * config.algorithm.repeat_times
     buffer.tokenizer_path = config.model.model_path
     single = inputs.taskset is not None  # errors name the key the user wrote
@@ -390,9 +408,9 @@ def check_buffer(config: Config, issues: IssueCollector) -> None:
         inputs.taskset = None
     if _explorer_runs(config) and config.mode not in ("bench", "serve") and not inputs.tasksets:
         issues.add("buffer.explorer_input.tasksets", f"mode '{config.mode}' explores: give a taskset")
-    seen: dict[str, str] = {}
     groups = [("tasksets", inputs.tasksets, False), ("eval_tasksets", inputs.eval_tasksets, True)]
     for group, tasksets, is_eval in groups:
+        seen: dict[str, str] = {}  # names are unique within a group (a train and an eval set may share one)
         for i, taskset in enumerate(tasksets):
             path = "buffer.explorer_input.taskset" if single and not is_eval else f"buffer.explorer_input.{group}[{i}]"
             taskset.name = taskset.name or f"{'eval_' if is_eval else ''}taskset_{i}"
@@ -465,6 +483,13 @@ def _check_named(kind: Kind, name: str, args: dict, path: str, keys: tuple[str, 
             plugin_args(target, args, f"{path}.{args_key}", issues)
 
 
+def _data_schema(config: Config) -> str | None:
+    """What the trainer reads: ``rollout`` experiences, or ``sft`` / ``dpo`` data (the algorithm's)."""
+    if config.algorithm.algorithm_type not in get_registry().names(Kind.ALGORITHM_TYPE):
+        return None  # reported by check_algorithm
+    return resolve(Kind.ALGORITHM_TYPE, config.algorithm.algorithm_type).data_schema
+
+
 def _check_experience_buffer(config: Config, issues: IssueCollector) -> None:
     buffer, trainer_input = config.buffer, config.buffer.trainer_input
     if config.mode == "bench":
@@ -488,8 +513,7 @@ def _check_experience_buffer(config: Config, issues: IssueCollector) -> None:
     experience.batch_size = buffer.train_batch_size
     experience.total_epochs, experience.total_steps = buffer.total_epochs, buffer.total_steps
     experience.tokenizer_path = config.model.model_path
-    if config.algorithm.algorithm_type in get_registry().names(Kind.ALGORITHM_TYPE):
-        experience.schema_type = resolve(Kind.ALGORITHM_TYPE, config.algorithm.algorithm_type).data_schema
+    experience.schema_type = _data_schema(config)
     experience.ray_namespace = experience.ray_namespace or config.ray_namespace
     experience.format.chat_template = experience.format.chat_template or config.model.custom_chat_template
     if experience.format.enable_thinking is None:
@@ -503,6 +527,8 @@ def _check_experience_buffer(config: Config, issues: IssueCollector) -> None:
         aux.ray_namespace = aux.ray_namespace or config.ray_namespace
         if not aux.path:
             issues.add(f"{path}.path", "required: the data of the auxiliary buffer")
+        if aux.schema_type not in (None, "sft"):
+            issues.no_effect(f"{path}.schema_type", f"auxiliary buffers are read as SFT data, not {aux.schema_type}")
         plugin_ok(issues, Kind.BUFFER_STORAGE, aux.storage_type, f"{path}.storage_type")
     config.data_processor.experience_pipeline.output = experience
 

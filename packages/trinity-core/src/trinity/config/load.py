@@ -134,18 +134,30 @@ def read_yaml(path: str | Path, overrides: list[str] | None = None) -> DictConfi
 def resolve_tree(raw: DictConfig, issues: IssueCollector, keep_unresolved: tuple[str, ...] = ()) -> dict:
     """Resolve every interpolation, recording each one that fails under its own key.
 
-    Subtrees at ``keep_unresolved`` paths are returned as written: their
-    interpolations refer to another schema (``trainer.trainer_config`` to verl's).
+    In subtrees at ``keep_unresolved`` paths, an interpolation this tree cannot resolve is
+    kept as written: it refers to another schema (``trainer.trainer_config`` to verl's, where
+    ``${actor_rollout_ref...}`` resolves later); one into this tree resolves now, as in
+    Trinity-RFT (``${trainer.trainer_config.critic.ppo_max_token_len_per_gpu}``).
     """
 
+    def lenient(container: Any, key: Any) -> Any:
+        try:
+            child = container[key]
+        except OmegaConfBaseException:
+            return container._get_node(key)._value()
+        if isinstance(child, DictConfig):
+            return {k: lenient(child, k) for k in child.keys()}
+        if isinstance(child, ListConfig):
+            return [lenient(child, i) for i in range(len(child))]
+        return child
+
     def walk(node: Any, path: str) -> Any:
-        if path in keep_unresolved:
-            if isinstance(node, (DictConfig, ListConfig)):
-                return OmegaConf.to_container(node, resolve=False)
-            return node._value()
         if isinstance(node, DictConfig):
             out = {}
             for key in node.keys():
+                if _join(path, key) in keep_unresolved:
+                    out[key] = lenient(node, key)
+                    continue
                 child = _get(node, key, _join(path, key))
                 if child is not _FAILED:
                     out[key] = walk(child, _join(path, key))
@@ -157,8 +169,6 @@ def resolve_tree(raw: DictConfig, issues: IssueCollector, keep_unresolved: tuple
 
     def _get(container: Any, key: Any, path: str) -> Any:
         try:
-            if path in keep_unresolved:
-                return container._get_node(key)
             return container[key]
         except OmegaConfBaseException as exc:
             issues.add(path, f"cannot resolve {container._get_node(key)._value()!r}: {_short(exc)}")

@@ -175,7 +175,9 @@ class StorageConfig(ConfigModel):
     )
     is_eval: bool = derived(False, "Whether this is an eval taskset.")
     tokenizer_path: str | None = derived(None, "Tokenizer of the data: model.model_path.")
-    schema_type: str | None = derived(None, "Row schema: the algorithm's (rollout, sft, dpo).")
+    schema_type: str | None = Field(
+        None, description="Row schema (rollout, sft, dpo); the experience buffer's is the algorithm's."
+    )
 
 
 class TasksetConfig(StorageConfig):
@@ -458,14 +460,16 @@ class InferenceModelConfig(ConfigModel):
         None, description="enable_thinking of this model; unset: model.enable_thinking."
     )
     enable_history: bool = Field(False, description="Record every call's prompt, response and log-probs.")
-    enable_openai_api: bool = inert(False, "Serve an OpenAI-compatible endpoint for workflows.")
+    enable_openai_api: bool = Field(False, description="Serve an OpenAI-compatible endpoint for workflows (vLLM).")
     enable_log_requests: bool = inert(False, "Log every request of the OpenAI endpoint.")
     base_port: int | None = inert(None, "First port of the OpenAI endpoints.", ge=1, le=65535)
     api_key: str = inert("EMPTY", "API key the OpenAI endpoint expects.")
     openai_api_host: str = Field("127.0.0.1", description="Address the OpenAI endpoint binds to.")
-    enable_auto_tool_choice: bool = inert(False, "Let the model call tools on its own (OpenAI endpoint).")
-    tool_call_parser: str | None = inert(None, "Parser of tool calls in responses (vLLM's names, e.g. hermes).")
-    reasoning_parser: str | None = inert(None, "Parser of reasoning text in responses (vLLM's names).")
+    enable_auto_tool_choice: bool = Field(False, description="Let the model call tools on its own (OpenAI endpoint).")
+    tool_call_parser: str | None = Field(
+        None, description="Parser of tool calls in responses (vLLM's names, e.g. hermes)."
+    )
+    reasoning_parser: str | None = Field(None, description="Parser of reasoning text in responses (vLLM's names).")
     external_model_config: ExternalModelConfig = derived(
         default_factory=ExternalModelConfig, description="model.external_model, copied."
     )
