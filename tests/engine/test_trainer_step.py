@@ -45,6 +45,7 @@ def test_a_batch_that_staleness_control_drops_whole_trains_nothing(tmp_path: Pat
             synchronizer: {{sync_method: checkpoint}}
             buffer:
               batch_size: 2
+              train_batch_size: 4
               trainer_input:
                 experience_buffer: {{name: exp, storage_type: sql, path: {tmp_path / "exp.db"}}}
             """

@@ -20,7 +20,7 @@ from transformers import AutoModelForCausalLM  # noqa: E402
 
 from trinity.config.schema import Config  # noqa: E402
 from trinity.engine.base import SamplingArgs  # noqa: E402
-from trinity.explorer.model_wrapper import LocalEngineClient  # noqa: E402
+from trinity.engine.client import EngineClient  # noqa: E402
 from trinity.synchronizer.methods import SyncTimeout  # noqa: E402
 from trinity_vllm.nccl import GroupAddress, NCCLSync, NCCLSyncError  # noqa: E402
 
@@ -58,7 +58,7 @@ def test_broadcast_loads_the_newest_published_weights_into_vllm(coordinator, vll
     """Publishing never waits for the explorer; its fetch gets the newest kept version by
     broadcast, and vLLM's logprobs become those of a transformers forward with it."""
     trainer, explorer = NCCLSync(sync_config()), NCCLSync(sync_config())
-    explorer.connect([LocalEngineClient(vllm_engine)])
+    explorer.connect([EngineClient(vllm_engine)])
     first = vllm_engine.generate(["The quick brown fox"], SamplingArgs(temperature=0.0, max_tokens=8))[0][0]
     ids = first.prompt_token_ids + first.response_token_ids
     before = torch.tensor(vllm_engine.logprobs([ids])[0])
@@ -141,7 +141,7 @@ def test_connect_refuses_other_engines(coordinator, tiny_model_dir) -> None:
 
     engine = TransformersRolloutEngine(InferenceModelConfig(model_path=str(tiny_model_dir)), ModelConfig())
     with pytest.raises(TypeError, match=r"sync_method 'nccl' .* not TransformersRolloutEngine.*engine_type: vllm"):
-        NCCLSync(sync_config()).connect([LocalEngineClient(engine)])
+        NCCLSync(sync_config()).connect([EngineClient(engine)])
 
 
 @pytest.mark.parametrize(

@@ -16,8 +16,9 @@ from transformers import AutoModelForCausalLM  # noqa: E402
 from trinity.common.tiny_model import build_tiny_model  # noqa: E402
 from trinity.config.schema import InferenceModelConfig, ModelConfig  # noqa: E402
 from trinity.engine.base import EngineCrashed, SamplingArgs  # noqa: E402
+from trinity.engine.client import EngineClient  # noqa: E402
 from trinity.engine.prompts import PromptFormatter  # noqa: E402
-from trinity.explorer.model_wrapper import LocalEngineClient, ModelWrapper  # noqa: E402
+from trinity.explorer.model_wrapper import ModelWrapper
 from trinity_vllm.engine import VLLMRolloutEngine  # noqa: E402
 from trinity_vllm.server import EngineStartError  # noqa: E402
 
@@ -133,7 +134,7 @@ def test_weights_from_checkpoint_and_state_dict(vllm_engine, tiny_model_dir: Pat
 def test_openai_endpoint_through_the_model_wrapper(vllm_engine) -> None:
     """The engine's OpenAI server shares its weights, chat template and raw logprobs."""
     assert vllm_engine.api_url.startswith("http://127.0.0.1:")
-    wrapper = ModelWrapper(LocalEngineClient(vllm_engine), SamplingArgs(), enable_history=True)
+    wrapper = ModelWrapper(EngineClient(vllm_engine), SamplingArgs(), enable_history=True)
     client = wrapper.get_openai_client()
     (model,) = [m.id for m in client.models.list().data]
     messages = [{"role": "user", "content": "What is 12+7?"}]

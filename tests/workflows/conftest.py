@@ -14,8 +14,9 @@ from trinity.common.experience import Task
 from trinity.common.tiny_model import build_tiny_model
 from trinity.config.schema import InferenceModelConfig, ModelConfig
 from trinity.engine.base import SamplingArgs
+from trinity.engine.client import EngineClient
 from trinity.engine.transformers_rollout import TransformersRolloutEngine
-from trinity.explorer.model_wrapper import LocalEngineClient, ModelWrapper
+from trinity.explorer.model_wrapper import ModelWrapper
 from trinity.explorer.workflow import Workflow
 from trinity.plugins import Kind, resolve
 
@@ -31,13 +32,13 @@ def client(tiny_model_dir: Path):
     engine = TransformersRolloutEngine(
         InferenceModelConfig(model_path=path, engine_type="transformers", seed=0), ModelConfig(model_path=path)
     )
-    client = LocalEngineClient(engine)
+    client = EngineClient(engine)
     yield client
     client.close()
 
 
 @pytest.fixture
-def model(client: LocalEngineClient) -> ModelWrapper:
+def model(client: EngineClient) -> ModelWrapper:
     return ModelWrapper(client, SamplingArgs(n=1, max_tokens=16, temperature=1.0))
 
 

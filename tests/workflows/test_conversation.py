@@ -12,8 +12,9 @@ from transformers import AutoTokenizer
 from trinity.common.experience import Task
 from trinity.config.schema import InferenceModelConfig, ModelConfig
 from trinity.engine.base import SamplingArgs
+from trinity.engine.client import EngineClient
 from trinity.engine.transformers_rollout import TransformersRolloutEngine
-from trinity.explorer.model_wrapper import LocalEngineClient, ModelWrapper
+from trinity.explorer.model_wrapper import ModelWrapper
 from trinity.plugins import Kind, resolve
 from trinity_workflows.base import WorkflowError
 from trinity_workflows.conversation import tokenize_conversation
@@ -112,7 +113,7 @@ def test_a_conversation_that_outgrows_max_prompt_tokens_ends_there(tiny_model_di
     )
     path = str(tiny_model_dir)
     config = ModelConfig(model_path=path, max_prompt_tokens=len(first_prompt["input_ids"]) + room)
-    client = LocalEngineClient(TransformersRolloutEngine(InferenceModelConfig(model_path=path), config))
+    client = EngineClient(TransformersRolloutEngine(InferenceModelConfig(model_path=path), config))
     try:
         model = ModelWrapper(client, SamplingArgs(max_tokens=16))
         task = Task(workflow_type="multi_turn_workflow", raw=ROW, reward_fn_type="math_reward", taskset_name="t")

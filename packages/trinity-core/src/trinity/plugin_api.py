@@ -41,7 +41,8 @@ _ON_FIRST_USE = {
     **dict.fromkeys(["LossFns", "Totals", "batch_totals", "critic_micro_loss"], "trinity.engine.losses"),
     **dict.fromkeys(["read_hf_weights"], "trinity.engine.modeling"),
     **dict.fromkeys(["PromptFormatter", "first", "response_budget"], "trinity.engine.prompts"),
-    **dict.fromkeys(["LocalEngineClient", "ModelWrapper"], "trinity.explorer.model_wrapper"),
+    **dict.fromkeys(["EngineClient"], "trinity.engine.client"),
+    **dict.fromkeys(["ModelWrapper"], "trinity.explorer.model_wrapper"),
     **dict.fromkeys(["Workflow", "set_reward"], "trinity.explorer.workflow"),
     **dict.fromkeys(["Monitor", "MonitorError"], "trinity.monitor.base"),
     **dict.fromkeys(

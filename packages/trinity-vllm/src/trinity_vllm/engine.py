@@ -10,6 +10,8 @@ explorer's. This side applies the chat template and prompt limits with the same
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import ray
@@ -30,7 +32,13 @@ from trinity_vllm.server import VLLMServer
 
 
 class VLLMRolloutEngine(RolloutEngine):
-    """Forwards to a ``VLLMServer`` actor; ``model_version`` follows its weight updates."""
+    """Forwards to a ``VLLMServer`` actor; ``model_version`` follows its weight updates.
+
+    ``concurrent``: the explorer sends each workflow's request as it comes; the server hands
+    it to vLLM's ``AsyncLLM`` at once, so continuous batching schedules them all.
+    """
+
+    concurrent = True
 
     def __init__(self, config: InferenceModelConfig, model: ModelConfig) -> None:
         path = config.model_path or model.model_path
@@ -52,13 +60,28 @@ class VLLMRolloutEngine(RolloutEngine):
         self.api_url = self._call("start", self.prompts.chat_template)
 
     def generate(self, prompts: list[str], args: SamplingArgs) -> list[list[Completion]]:
-        return self._call("generate", [self.prompts.fit(ids) for ids in self.prompts.text_ids(prompts)], args)
+        return self._call("generate", self._text_prompts(prompts), args)
 
     def chat(self, conversations: list[list[dict[str, Any]]], args: SamplingArgs) -> list[list[Completion]]:
-        return self._call("generate", [self.prompts.fit(self.prompts.chat_ids(c)) for c in conversations], args)
+        return self._call("generate", self._chat_prompts(conversations), args)
 
     def logprobs(self, token_ids: list[list[int]]) -> list[list[float]]:
         return self._call("logprobs", token_ids)
+
+    async def generate_async(self, prompts: list[str], args: SamplingArgs) -> list[list[Completion]]:
+        return await self._call_async("generate", self._text_prompts(prompts), args)
+
+    async def chat_async(self, conversations: list[list[dict[str, Any]]], args: SamplingArgs) -> list[list[Completion]]:
+        return await self._call_async("generate", self._chat_prompts(conversations), args)
+
+    async def logprobs_async(self, token_ids: list[list[int]]) -> list[list[float]]:
+        return await self._call_async("logprobs", token_ids)
+
+    def _text_prompts(self, prompts: list[str]) -> list[tuple[list[int], bool]]:
+        return [self.prompts.fit(ids) for ids in self.prompts.text_ids(prompts)]
+
+    def _chat_prompts(self, conversations: list[list[dict[str, Any]]]) -> list[tuple[list[int], bool]]:
+        return [self.prompts.fit(self.prompts.chat_ids(c)) for c in conversations]
 
     def update_weights(
         self,
@@ -87,8 +110,18 @@ class VLLMRolloutEngine(RolloutEngine):
     def _call(self, method: str, *args: Any) -> Any:
         """``server.<method>(*args)``; the server's own error is raised as it was, a dead
         actor as an error naming this engine."""
-        try:
+        with self._errors(method):
             return ray.get(getattr(self.server, method).remote(*args))
+
+    async def _call_async(self, method: str, *args: Any) -> Any:
+        """``_call`` awaited: the caller's event loop goes on while vLLM works."""
+        with self._errors(method):
+            return await getattr(self.server, method).remote(*args)
+
+    @contextmanager
+    def _errors(self, method: str) -> Iterator[None]:
+        try:
+            yield
         except ray.exceptions.RayTaskError as exc:
             raise exc.cause from None
         except ray.exceptions.RayActorError as exc:

@@ -51,7 +51,7 @@ from trinity.plugin_api import (
 )
 
 if TYPE_CHECKING:
-    from trinity.plugin_api import LocalEngineClient
+    from trinity.plugin_api import EngineClient
 
 logger = logging.getLogger(__name__)
 
@@ -158,7 +158,7 @@ class NCCLSync(SyncMethod):
         self._lock = threading.Lock()
         self._server: threading.Thread | None = None
         # explorer side
-        self.engines: list[LocalEngineClient] = []
+        self.engines: list[EngineClient] = []
         self._joined = False
 
     @classmethod
@@ -218,7 +218,7 @@ class NCCLSync(SyncMethod):
 
     # -- explorer side ------------------------------------------------------------------------
 
-    def connect(self, engines: Sequence[LocalEngineClient]) -> None:
+    def connect(self, engines: Sequence[EngineClient]) -> None:
         from trinity_vllm.engine import VLLMRolloutEngine
 
         others = {type(client.engine).__name__ for client in engines} - {VLLMRolloutEngine.__name__}

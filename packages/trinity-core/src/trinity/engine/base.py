@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from trinity.common.batch import Batch
 from trinity.config.schema import Config
@@ -61,12 +61,20 @@ class EngineCrashed(RuntimeError):
 
 
 class RolloutEngine(ABC):
-    """Generates responses with logprobs; receives new weights from the trainer."""
+    """Generates responses with logprobs; receives new weights from the trainer.
+
+    The batch methods (``generate``, ``chat``, ``logprobs``) take many items per call; the
+    explorer's ``EngineClient`` merges concurrent requests into them, one call at a time. A
+    ``concurrent`` engine schedules requests itself (continuous batching) and implements the
+    ``*_async`` methods too: the client then sends each request as it comes, many in flight.
+    """
 
     model_version: int = 0
     api_url: str | None = None
     """Base URL of the engine's OpenAI-compatible endpoint (``enable_openai_api``); None
     where it serves none."""
+    concurrent: ClassVar[bool] = False
+    """Whether requests go to the ``*_async`` methods as they come, many at once."""
 
     @abstractmethod
     def generate(self, prompts: list[str], args: SamplingArgs) -> list[list[Completion]]:
@@ -79,6 +87,18 @@ class RolloutEngine(ABC):
     @abstractmethod
     def logprobs(self, token_ids: list[list[int]]) -> list[list[float]]:
         """Logprob of every token given its prefix (first token: 0.0)."""
+
+    async def generate_async(self, prompts: list[str], args: SamplingArgs) -> list[list[Completion]]:
+        """``generate`` of a ``concurrent`` engine, awaited per request."""
+        raise NotImplementedError(f"{type(self).__name__} is not a concurrent engine")
+
+    async def chat_async(self, conversations: list[list[dict[str, Any]]], args: SamplingArgs) -> list[list[Completion]]:
+        """``chat`` of a ``concurrent`` engine, awaited per request."""
+        raise NotImplementedError(f"{type(self).__name__} is not a concurrent engine")
+
+    async def logprobs_async(self, token_ids: list[list[int]]) -> list[list[float]]:
+        """``logprobs`` of a ``concurrent`` engine, awaited per request."""
+        raise NotImplementedError(f"{type(self).__name__} is not a concurrent engine")
 
     @abstractmethod
     def update_weights(

@@ -21,7 +21,7 @@ from trinity.common.experience import Experience, Task
 from trinity.common.files import read_json, write_json
 from trinity.config.schema import Config, InferenceModelConfig, StorageConfig
 from trinity.engine.base import EngineStartError, RolloutEngine
-from trinity.explorer.model_wrapper import LocalEngineClient
+from trinity.engine.client import EngineClient
 from trinity.explorer.runner import TaskRunner
 from trinity.monitor.metrics import eval_at_k, gather, stats, timer
 from trinity.plugins import Kind, resolve
@@ -83,10 +83,10 @@ class Explorer:
 
     def _start_engines(
         self, key: str, model: InferenceModelConfig, engine_cls: type[RolloutEngine]
-    ) -> list[LocalEngineClient]:
+    ) -> list[EngineClient]:
         """``model``'s ``engine_num`` engines; a failure to start names the model's config ``key``."""
         try:
-            return [LocalEngineClient(engine_cls(model, self.config.model)) for _ in range(model.engine_num)]
+            return [EngineClient(engine_cls(model, self.config.model)) for _ in range(model.engine_num)]
         except Exception as exc:
             cause = str(exc) if isinstance(exc, EngineStartError) else f"{type(exc).__name__}: {exc}"
             raise EngineStartError(f"{key}: {cause}") from exc

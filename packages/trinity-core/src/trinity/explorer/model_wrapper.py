@@ -1,124 +1,25 @@
 """What a workflow sees of a model: sync and async chat/generate that return Experiences.
 
 ``ModelWrapper`` turns engine completions into experiences (tokens, logprobs, model
-version, truncation status, messages). ``LocalEngineClient`` serves an in-process
-rollout engine and merges requests that arrive together (from concurrent workflows)
-into one batched engine call, which is what keeps a batch of small workflows as fast as
-one direct ``generate`` over all their prompts. A workflow that has started (the runner
-enters its ``ModelWrapper``) is waited for until its first request, so a thread that
-starts late does not split the batch.
+version, truncation status, messages). It sends each call as one request through the
+engine's ``EngineClient`` (``trinity.engine.client``), which batches or streams requests
+as the engine wants. The runner enters a workflow's wrapper before the workflow starts, so
+a batching client waits for its first request.
 """
 
 from __future__ import annotations
 
 import asyncio
-import threading
 from collections.abc import Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import replace
 from typing import Any
 
 from trinity.common.experience import Experience
 from trinity.common.lazy_import import lazy_module
-from trinity.engine.base import Completion, RolloutEngine, SamplingArgs
+from trinity.engine.base import Completion, SamplingArgs
+from trinity.engine.client import EngineClient
 
 torch = lazy_module("torch")
-
-_SETTLE_SECONDS = 0.0005
-"""How long the batcher waits for more requests after the last one arrived."""
-_FIRST_CALL_SECONDS = 0.05
-"""How long, at most, the batcher holds a batch for started workflows that have not called
-yet (one whose first act is slow, e.g. an environment reset, costs each batch this much)."""
-
-
-class LocalEngineClient:
-    """Runs an engine in this process; concurrent requests with equal args share one call.
-
-    Requests go to a private event loop thread; the engine itself runs on one worker
-    thread, so it is never called concurrently.
-    """
-
-    def __init__(self, engine: RolloutEngine):
-        self.engine = engine
-        self._loop = asyncio.new_event_loop()
-        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="rollout-engine")
-        self._pending: dict[str, tuple[str, SamplingArgs, list[tuple[list, asyncio.Future]]]] = {}
-        self._starting: set[object] = set()  # announced callers not heard from yet (loop thread only)
-        self._flushing = False
-        threading.Thread(target=self._loop.run_forever, name="engine-client", daemon=True).start()
-
-    @property
-    def model_version(self) -> int:
-        return self.engine.model_version
-
-    @property
-    def api_url(self) -> str | None:
-        return self.engine.api_url
-
-    def submit(self, method: str, items: list, args: SamplingArgs, caller: object = None) -> Future:
-        """Queue ``engine.<method>(items, args)``; the future gets this request's results."""
-        return asyncio.run_coroutine_threadsafe(self._enqueue(method, items, args, caller), self._loop)
-
-    def announce(self, caller: object) -> None:
-        """``caller`` has started and will send a request soon: the batcher holds the next
-        batch for it (``_FIRST_CALL_SECONDS`` at most) until it does or is withdrawn."""
-        self._loop.call_soon_threadsafe(self._starting.add, caller)
-
-    def withdraw(self, caller: object) -> None:
-        """``caller`` is done; the batcher no longer waits for it."""
-        self._loop.call_soon_threadsafe(self._starting.discard, caller)
-
-    def call(self, method: str, *args: Any) -> Future:
-        """Run any other engine method (logprobs, update_weights) on the engine's thread."""
-        return self._executor.submit(getattr(self.engine, method), *args)
-
-    async def _enqueue(self, method: str, items: list, args: SamplingArgs, caller: object) -> list:
-        self._starting.discard(caller)
-        future = self._loop.create_future()
-        key = f"{method}:{args!r}"
-        self._pending.setdefault(key, (method, args, []))[2].append((items, future))
-        if not self._flushing:
-            self._flushing = True
-            self._loop.create_task(self._flush())
-        return await future
-
-    async def _flush(self) -> None:
-        try:
-            while self._pending:
-                await self._settle()
-                groups, self._pending = self._pending, {}
-                for method, args, requests in groups.values():
-                    await self._run_group(method, args, requests)
-        finally:
-            self._flushing = False
-
-    async def _settle(self) -> None:
-        """Wait while requests keep arriving and, for ``_FIRST_CALL_SECONDS`` at most, while
-        an announced caller has not sent its first one."""
-        patience = self._loop.time() + _FIRST_CALL_SECONDS
-        count = -1
-        while count != (count := sum(len(group[2]) for group in self._pending.values())) or (
-            self._starting and self._loop.time() < patience
-        ):
-            await asyncio.sleep(_SETTLE_SECONDS)
-
-    async def _run_group(self, method: str, args: SamplingArgs, requests: list[tuple[list, asyncio.Future]]) -> None:
-        items = [item for request_items, _ in requests for item in request_items]
-        try:
-            results = await self._loop.run_in_executor(self._executor, getattr(self.engine, method), items, args)
-        except Exception as exc:  # every waiting workflow sees the engine's error
-            for _, future in requests:
-                future.set_exception(exc)
-            return
-        start = 0
-        for request_items, future in requests:
-            future.set_result(results[start : start + len(request_items)])
-            start += len(request_items)
-
-    def close(self) -> None:
-        self._loop.call_soon_threadsafe(self._loop.stop)
-        self._executor.shutdown(wait=False)
-        self.engine.shutdown()
 
 
 class ModelWrapper:
@@ -128,7 +29,7 @@ class ModelWrapper:
     taskset's ``rollout_args``); keyword arguments of a call override them.
     """
 
-    def __init__(self, client: LocalEngineClient, defaults: SamplingArgs, enable_history: bool = False):
+    def __init__(self, client: EngineClient, defaults: SamplingArgs, enable_history: bool = False):
         self.client = client
         self.defaults = defaults
         self.enable_history = enable_history
@@ -235,7 +136,11 @@ class ModelWrapper:
 
     def logprobs(self, token_ids: Sequence[int]) -> list[float]:
         """Logprob of each token given its prefix under the current weights."""
-        return self.client.call("logprobs", [list(token_ids)]).result()[0]
+        return self.client.submit("logprobs", [list(token_ids)]).result()[0]
+
+    async def logprobs_async(self, token_ids: Sequence[int]) -> list[float]:
+        (logprobs,) = await asyncio.wrap_future(self.client.submit("logprobs", [list(token_ids)]))
+        return logprobs
 
     def extract_experience_from_history(self) -> list[Experience]:
         """The experiences recorded since the last call (``enable_history``), clearing them."""

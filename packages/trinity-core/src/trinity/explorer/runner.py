@@ -15,8 +15,9 @@ from concurrent.futures import ThreadPoolExecutor
 from trinity.common.experience import EID, Experience, Task
 from trinity.config.schema import Config, InferenceModelConfig
 from trinity.engine.base import EngineCrashed, SamplingArgs
+from trinity.engine.client import EngineClient
 from trinity.engine.prompts import first as _first
-from trinity.explorer.model_wrapper import LocalEngineClient, ModelWrapper
+from trinity.explorer.model_wrapper import ModelWrapper
 from trinity.plugins import Kind, resolve
 
 logger = logging.getLogger(__name__)
@@ -29,7 +30,7 @@ class WorkflowFailed(RuntimeError):
 class TaskRunner:
     """Turns tasks into experiences with the given engines (one client per engine)."""
 
-    def __init__(self, config: Config, engines: list[LocalEngineClient], auxiliary: list[list[LocalEngineClient]]):
+    def __init__(self, config: Config, engines: list[EngineClient], auxiliary: list[list[EngineClient]]):
         self.config = config
         self.engines = engines
         self.auxiliary = auxiliary

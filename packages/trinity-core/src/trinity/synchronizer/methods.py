@@ -27,7 +27,7 @@ from trinity.config.schema import Config
 if TYPE_CHECKING:
     import torch
 
-    from trinity.explorer.model_wrapper import LocalEngineClient
+    from trinity.engine.client import EngineClient
 
 KEEP_SYNC_DIRS = 2
 """Checkpoint sync keeps this many newest weight directories."""
@@ -60,7 +60,7 @@ class SyncMethod(ABC):
         each run and kills them at its end."""
         return []
 
-    def connect(self, engines: Sequence[LocalEngineClient]) -> None:  # noqa: B027 (optional hook)
+    def connect(self, engines: Sequence[EngineClient]) -> None:  # noqa: B027 (optional hook)
         """Explorer side, once its rollout engines run: a method that loads the engines
         itself (``WeightUpdate.loaded``) sets up its channel into them here."""
 

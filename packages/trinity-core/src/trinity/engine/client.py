@@ -1,0 +1,128 @@
+"""The explorer's side of one rollout engine: many requests in flight, each answered on its own.
+
+Workflows (through ``ModelWrapper``) send one request per call, from the runner's event loop
+or from worker threads, many at once. How they reach the engine depends on the engine:
+
+- A ``concurrent`` engine schedules requests itself (vLLM's continuous batching): each is
+  sent as it comes, through the engine's ``*_async`` methods, with no waves and no waiting
+  for the slowest request of a batch.
+- Any other engine (the transformers reference engine) computes one call at a time; requests
+  that arrive together, with equal sampling arguments, are merged into one batched call, which
+  is what keeps a batch of small workflows as fast as one direct ``generate`` over all their
+  prompts. A workflow that has started (``announce``) is waited for until its first request,
+  so a thread that starts late does not split the batch.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any
+
+from trinity.engine.base import RolloutEngine, SamplingArgs
+
+_SETTLE_SECONDS = 0.0005
+"""How long the batcher waits for more requests after the last one arrived."""
+_FIRST_CALL_SECONDS = 0.05
+"""How long, at most, the batcher holds a batch for started workflows that have not called
+yet (one whose first act is slow, e.g. an environment reset, costs each batch this much)."""
+REQUESTS = ("generate", "chat", "logprobs")
+"""The engine methods a workflow's request becomes (the rest go through ``call``)."""
+
+
+class EngineClient:
+    """Runs one rollout engine for the explorer; requests go to a private event loop thread.
+
+    The engine's own calls (batched requests of a non-concurrent engine, weight updates) run
+    on one worker thread, so such an engine is never called concurrently.
+    """
+
+    def __init__(self, engine: RolloutEngine):
+        self.engine = engine
+        self._loop = asyncio.new_event_loop()
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="rollout-engine")
+        self._pending: dict[str, tuple[str, SamplingArgs, list[tuple[list, asyncio.Future]]]] = {}
+        self._starting: set[object] = set()  # announced callers not heard from yet (loop thread only)
+        self._flushing = False
+        threading.Thread(target=self._loop.run_forever, name="engine-client", daemon=True).start()
+
+    @property
+    def model_version(self) -> int:
+        return self.engine.model_version
+
+    @property
+    def api_url(self) -> str | None:
+        return self.engine.api_url
+
+    def submit(self, method: str, items: list, args: SamplingArgs | None = None, caller: object = None) -> Future:
+        """Queue ``engine.<method>(items, args)`` (``generate``, ``chat`` or ``logprobs``); the
+        future gets this request's results, one per item."""
+        if method not in REQUESTS:
+            raise ValueError(f"{method!r} is not a request of a rollout engine ({', '.join(REQUESTS)})")
+        return asyncio.run_coroutine_threadsafe(self._request(method, items, args, caller), self._loop)
+
+    def announce(self, caller: object) -> None:
+        """``caller`` has started and will send a request soon: the batcher holds the next
+        batch for it (``_FIRST_CALL_SECONDS`` at most) until it does or is withdrawn."""
+        self._loop.call_soon_threadsafe(self._starting.add, caller)
+
+    def withdraw(self, caller: object) -> None:
+        """``caller`` is done; the batcher no longer waits for it."""
+        self._loop.call_soon_threadsafe(self._starting.discard, caller)
+
+    def call(self, method: str, *args: Any) -> Future:
+        """Run another engine method (``update_weights``, ...) on the engine's thread."""
+        return self._executor.submit(getattr(self.engine, method), *args)
+
+    async def _request(self, method: str, items: list, args: SamplingArgs | None, caller: object) -> list:
+        self._starting.discard(caller)
+        request = (items,) if method == "logprobs" else (items, args)
+        if self.engine.concurrent:
+            return await getattr(self.engine, f"{method}_async")(*request)
+        future = self._loop.create_future()
+        key = f"{method}:{args!r}"
+        self._pending.setdefault(key, (method, args, []))[2].append((items, future))
+        if not self._flushing:
+            self._flushing = True
+            self._loop.create_task(self._flush())
+        return await future
+
+    async def _flush(self) -> None:
+        try:
+            while self._pending:
+                await self._settle()
+                groups, self._pending = self._pending, {}
+                for method, args, requests in groups.values():
+                    await self._run_group(method, args, requests)
+        finally:
+            self._flushing = False
+
+    async def _settle(self) -> None:
+        """Wait while requests keep arriving and, for ``_FIRST_CALL_SECONDS`` at most, while
+        an announced caller has not sent its first one."""
+        patience = self._loop.time() + _FIRST_CALL_SECONDS
+        count = -1
+        while count != (count := sum(len(group[2]) for group in self._pending.values())) or (
+            self._starting and self._loop.time() < patience
+        ):
+            await asyncio.sleep(_SETTLE_SECONDS)
+
+    async def _run_group(self, method: str, args: SamplingArgs | None, requests: list[tuple[list, Any]]) -> None:
+        items = [item for request_items, _ in requests for item in request_items]
+        call = (items,) if method == "logprobs" else (items, args)
+        try:
+            results = await self._loop.run_in_executor(self._executor, getattr(self.engine, method), *call)
+        except Exception as exc:  # every waiting workflow sees the engine's error
+            for _, future in requests:
+                future.set_exception(exc)
+            return
+        start = 0
+        for request_items, future in requests:
+            future.set_result(results[start : start + len(request_items)])
+            start += len(request_items)
+
+    def close(self) -> None:
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._executor.shutdown(wait=False)
+        self.engine.shutdown()
