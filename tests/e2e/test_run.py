@@ -189,8 +189,8 @@ def test_a_second_explorer_joins_a_running_async_pair(tmp_path, tiny_model_dir, 
 
 def actor_pids(actor_class: str) -> list[int]:
     """The processes of Ray actors of ``actor_class`` (Ray titles them ``ray::<Class>`` when
-    idle, ``ray::<name>:<Class>.<method>`` while busy)."""
-    pattern = re.compile(rf"ray::([^:\x00]+:)?{actor_class}\b".encode())
+    idle, ``ray::<Class>.<method>`` while busy)."""
+    pattern = re.compile(rf"ray::{actor_class}\b".encode())
     pids = []
     for pid in filter(str.isdigit, os.listdir("/proc")):
         try:
@@ -242,7 +242,7 @@ def test_trainer_killed_mid_run_resumes_from_its_checkpoint(tmp_path, tiny_model
         time.sleep(0.1)
     # The trainer actor first: Ray's workers have process groups of their own, and a trainer that
     # outlived its raylet would go on training (and saving) until it noticed.
-    trainers = actor_pids("Trainer")
+    trainers = actor_pids("TrainerRole")
     assert trainers, "no trainer actor process to kill"
     for pid in trainers:
         os.kill(pid, signal.SIGKILL)

@@ -4,6 +4,7 @@ an explorer in process on the tiny model, the trainer's side played by ``Checkpo
 from __future__ import annotations
 
 import textwrap
+from collections import deque
 from pathlib import Path
 
 import pytest
@@ -48,8 +49,9 @@ def publish(explorer: Explorer, model: Path, version: int) -> None:
 
 
 def synced_at(explorer: Explorer, step: int) -> int:
-    explorer.step = step
-    explorer.maybe_sync()
+    """The version the explorer holds when the batch after ``step`` batches goes in."""
+    explorer._submitted = step
+    explorer.runner.loop.run_until_complete(explorer.take_weights(deque()))
     return explorer.version
 
 
@@ -73,7 +75,15 @@ def test_dynamic_by_explorer_takes_what_is_newer_without_waiting(tmp_path, tiny_
     assert synced_at(dynamic, 4) == 1
 
 
-def test_dynamic_by_trainer_looks_at_every_step(tmp_path, tiny_model_dir) -> None:
-    dynamic = explorer(tmp_path, tiny_model_dir, "dynamic_by_trainer")
-    publish(dynamic, tiny_model_dir, 2)
-    assert synced_at(dynamic, 1) == 2  # step 1 is not a multiple of sync_interval 2
+def test_trainer_driven_looks_at_every_step(tmp_path, tiny_model_dir) -> None:
+    driven = explorer(tmp_path, tiny_model_dir, "dynamic_by_trainer")  # Trinity-RFT's older name
+    assert driven.config.synchronizer.sync_style == "trainer_driven"
+    publish(driven, tiny_model_dir, 2)
+    assert synced_at(driven, 1) == 2  # step 1 is not a multiple of sync_interval 2
+
+
+def test_fully_async_takes_what_is_newer_before_every_batch(tmp_path, tiny_model_dir) -> None:
+    fully = explorer(tmp_path, tiny_model_dir, "fully_async", timeout=60)
+    assert synced_at(fully, 1) == 0  # nothing published: no wait
+    publish(fully, tiny_model_dir, 1)
+    assert synced_at(fully, 1) == 1  # between interval ends too

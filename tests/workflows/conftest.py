@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -48,6 +49,7 @@ def make_workflow(model: ModelWrapper):
 
     def make(workflow_type: str, raw: dict, auxiliary_models=(), **task_fields) -> Workflow:
         task = Task(workflow_type=workflow_type, raw=raw, taskset_name="t", index=3, **task_fields)
+        model.defaults = replace(model.defaults, n=task.repeat_times)  # as the runner asks for a task's repeats
         return resolve(Kind.WORKFLOW, workflow_type)(task, model, auxiliary_models)
 
     return make

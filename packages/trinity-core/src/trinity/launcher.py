@@ -155,24 +155,21 @@ def run_stage(config: Config) -> dict[str, Any]:
     """One stage: the actors its mode needs, until they finish."""
     import ray
 
-    from trinity.explorer.explorer import Explorer
-    from trinity.trainer.trainer import Trainer
-
     started = time.time()
     roles: dict[str, Any] = {}
     namespace = config.ray_namespace
     threads = default_threads(config, 2 if config.mode == "both" else 1)
     start_shared = _shared_actors(config)
     if config.mode in ("both", "explore", "bench"):  # first: the explorer's start-up is the longer
-        roles[config.explorer.name] = _actor(Explorer, config.explorer.name, namespace).remote(config, threads)
+        roles[config.explorer.name] = _actor(ExplorerRole, config.explorer.name, namespace).remote(config, threads)
     if config.mode in ("both", "train"):
-        roles[config.trainer.name] = _actor(Trainer, config.trainer.name, namespace).remote(config, threads)
+        roles[config.trainer.name] = _actor(TrainerRole, config.trainer.name, namespace).remote(config, threads)
     shared: list = []
     results: dict[str, Any] = {}
     try:
         shared = start_shared()
         method = "benchmark" if config.mode == "bench" else "run"
-        pending = {getattr(actor, method).remote(): name for name, actor in roles.items()}
+        pending = {actor.call.remote(method): name for name, actor in roles.items()}
         while pending:
             (ref,), _ = ray.wait(list(pending))
             name = pending.pop(ref)
@@ -224,10 +221,45 @@ def _shared_actors(config: Config) -> Callable[[], list]:
     return start
 
 
-def _actor(cls: type, name: str, namespace: str):
+class Role:
+    """A role's Ray actor: it builds the explorer or trainer in the actor and runs its methods.
+
+    A plain class in between, because Ray runs an actor whose class has any ``async`` method
+    as an async actor (its methods on Ray's event loop), and the explorer drives its own loop.
+    Process lists show the subclass (``ray::ExplorerRole.call``).
+    """
+
+    def __init__(self, config: Config, threads: int | None) -> None:
+        self.role = self.build(config, threads)
+
+    @staticmethod
+    def build(config: Config, threads: int | None) -> Any:
+        raise NotImplementedError
+
+    def call(self, method: str) -> Any:
+        return getattr(self.role, method)()
+
+
+class ExplorerRole(Role):
+    @staticmethod
+    def build(config: Config, threads: int | None) -> Any:
+        from trinity.explorer.explorer import Explorer
+
+        return Explorer(config, threads)
+
+
+class TrainerRole(Role):
+    @staticmethod
+    def build(config: Config, threads: int | None) -> Any:
+        from trinity.trainer.trainer import Trainer
+
+        return Trainer(config, threads)
+
+
+def _actor(role: type[Role], name: str, namespace: str):
     import ray
 
-    return ray.remote(num_cpus=0, max_restarts=0)(cls).options(name=name, namespace=namespace)
+    return ray.remote(num_cpus=0, max_restarts=0)(role).options(name=name, namespace=namespace)
 
 
 def _cause(exc: Exception) -> str:

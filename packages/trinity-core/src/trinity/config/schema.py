@@ -529,17 +529,17 @@ class AlgorithmConfig(ConfigModel):
 class OverRolloutConfig(ConfigModel):
     """Start more tasks than a step needs and keep the first ones that finish."""
 
-    ratio: float = inert(0.0, "Fraction of a step's tasks the explorer does not wait for.", ge=0.0, lt=1.0)
-    wait_after_min: float = inert(30.0, "Seconds to wait once the minimum of tasks finished.", ge=0.0)
-    return_partial_tasks: bool = inert(False, "Keep tasks of which only some runs finished.")
+    ratio: float = Field(0.0, ge=0.0, lt=1.0, description="Fraction of a step's tasks the explorer does not wait for.")
+    wait_after_min: float = Field(30.0, ge=0.0, description="Seconds to wait once the minimum of tasks finished.")
+    return_partial_tasks: bool = Field(False, description="Keep the finished runs of a task cut short.")
 
 
 class DynamicTimeoutConfig(ConfigModel):
     """A per-task timeout from the durations of recent tasks."""
 
-    enable: bool = inert(False, "Derive the task timeout from recent task durations.")
-    warmup_min_steps: int = inert(1, "Steps observed before the timeout adapts.", ge=0)
-    ratio: float = inert(3.0, "Timeout = average task time x ratio (at most max_timeout).", gt=0.0)
+    enable: bool = Field(False, description="Derive the task timeout from recent run durations.")
+    warmup_min_steps: int = Field(1, ge=0, description="Batches fully observed before the timeout adapts.")
+    ratio: float = Field(3.0, gt=0.0, description="Timeout = mean recent run time x ratio (at most max_timeout).")
 
 
 class ExplorerConfig(ConfigModel):
@@ -555,10 +555,12 @@ class ExplorerConfig(ConfigModel):
     max_timeout: int = Field(1800, gt=0, description="Seconds a task may take before it fails.")
     max_retry_times: int = Field(2, ge=0, description="Retries of a failed task.")
     env_vars: dict[str, str] = Field(default_factory=dict, description="Environment variables of the workflows.")
-    concurrent_mode: ConcurrentMode = inert(
-        "sequential", "How one runner runs a group of repeats: sequential, asynchronous or multi-threading."
+    concurrent_mode: ConcurrentMode = Field(
+        "sequential", description="How one runner runs a task's repeats: sequential, asynchronous or multi-threading."
     )
-    max_repeat_times_per_runner: int | None = inert(None, "Repeats of a task one runner takes at most.", ge=1)
+    max_repeat_times_per_runner: int | None = Field(
+        None, ge=1, description="Repeats of a task one runner job takes at most; unset: all of them."
+    )
     rollout_model: InferenceModelConfig = Field(
         default_factory=InferenceModelConfig, description="The policy's engines."
     )
@@ -578,7 +580,7 @@ class ExplorerConfig(ConfigModel):
         default_factory=DynamicTimeoutConfig, description="Adaptive task timeout."
     )
     runner_state_report_interval: int = inert(0, "Seconds between runner state reports; 0: never.", ge=0)
-    max_inflight_batches: int = inert(2, "Batches the explorer may run ahead in fully_async mode.", ge=1)
+    max_inflight_batches: int = Field(2, ge=1, description="Batches in flight at once with sync_style fully_async.")
 
     def inference_models(self) -> list[tuple[str, InferenceModelConfig]]:
         """The rollout model and the auxiliary models, each with its config key (for messages)."""

@@ -1,28 +1,33 @@
 """The explorer: turns task batches into experiences with the rollout engines and workflows.
 
-Each step reads ``buffer.batch_size`` tasks, runs their workflows concurrently
-(``runner_per_model`` per engine, each with ``max_timeout`` and ``max_retry_times``),
-writes the experiences to the experience buffer and logs rollout metrics. Between steps
-it takes new weights from the synchronizer per ``sync_style``; it evaluates the eval
-tasksets every ``eval_interval`` steps. Its position (step, taskset state) is saved after
-every step, so a restarted explorer continues where it stopped.
+Each step reads ``buffer.batch_size`` tasks and hands them to the task runner (workflows run
+concurrently, ``runner_per_model`` per engine, with timeouts, retries and over-rollout); the
+batches of one sync interval run together, so a slow task does not hold the next batch
+back, and each is written to the experience buffer in step order with its rollout metrics.
+Between intervals it takes new weights from the synchronizer per ``sync_style``
+(``fully_async``: whenever they are newer, up to ``max_inflight_batches`` batches in flight);
+it evaluates the eval tasksets every ``eval_interval`` steps. Its position (step, taskset
+state as of that step's read) is saved after every step, so a restarted explorer continues
+where it stopped.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import time
+from collections import deque
 from pathlib import Path
 from typing import Any
 
 from trinity.buffer import EndOfTaskset, TasksetReader, open_experience_writer
-from trinity.common.experience import Experience, Task
+from trinity.common.experience import Task
 from trinity.common.files import read_json, write_json
-from trinity.config.schema import Config, InferenceModelConfig, StorageConfig
+from trinity.config.schema import Config, InferenceModelConfig, TasksetConfig
 from trinity.engine.base import EngineStartError, RolloutEngine
 from trinity.engine.client import EngineClient
-from trinity.explorer.runner import TaskRunner
+from trinity.explorer.runner import BatchOutcome, TaskRunner, over_rollout_minimum
 from trinity.monitor.metrics import eval_at_k, gather, stats, timer
 from trinity.plugins import Kind, resolve
 from trinity.runtime import freeze_long_lived_objects, setup_role
@@ -69,6 +74,8 @@ class Explorer:
         self.version = 0
         self._resume_weights()
         self.runner = TaskRunner(config, self.engines, self.auxiliary)
+        self._submitted = self.step
+        self._first_step = self.step + 1  # after it, long-lived objects leave the cyclic GC
 
     def _resume_weights(self) -> None:
         """A resumed run starts from the trainer's last checkpoint, which it republishes."""
@@ -95,33 +102,102 @@ class Explorer:
 
     def run(self) -> dict[str, Any]:
         """Explore until the tasksets end; returns a summary."""
-        explorer = self.config.explorer
         start_step = self.step
+        self.runner.loop.run_until_complete(self._explore())
+        return {"role": self.name, "steps": self.step - start_step, "model_version": self.version}
+
+    async def _explore(self) -> None:
+        """Batches go in as their tasks are read; each finishes on its own and is written in step
+        order. How many run at once, and when weights move, follows the sync style:
+
+        - ``fixed``, ``explorer_driven``, ``trainer_driven``: the batches of one sync interval
+          run together; at its end all are written, then new weights are loaded (``fixed``
+          waits for the version ``step - sync_offset``; the others take what is newer;
+          ``trainer_driven`` also loads, after draining, whenever the trainer has published).
+        - ``fully_async``: the explorer never waits for the trainer; before each batch it loads
+          whatever is newer, while at most ``max_inflight_batches`` batches run.
+        """
+        explorer = self.config.explorer
         if explorer.eval_on_startup and self.step == 0:
-            self.evaluate()
+            await self.evaluate()
+        self._submitted = self.step
+        inflight: deque[asyncio.Task] = deque()
         while True:
             tasks = self.next_tasks()  # first: at the end of data, finish without waiting for weights
             if tasks is None:
                 break
-            self.maybe_sync()
-            metrics: dict[str, float] = {}
-            with timer(metrics, "explore_step"):
-                experiences, failures = self.runner.run(tasks, batch_id=str(self.step + 1))
-            with timer(metrics, "write_experiences"):
-                self.writer.write(experiences)
-            self.step += 1
-            self.save_meta()
-            metrics.update(self.rollout_metrics(experiences, failures))
-            self.monitor.log(metrics, self.step)
-            if self.step == start_step + 1:
-                freeze_long_lived_objects()
-            if self.step % explorer.eval_interval == 0:
-                self.evaluate()
+            await self.take_weights(inflight)
+            step = self._submitted = self._submitted + 1
+            previous = inflight[-1] if inflight else None
+            positions = [reader.state_dict() for reader in self.tasksets]  # what a resume after this step reads next
+            inflight.append(asyncio.ensure_future(self._batch(step, tasks, positions, previous, len(inflight) + 1)))
+            await self._bound(inflight)
+            if step % explorer.eval_interval == 0:
+                await self._drain(inflight)
+                await self.evaluate()
+        await self._drain(inflight)
         self.writer.finish()
         if self.config.buffer.explorer_input.eval_tasksets and self.step % explorer.eval_interval:
-            self.final_sync()
-            self.evaluate()
-        return {"role": self.name, "steps": self.step - start_step, "model_version": self.version}
+            await asyncio.to_thread(self.final_sync)
+            await self.evaluate()
+
+    async def _batch(
+        self, step: int, tasks: list[Task], positions: list[dict], previous: asyncio.Task | None, inflight: int
+    ) -> None:
+        """Run a batch, then (after the batch before it) write its experiences, the explorer's
+        position and its metrics."""
+        metrics: dict[str, float] = {"rollout/inflight_batches": inflight}
+        with timer(metrics, "explore_step"):
+            outcome = await self.runner.run_batch(tasks, batch_id=str(step), min_done=over_rollout_minimum(self.config))
+        if previous is not None:
+            await previous  # in step order: a resume position never skips an unwritten batch
+        with timer(metrics, "write_experiences"):
+            await asyncio.to_thread(self.writer.write, outcome.experiences)
+        self.step = step
+        self.save_meta(positions)
+        metrics.update(self.rollout_metrics(outcome, step - 1))
+        self.monitor.log(metrics, step)
+        if step == self._first_step:
+            freeze_long_lived_objects()
+
+    async def _bound(self, inflight: deque[asyncio.Task]) -> None:
+        """Wait until the batches in flight leave room for the next one."""
+        sync = self.config.synchronizer
+        if sync.sync_style == "fully_async":
+            while len(inflight) >= self.config.explorer.max_inflight_batches:
+                await inflight.popleft()
+        elif self._submitted % sync.explorer_sync_interval == 0:
+            await self._drain(inflight)  # the end of a sync interval: weights may move next
+        while inflight and inflight[0].done():
+            inflight.popleft().result()  # a batch's error surfaces here
+
+    @staticmethod
+    async def _drain(inflight: deque[asyncio.Task]) -> None:
+        while inflight:
+            await inflight.popleft()
+
+    async def take_weights(self, inflight: deque[asyncio.Task]) -> None:
+        """Before a batch goes in, take the trainer's newer weights per ``sync_style`` (see
+        ``_explore``); at an interval's end nothing is in flight any more."""
+        sync, done = self.config.synchronizer, self._submitted
+        if done == 0:
+            return
+        boundary = done % sync.explorer_sync_interval == 0
+        if sync.sync_style == "fully_async" or (sync.sync_style == "trainer_driven" and not boundary):
+            update = await asyncio.to_thread(self.sync.fetch, self.version + 1, 0)
+            if update is not None and sync.sync_style == "trainer_driven":
+                await self._drain(inflight)
+        elif not boundary:
+            return
+        elif self.config.mode == "both" and sync.sync_style == "fixed":
+            wanted = done - sync.sync_offset
+            if wanted <= self.version:
+                return
+            update = await asyncio.to_thread(self.sync.fetch, wanted, sync.sync_timeout)
+        else:
+            update = await asyncio.to_thread(self.sync.fetch, self.version + 1, 0)
+        if update is not None:
+            await asyncio.to_thread(self._load, update)
 
     def benchmark(self) -> dict[str, Any]:
         """Mode bench: evaluate every saved checkpoint (or the latest only) in step order."""
@@ -135,11 +211,11 @@ class Explorer:
             logger.warning(
                 "%s: no checkpoint under %s: evaluating the initial model", self.name, self.config.checkpoint_job_dir
             )
-            results[0] = self.evaluate()
+            results[0] = self.runner.loop.run_until_complete(self.evaluate())
         for step, weights in checkpoints:
             self._load(WeightUpdate(step, path=str(weights)))
             self.step = step
-            results[step] = self.evaluate()
+            results[step] = self.runner.loop.run_until_complete(self.evaluate())
         return {"role": self.name, "evaluated_steps": list(results), "metrics": results}
 
     def next_tasks(self) -> list[Task] | None:
@@ -154,35 +230,11 @@ class Explorer:
                 self._ended[index] = True
         return None
 
-    def save_meta(self) -> None:
-        write_json(
-            self.meta_path,
-            {"step": self.step, "model_version": self.version, "tasksets": [t.state_dict() for t in self.tasksets]},
-        )
+    def save_meta(self, positions: list[dict]) -> None:
+        """The explorer's position after its step ``self.step``: tasksets read up to that batch."""
+        write_json(self.meta_path, {"step": self.step, "model_version": self.version, "tasksets": positions})
 
     # --- weights ----------------------------------------------------------------------------
-
-    def maybe_sync(self) -> None:
-        """Before a step, take the trainer's newer weights.
-
-        Mode both with ``fixed`` style waits at every ``sync_interval`` for the version
-        ``step - sync_offset``; ``explorer_driven``, ``fully_async`` and async explorers (mode
-        explore) take whatever is newer at those steps without waiting; ``trainer_driven``
-        looks at every step.
-        """
-        sync = self.config.synchronizer
-        every_step = sync.sync_style == "trainer_driven"
-        if self.step == 0 or (self.step % sync.sync_interval and not every_step):
-            return
-        if self.config.mode == "both" and sync.sync_style == "fixed":
-            wanted = self.step - sync.sync_offset
-            if wanted <= self.version:
-                return
-            update = self.sync.fetch(wanted, timeout=sync.sync_timeout)
-        else:
-            update = self.sync.fetch(self.version + 1, timeout=0)
-        if update is not None:
-            self._load(update)
 
     def final_sync(self) -> None:
         """Wait for the trainer's weights after the last explored step (mode both)."""
@@ -204,25 +256,31 @@ class Explorer:
     # --- metrics and evaluation -------------------------------------------------------------
 
     @staticmethod
-    def rollout_metrics(experiences: list[Experience], failures: int) -> dict[str, float]:
+    def rollout_metrics(outcome: BatchOutcome, policy_version: int) -> dict[str, float]:
+        """The batch's metrics; ``staleness`` of an experience: how many versions its weights lag
+        behind ``policy_version``, the one an on-policy batch is explored with (its step - 1)."""
+        experiences = outcome.experiences
         metrics = stats("rollout/reward", [e.reward for e in experiences if e.reward is not None])
         metrics.update(stats("rollout/response_length", [e.response_length for e in experiences]))
+        metrics.update(stats("rollout/staleness", [policy_version - e.model_version for e in experiences]))
         metrics.update(gather("rollout", [e.metrics for e in experiences]))
         metrics["rollout/experience_count"] = len(experiences)
-        metrics["rollout/failed_tasks"] = failures
+        metrics["rollout/failed_tasks"] = outcome.failed_tasks
+        metrics["rollout/failed_runs"] = outcome.failed_runs
+        metrics["rollout/dropped_tasks"] = outcome.dropped_tasks
         return metrics
 
-    def evaluate(self) -> dict[str, float]:
+    async def evaluate(self) -> dict[str, float]:
         """Run every eval taskset once with the current weights; logs ``eval/<taskset>/...``."""
         metrics: dict[str, float] = {}
         for storage in self.config.buffer.explorer_input.eval_tasksets:
             with timer(metrics, f"eval/{storage.name}"):
-                metrics.update(self._evaluate_taskset(storage))
+                metrics.update(await self._evaluate_taskset(storage))
         if metrics:
             self.monitor.log(metrics, self.step)
         return metrics
 
-    def _evaluate_taskset(self, storage: StorageConfig) -> dict[str, float]:
+    async def _evaluate_taskset(self, storage: TasksetConfig) -> dict[str, float]:
         reader = TasksetReader(storage)
         runs: dict[str, list[dict[str, float]]] = {}
         while True:
@@ -230,8 +288,8 @@ class Explorer:
                 tasks = reader.read_batch()
             except EndOfTaskset:
                 break
-            experiences, _ = self.runner.run(tasks, batch_id=f"eval/{storage.name}/{self.step}")
-            for exp in experiences:
+            outcome = await self.runner.run_batch(tasks, batch_id=f"eval/{storage.name}/{self.step}")
+            for exp in outcome.experiences:
                 runs.setdefault(exp.eid.task, []).append({"reward": exp.reward or 0.0, **exp.metrics})
         return eval_at_k(storage.name, runs.values())
 

@@ -1,16 +1,35 @@
-"""Runs the workflows of a batch of tasks concurrently, with timeouts and retries.
+"""Runs the workflows of a batch of tasks concurrently: timeouts, retries, stragglers.
 
-One long-lived event loop per explorer: async workflows run on it, sync ones on its
-thread pool. A workflow that hangs past ``max_timeout`` is abandoned (its thread cannot be
-killed) and the batch goes on; ``runner_per_model`` workflows run at once per engine. A
-crashed engine (``EngineCrashed``) is not retried: the batch raises it.
+One long-lived event loop per explorer: async workflows run on it, sync ones in its thread
+pool. ``runner_per_model`` jobs run at once per engine, whatever batch they belong to, so a
+slow task of one batch does not hold the next batch's tasks back.
+
+A task's ``repeat_times`` runs are split into jobs of at most
+``explorer.max_repeat_times_per_runner`` (all in one job when unset). A workflow that samples
+its repeats itself (``can_repeat``) asks for a job's runs at once (``n``); any other is run
+once per repeat, within its job in sequence, as coroutines or in threads
+(``explorer.concurrent_mode``: sequential, asynchronous, multi-threading).
+
+Each run gets ``max_timeout`` seconds (with ``dynamic_timeout``: the recent mean run time x
+``ratio``, at most ``max_timeout``) and ``max_retry_times`` retries; one that times out is
+cancelled (a sync workflow's thread cannot be killed: it is abandoned) and counted as failed.
+With ``over_rollout.ratio``, a batch waits for ``(1 - ratio) x`` its tasks and then
+``wait_after_min`` seconds more at most; the tasks still running are cancelled (their finished
+runs are kept with ``return_partial_tasks``). A crashed engine (``EngineCrashed``) is not
+retried: the batch raises it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import math
+import statistics
+import time
+from collections import deque
+from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 
 from trinity.common.experience import EID, Experience, Task
 from trinity.config.schema import Config, InferenceModelConfig
@@ -18,13 +37,26 @@ from trinity.engine.base import EngineCrashed, SamplingArgs
 from trinity.engine.client import EngineClient
 from trinity.engine.prompts import first as _first
 from trinity.explorer.model_wrapper import ModelWrapper
+from trinity.explorer.workflow import Workflow
 from trinity.plugins import Kind, resolve
 
 logger = logging.getLogger(__name__)
 
+RECENT_RUNS = 256
+"""Run durations the dynamic timeout averages over."""
 
-class WorkflowFailed(RuntimeError):
-    """A task's workflow raised or timed out on every attempt."""
+
+@dataclass
+class BatchOutcome:
+    """What a batch of tasks became."""
+
+    experiences: list[Experience]
+    failed_tasks: int
+    """Tasks of which no run succeeded."""
+    failed_runs: int
+    """Runs that raised or timed out on every attempt (of tasks that may have other runs)."""
+    dropped_tasks: int = 0
+    """Tasks cancelled by ``over_rollout`` (their finished runs kept with ``return_partial_tasks``)."""
 
 
 class TaskRunner:
@@ -37,64 +69,156 @@ class TaskRunner:
         self.concurrency = config.explorer.runner_per_model * len(engines)
         self.loop = asyncio.new_event_loop()
         self.loop.set_default_executor(ThreadPoolExecutor(self.concurrency + 4, thread_name_prefix="workflow"))
+        self._slots = asyncio.Semaphore(self.concurrency)  # bound to the loop at first use
+        self._recent: deque[float] = deque(maxlen=RECENT_RUNS)
+        self._observed_batches = 0
 
-    def run(self, tasks: list[Task], batch_id: str) -> tuple[list[Experience], int]:
-        """All tasks' workflows; returns the experiences and the number of failed tasks."""
-        return self.loop.run_until_complete(self._run_tasks(tasks, batch_id))
+    def run(self, tasks: list[Task], batch_id: str) -> BatchOutcome:
+        """``run_batch`` from outside the loop (evaluation in bench mode, tests)."""
+        return self.loop.run_until_complete(self.run_batch(tasks, batch_id))
 
-    async def _run_tasks(self, tasks: list[Task], batch_id: str) -> tuple[list[Experience], int]:
-        limit = asyncio.Semaphore(self.concurrency)
-        results = await asyncio.gather(
-            *(self._run_task(task, i % len(self.engines), batch_id, limit) for i, task in enumerate(tasks)),
-            return_exceptions=True,
+    async def run_batch(self, tasks: list[Task], batch_id: str, min_done: int | None = None) -> BatchOutcome:
+        """All tasks' workflows; with ``min_done``, the over-rollout wait (see the module docstring)."""
+        finished: list[list[Experience]] = [[] for _ in tasks]
+        failures = [0] * len(tasks)
+        jobs = [
+            asyncio.ensure_future(self._run_task(task, i % len(self.engines), batch_id, finished[i], failures, i))
+            for i, task in enumerate(tasks)
+        ]
+        cancelled = await self._wait(jobs, min_done)
+        crashed = next(
+            (j.exception() for j in jobs if j not in cancelled and isinstance(j.exception(), EngineCrashed)), None
         )
-        crashed = next((r for r in results if isinstance(r, EngineCrashed)), None)
         if crashed is not None:
             raise crashed
+        keep_partial = self.config.explorer.over_rollout.return_partial_tasks
         experiences: list[Experience] = []
-        failures = 0
-        for result in results:
-            if isinstance(result, BaseException):
-                failures += 1
-                logger.error("%s", result)
-            else:
-                experiences.extend(result)
-        return experiences, failures
-
-    async def _run_task(self, task: Task, engine: int, batch_id: str, limit: asyncio.Semaphore) -> list[Experience]:
-        workflow_cls = resolve(Kind.WORKFLOW, task.workflow_type, "default_workflow_type")
-        runs = 1 if workflow_cls.can_repeat else task.repeat_times
-        group = f"{task.taskset_name}:{task.index}"
-        experiences: list[Experience] = []
-        for run in range(runs):
-            async with limit:
-                produced = await self._run_with_retries(workflow_cls, task, engine)
-            for i, exp in enumerate(produced):
-                exp.eid = EID(batch=batch_id, task=group, run=run if runs > 1 else i, step=exp.eid.step)
+        failed_tasks = dropped = 0
+        for job, produced in zip(jobs, finished, strict=True):
+            if job in cancelled:
+                dropped += 1
+                if keep_partial:
+                    experiences.extend(produced)
+                continue
+            if job.exception() is not None:  # a bug of the runner's own, not a workflow's failure
+                logger.error("task %s: %r", tasks[jobs.index(job)].task_id, job.exception())
+            if not produced:
+                failed_tasks += 1
             experiences.extend(produced)
-        return experiences
+        if not cancelled:
+            self._observed_batches += 1
+        return BatchOutcome(experiences, failed_tasks, sum(failures), dropped)
 
-    async def _run_with_retries(self, workflow_cls: type, task: Task, engine: int) -> list[Experience]:
+    async def _wait(self, jobs: list[asyncio.Future], min_done: int | None) -> set[asyncio.Future]:
+        """Wait for the jobs (or ``min_done`` of them, then ``wait_after_min`` s); cancel the rest."""
+        if not jobs:
+            return set()
+        if min_done is None or min_done >= len(jobs):
+            await asyncio.wait(jobs)
+            return set()
+        done: set[asyncio.Future] = set()
+        pending: set[asyncio.Future] = set(jobs)
+        while len(done) < min_done:
+            finished, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+            done |= finished
+        if pending:
+            _, pending = await asyncio.wait(pending, timeout=self.config.explorer.over_rollout.wait_after_min)
+        for job in pending:
+            job.cancel()
+        await asyncio.gather(*pending, return_exceptions=True)
+        return pending
+
+    def task_timeout(self) -> float:
+        """Seconds a run may take: ``max_timeout``, or with ``dynamic_timeout`` after its warm-up
+        batches the recent mean run time x ``ratio`` (at most ``max_timeout``)."""
+        explorer = self.config.explorer
+        dynamic = explorer.dynamic_timeout
+        if not dynamic.enable or self._observed_batches < dynamic.warmup_min_steps or not self._recent:
+            return explorer.max_timeout
+        return min(explorer.max_timeout, statistics.fmean(self._recent) * dynamic.ratio)
+
+    async def _run_task(
+        self, task: Task, engine: int, batch_id: str, finished: list[Experience], failures: list[int], index: int
+    ) -> None:
+        """The task's runs in jobs; each job's experiences land in ``finished`` as it ends."""
+        workflow_cls = resolve(Kind.WORKFLOW, task.workflow_type, "default_workflow_type")
+        group = f"{task.taskset_name}:{task.index}"
+        size = self.config.explorer.max_repeat_times_per_runner or task.repeat_times
+        starts = range(0, task.repeat_times, size)
+
+        async def job(first_run: int) -> None:
+            runs = min(size, task.repeat_times - first_run)
+            async with self._slots:
+                results = await self._run_job(workflow_cls, task, engine, runs)
+            for offset, produced in results:
+                if produced is None:
+                    failures[index] += 1
+                    continue
+                for i, exp in enumerate(produced):
+                    run = first_run + (i if workflow_cls.can_repeat else offset)
+                    exp.eid = EID(batch=batch_id, task=group, run=run, step=exp.eid.step)
+                finished.extend(produced)
+
+        outcomes = await asyncio.gather(*(job(start) for start in starts), return_exceptions=True)
+        for outcome in outcomes:
+            if isinstance(outcome, BaseException):
+                raise outcome
+
+    async def _run_job(
+        self, workflow_cls: type[Workflow], task: Task, engine: int, runs: int
+    ) -> list[tuple[int, list[Experience] | None]]:
+        """``(offset, experiences or None when it failed)`` of each workflow instance of a job."""
+        if workflow_cls.can_repeat:
+            return [(0, await self._attempts(workflow_cls, task, engine, runs, self._in_loop))]
+        mode = self.config.explorer.concurrent_mode
+        start = self._in_thread if mode == "multi-threading" else self._in_loop
+        if mode == "sequential":
+            return [(k, await self._attempts(workflow_cls, task, engine, 1, start)) for k in range(runs)]
+        results = await asyncio.gather(*(self._attempts(workflow_cls, task, engine, 1, start) for _ in range(runs)))
+        return list(enumerate(results))
+
+    @staticmethod
+    def _in_loop(coroutine: Callable[[], Awaitable[list[Experience]]]) -> Awaitable[list[Experience]]:
+        return coroutine()
+
+    @staticmethod
+    def _in_thread(coroutine: Callable[[], Awaitable[list[Experience]]]) -> Awaitable[list[Experience]]:
+        return asyncio.to_thread(asyncio.run, coroutine())
+
+    async def _attempts(
+        self,
+        workflow_cls: type[Workflow],
+        task: Task,
+        engine: int,
+        n: int,
+        start: Callable[[Callable[[], Awaitable[list[Experience]]]], Awaitable[list[Experience]]],
+    ) -> list[Experience] | None:
+        """One workflow instance, retried; None once every attempt failed (logged)."""
         explorer = self.config.explorer
         attempts = explorer.max_retry_times + 1
         reason = ""
         for attempt in range(1, attempts + 1):
+            timeout = self.task_timeout()
+            started = time.monotonic()
             try:
-                with self._model(task, engine, workflow_cls.can_repeat) as model:
+                with self._model(task, engine, n) as model:
                     workflow = workflow_cls(task, model, self._auxiliary_models(task))
-                    return await asyncio.wait_for(workflow.run_async(), explorer.max_timeout)
-            except Exception as exc:  # retried, then reported; the step goes on
+                    produced = await asyncio.wait_for(start(workflow.run_async), timeout)
+                self._recent.append(time.monotonic() - started)
+                return produced
+            except Exception as exc:  # retried, then reported; the batch goes on
                 if (crash := _engine_crash(exc)) is not None:
                     raise crash from None  # but not against a dead engine
                 reason = (
-                    f"timed out after {explorer.max_timeout} s"
+                    f"timed out after {math.ceil(timeout)} s"
                     if isinstance(exc, asyncio.TimeoutError)
                     else f"{type(exc).__name__}: {exc}"
                 )
                 logger.warning(
                     "task %s (%s), attempt %d/%d: %s", task.task_id, task.workflow_type, attempt, attempts, reason
                 )
-        raise WorkflowFailed(f"task {task.task_id} ({task.workflow_type}) failed {attempts} times; last: {reason}")
+        logger.error("task %s (%s) failed %d times; last: %s", task.task_id, task.workflow_type, attempts, reason)
+        return None
 
     def _sampling(self, task: Task, model: InferenceModelConfig, n: int) -> SamplingArgs:
         args = task.rollout_args
@@ -109,9 +233,8 @@ class TaskRunner:
             stop=list(args.get("stop") or []),
         )
 
-    def _model(self, task: Task, engine: int, can_repeat: bool) -> ModelWrapper:
+    def _model(self, task: Task, engine: int, n: int) -> ModelWrapper:
         rollout = self.config.explorer.rollout_model
-        n = task.repeat_times if can_repeat else 1
         return ModelWrapper(self.engines[engine], self._sampling(task, rollout, n), rollout.enable_history)
 
     def _auxiliary_models(self, task: Task) -> list[ModelWrapper]:
@@ -120,6 +243,12 @@ class TaskRunner:
             ModelWrapper(clients[0], self._sampling(task, model, 1))
             for model, clients in zip(models, self.auxiliary, strict=True)
         ]
+
+
+def over_rollout_minimum(config: Config) -> int | None:
+    """Tasks a training batch waits for with ``over_rollout.ratio`` (None: all of them)."""
+    ratio = config.explorer.over_rollout.ratio
+    return math.ceil(config.buffer.batch_size * (1 - ratio)) if ratio > 0 else None
 
 
 def _engine_crash(error: BaseException | None) -> EngineCrashed | None:

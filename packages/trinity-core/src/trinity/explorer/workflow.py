@@ -42,7 +42,9 @@ class Workflow:
 
     @property
     def repeat_times(self) -> int:
-        return self.task.repeat_times if self.can_repeat else 1
+        """Samples this instance asks for: its job's share of the task's ``repeat_times`` (all of
+        them unless ``explorer.max_repeat_times_per_runner`` splits them), 1 without ``can_repeat``."""
+        return self.model.defaults.n if self.can_repeat else 1
 
     def score(self, response: str, truth: Any, prompt: str | None = None) -> dict[str, float]:
         """The reward components of one response (empty without a reward function)."""
