@@ -223,6 +223,9 @@ class Trainer:
         if self.algorithm.compute_advantage_in_trainer:
             batch, prepared = self.prepare(batch)
             metrics.update(prepared)
+            if batch.batch_size == 0:  # e.g. grpo's std_threshold dropped every group
+                logger.warning("%s: the advantage function left no row of step %d: no update", self.name, self.step + 1)
+                return metrics
         metrics.update(self.engine.train_step(batch))
         metrics.update(self.batch_metrics(batch))
         return metrics
