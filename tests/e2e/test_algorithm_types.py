@@ -27,6 +27,11 @@ PLUGINS = Path(__file__).with_name("algorithm_plugins")
 JOB = Path("ckpt") / "quickstart" / "arithmetic"
 STEPS = 3
 FORMAT = "{prompt_key: question, response_key: answer}"
+DAPO_PIPELINE = (
+    "data_processor.experience_pipeline.operators=[{name: dapo_dynamic_sampling},"
+    " {name: overlong_reward_shaping, args: {max_response_length: 4, cache_length: 2}}]"
+)
+"""DAPO's experience side: groups all right or all wrong dropped and refilled; overlong shaping."""
 
 
 @pytest.fixture(scope="module")
@@ -88,6 +93,7 @@ def overrides(name: str, data: Path, model: Path) -> list[str]:
         "multi_step_grpo": steps_workflow,
         "gigpo": steps_workflow,
         "remax": ["buffer.explorer_input.default_workflow_type=greedy_baseline_workflow"],
+        "dapo": ["algorithm.policy_loss_fn_args={clip_range_low: 0.2, clip_range_high: 0.28}", DAPO_PIPELINE],
     }.get(name, [])  # fmt: skip
 
 
@@ -118,5 +124,8 @@ def test_algorithm_type_trains_three_steps(name, tmp_path, tiny_model_dir, algor
     if summary["mode"] == "both":
         explorer = read_jsonl(tmp_path / JOB / "monitor" / "explorer.jsonl")
         assert [record["step"] for record in explorer][:STEPS] == list(range(1, STEPS + 1))
+    if name == "dapo":  # dynamic sampling refilled every step to its 2 tasks x 2 rollouts
+        assert [record["experience_count"] for record in trainer] == [4.0] * STEPS
+        assert all("pipeline/dapo_dynamic_sampling/filtered_count" in record for record in explorer[:STEPS])
     weights = tmp_path / JOB / f"global_step_{STEPS}" / "actor" / "huggingface"
     assert any(weights.glob("*.safetensors")) and os.path.getsize(next(weights.glob("*.safetensors"))) > 0

@@ -179,6 +179,17 @@ def test_lr_schedules(tiny_model_dir: Path, experiences: list[Experience]) -> No
     batch = with_advantages(engine, experiences)
     lrs = [engine.train_step(batch)["actor/lr"] for _ in range(5)]
     assert lrs == pytest.approx([0.0, 5e-4, 1e-3, 5.5e-4, 1e-4])
+    # warm-up given in steps wins over the ratio: 2 steps of 4
+    engine = TorchTrainingEngine(
+        make_config(
+            tiny_model_dir,
+            algorithm__optimizer__lr_warmup_steps=2,
+            algorithm__optimizer__lr_warmup_steps_ratio=0.9,
+            algorithm__optimizer__total_training_steps=4,
+        )
+    )
+    lrs = [engine.train_step(batch)["actor/lr"] for _ in range(3)]
+    assert lrs == pytest.approx([0.0, 5e-4, 1e-3])
     with pytest.raises(ValueError, match="warmup_style 'linear'"):
         TorchTrainingEngine(make_config(tiny_model_dir, algorithm__optimizer__warmup_style="linear"))
 

@@ -97,6 +97,21 @@ class SampleStrategy(AlgorithmFn):
         return None
 
 
+class ExperienceOperator(AlgorithmFn):
+    """Explorer side: one step of the experience pipeline (``data_processor.experience_pipeline``),
+    applied to a step's experiences before they are written (filters, reward shaping)."""
+
+    @abstractmethod
+    def process(self, experiences: list) -> tuple[list, Metrics]:
+        """The experiences to keep (changed in place where the operator shapes them) and metrics."""
+
+    @property
+    def refill_rounds(self) -> int:
+        """How many more batches of tasks the explorer may run in a step to make up for the task
+        groups this operator drops (0: none)."""
+        return 0
+
+
 @dataclass(frozen=True)
 class AlgorithmType:
     """An algorithm: defaults for the functions above and what it needs to run.

@@ -1,8 +1,11 @@
 """The explorer: turns task batches into experiences with the rollout engines and workflows.
 
 Each step reads ``buffer.batch_size`` tasks, runs their workflows concurrently
-(``runner_per_model`` per engine, each with ``max_timeout`` and ``max_retry_times``),
-writes the experiences to the experience buffer and logs rollout metrics. Between steps
+(``runner_per_model`` per engine, each with ``max_timeout`` and ``max_retry_times``), passes
+the experiences through the experience pipeline (``data_processor.experience_pipeline``:
+filters, reward shaping; a filter that drops task groups may have the step run more tasks
+until it has its ``batch_size`` groups again, as DAPO's dynamic sampling does), writes them
+to the experience buffer and logs rollout metrics. Between steps
 it takes new weights from the synchronizer per ``sync_style``; it evaluates the eval
 tasksets every ``eval_interval`` steps. Its position (step, taskset state) is saved after
 every step, so a restarted explorer continues where it stopped.
@@ -16,6 +19,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from trinity.algorithm.experience_ops import ExperiencePipeline, by_group
 from trinity.buffer import EndOfTaskset, TasksetReader, open_experience_writer
 from trinity.common.experience import Experience, Task
 from trinity.common.files import read_json, write_json
@@ -69,6 +73,7 @@ class Explorer:
         self.version = 0
         self._resume_weights()
         self.runner = TaskRunner(config, self.engines, self.auxiliary)
+        self.pipeline = ExperiencePipeline.from_config(config)
 
     def _resume_weights(self) -> None:
         """A resumed run starts from the trainer's last checkpoint, which it republishes."""
@@ -106,7 +111,7 @@ class Explorer:
             self.maybe_sync()
             metrics: dict[str, float] = {}
             with timer(metrics, "explore_step"):
-                experiences, failures = self.runner.run(tasks, batch_id=str(self.step + 1))
+                experiences, failures = self.explore(tasks, metrics)
             with timer(metrics, "write_experiences"):
                 self.writer.write(experiences)
             self.step += 1
@@ -142,16 +147,45 @@ class Explorer:
             results[step] = self.evaluate()
         return {"role": self.name, "evaluated_steps": list(results), "metrics": results}
 
-    def next_tasks(self) -> list[Task] | None:
-        """The next batch: tasksets take turns by step, skipping those that ended."""
+    def explore(self, tasks: list[Task], metrics: dict[str, float]) -> tuple[list[Experience], int]:
+        """The step's experiences through the pipeline, and the number of failed tasks.
+
+        While the pipeline's filters leave fewer task groups than the step has tasks, more task
+        batches run (at most the pipeline's ``refill_rounds``, while the tasksets last); the
+        step keeps its first ``len(tasks)`` groups. Pipeline metrics add up over the batches.
+        """
+        batch_id = str(self.step + 1)
+        experiences, failures = self.runner.run(tasks, batch_id)
+        experiences, totals = self.pipeline(experiences)
+        rounds = 0
+        while rounds < self.pipeline.refill_rounds and len(by_group(experiences)) < len(tasks):
+            more = self.next_tasks(refill=True)
+            if more is None:
+                break
+            rounds += 1
+            extra, extra_failures = self.runner.run(more, f"{batch_id}.{rounds}")
+            extra, extra_metrics = self.pipeline(extra)
+            experiences, failures = experiences + extra, failures + extra_failures
+            for key, value in extra_metrics.items():
+                totals[key] = totals.get(key, 0.0) + value
+        if self.pipeline.operators:
+            kept = list(by_group(experiences).values())[: len(tasks)]
+            experiences = [exp for group in kept for exp in group]
+            metrics.update({**totals, "pipeline/refill_rounds": float(rounds)})
+        return experiences, failures
+
+    def next_tasks(self, refill: bool = False) -> list[Task] | None:
+        """The next batch: tasksets take turns by step, skipping those that ended. A ``refill``
+        batch adds to the current step (see ``explore``)."""
         for offset in range(len(self.tasksets)):
             index = (self.step + offset) % len(self.tasksets)
             if self._ended[index]:
                 continue
             try:
-                return self.tasksets[index].read_batch()
+                return self.tasksets[index].read_batch(refill)
             except EndOfTaskset:
-                self._ended[index] = True
+                if not refill:
+                    self._ended[index] = True
         return None
 
     def save_meta(self) -> None:

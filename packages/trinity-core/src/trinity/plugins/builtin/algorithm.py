@@ -11,6 +11,7 @@ _KL = "trinity.algorithm.kl"
 _ENT = "trinity.algorithm.entropy"
 _TYPES = "trinity.algorithm.algorithm_types"
 _SAMPLE = "trinity.algorithm.sample_strategy"
+_OPS = "trinity.algorithm.experience_ops"
 
 ALGORITHM_TYPES = (
     "ppo", "grpo", "grpo_verl", "dapo", "m2po", "reinforceplusplus", "rloo", "remax", "opmd", "asymre", "topr",
@@ -113,3 +114,12 @@ def trinity_register_sample_strategies(register):
     register("warmup", f"{_SAMPLE}:DefaultSampleStrategy")
     register("staleness_control", f"{_SAMPLE}:StalenessControlSampleStrategy")
     register("mix", f"{_SAMPLE}:MixSampleStrategy")
+
+
+@hookimpl
+def trinity_register_experience_operators(register):
+    register("dapo_dynamic_sampling", f"{_OPS}:DAPODynamicSampling")
+    register("reward_std_filter", f"{_OPS}:RewardSTDFilter")
+    register("reward_filter", f"{_OPS}:RewardFilter")
+    register("overlong_reward_shaping", f"{_OPS}:OverlongRewardShaping")
+    register("mask_response_truncated", f"{_OPS}:MaskResponseTruncated")
