@@ -219,6 +219,7 @@ def test_every_advantage_is_finite_and_zero_off_the_mask(make_batch, name):
         mask, [1.0, 0.0, 1.0, 2.0, 0.0, 1.0, 3.0], [0, 0, 0, 1, 1, 1, 2], values=torch.randn(7, 4, generator=gen),
         old_logprobs=old + garbage, teacher_logprobs=old - torch.rand(7, 4, generator=gen) + garbage,
         reward_baselines=torch.rand(7, generator=gen), run_ids=[0, 0, 1, 2, 3, 3, 4], step_ids=[0, 1, 0, 0, 0, 1, 0],
+        entropy_scores=-torch.rand(7, 4, generator=gen) + garbage, expected_entropy_scores=torch.rand(7, 4) + garbage,
     )  # fmt: skip
     fn = resolve(Kind.ADVANTAGE_FN, name)()
     out, metrics = fn(batch)

@@ -19,7 +19,7 @@ PRESETS = torch.load(Path(__file__).with_name("reference") / "trinity_rft_refere
 EXPECTED = {
     Kind.ADVANTAGE_FN: {"ppo", "grpo", "grpo_verl", "grpo_passk", "reinforceplusplus", "reinforce_plus_plus_baseline",
                         "reinforce", "rloo", "remax", "opo", "gpg", "opmd", "opmd_verl", "asymre", "asymre_verl", "rec",
-                        "step_wise_grpo", "gigpo", "on_policy_distill", "jsd"},
+                        "step_wise_grpo", "gigpo", "on_policy_distill", "jsd", "clipb", "clipv"},
     Kind.POLICY_LOSS_FN: {"ppo", "gspo", "cispo", "clip_cov", "kl_cov", "geo_mean", "sapo", "gpg", "opmd",
                           "importance_sampling", "sppo", "topr", "m2po", "rec", "sft", "sft_is", "sft_phi", "dpo", "mix",
                           "mix_chord"},

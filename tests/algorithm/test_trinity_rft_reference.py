@@ -99,6 +99,19 @@ def test_multi_step_advantages():
         close(out.advantages, expected[kept], batch.response_mask[kept])
 
 
+def test_entropy_clip_advantages(make_batch):
+    """Clip_B / Clip_V: the tokens Trinity-RFT takes out of the loss, and the advantages of the rest."""
+    extra = ref.entropy_inputs(X)
+    batch = seeded_batch(make_batch).with_fields(
+        entropy_scores=extra["scores"].float(), expected_entropy_scores=extra["necs"].float()
+    )
+    for case, (name, args) in ref.ENTROPY_CLIP.items():
+        out, _ = resolve(Kind.ADVANTAGE_FN, name)(**args)(batch)
+        kept = CASES[case]["response_mask"]
+        assert torch.equal(out.response_mask, kept.float()), case
+        close(out.advantages, CASES[case]["advantages"] * kept)
+
+
 def test_distillation_advantages(make_batch):
     batch = seeded_batch(make_batch)
     for case, (name, args) in ref.DISTILL.items():

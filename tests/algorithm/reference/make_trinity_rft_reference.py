@@ -70,6 +70,13 @@ MULTI_STEP = {
 }
 """case -> (Trinity-RFT advantage_fn name, its args) on ``make_multi_step``."""
 
+ENTROPY_CLIP = {
+    "clipb": ("clipb", {"mu": 1.0}),
+    "clipv": ("clipv", {"mu": 1.0, "max_frac": 1.0}),
+    "clipv_capped": ("clipv", {"mu": 0.5, "max_frac": 0.02}),
+}
+"""case -> (Trinity-RFT advantage_fn name, its args) on the seeded batch with ``entropy_inputs``."""
+
 DISTILL = {
     "on_policy_distill": ("on_policy_distill", {"kl_coef": 0.5}),
     "jsd": ("jsd", {"lambda_coef": 0.3, "kl_coef": 2.0}),
@@ -77,6 +84,15 @@ DISTILL = {
     "jsd_teacher_kl": ("jsd", {"lambda_coef": 1.0}),
     "jsd_temperature": ("jsd", {"temperature": 2.0}),
 }
+
+
+def entropy_inputs(x: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """Entropies and expected entropy scores of the seeded batch (Clip_B, Clip_V), and the
+    entropy scores ``S = p (H + log p)`` they imply with its old logprobs."""
+    gen = torch.Generator().manual_seed(11)
+    entropy = torch.rand(x["old_logprobs"].shape, generator=gen, dtype=torch.float64) * 3
+    necs = torch.randn(x["old_logprobs"].shape, generator=gen, dtype=torch.float64) * 0.2
+    return {"entropy": entropy, "necs": necs, "scores": x["old_logprobs"].exp() * (entropy + x["old_logprobs"])}
 
 
 def make_multi_step() -> list[dict]:
@@ -162,6 +178,15 @@ def build_cases(x: dict[str, torch.Tensor]) -> dict[str, dict[str, torch.Tensor]
             for i, row in enumerate(multi)
         ]
         cases[case] = _advantages(ADVANTAGE_FN.get(name)(**args), experiences, len(multi), width)
+    extra = entropy_inputs(x)
+    for case, (name, args) in ENTROPY_CLIP.items():
+        tensors = {
+            "token_level_rewards": x["token_level_rewards"], "response_mask": mask, "old_log_probs": x["old_logprobs"],
+            "rollout_log_probs": x["old_logprobs"], "entropys": extra["entropy"], "necs": extra["necs"],
+        }  # fmt: skip
+        data = DataProto.from_dict(tensors=tensors, non_tensors={"uid": x["group_ids"].numpy()})
+        out, _ = ADVANTAGE_FN.get(name)(**args)(data)
+        cases[case] = {"advantages": out.batch["advantages"], "response_mask": out.batch["response_mask"]}
     for case, (name, args) in DISTILL.items():
         data = DataProto.from_dict(
             tensors={"old_log_probs": x["old_logprobs"], "teacher_logprobs": x["ref_logprobs"], "response_mask": mask}

@@ -54,6 +54,9 @@ class AlgorithmFn(ABC):  # noqa: B024 - the abstract methods live on each kind
 class AdvantageFn(AlgorithmFn):
     """Fills ``batch.advantages`` (and ``batch.returns``) from rewards/values."""
 
+    needs_entropy_scores: ClassVar[bool] = False
+    """The engine fills ``batch.entropy_scores`` first (the entropy-aware ``clipb``, ``clipv``)."""
+
     @abstractmethod
     def __call__(self, batch: Batch) -> tuple[Batch, Metrics]: ...
 

@@ -48,6 +48,8 @@ class Batch:
     step_rewards: torch.Tensor | None = None  # [B] float: info["step_reward"] of a step, NaN where absent
     state_ids: torch.Tensor | None = None  # [B] long: one id per info["env_state_hash"], -1 where absent
     global_steps: torch.Tensor | None = None  # [B] long: the (1-based) training step the row trains in
+    entropy_scores: torch.Tensor | None = None  # [B, R] the actor's p (H + log p) of each token (clipb/clipv)
+    expected_entropy_scores: torch.Tensor | None = None  # [B, R] its expectation over the vocabulary
 
     @property
     def batch_size(self) -> int:

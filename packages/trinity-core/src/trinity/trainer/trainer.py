@@ -232,7 +232,7 @@ class Trainer:
 
     def prepare(self, batch: Batch) -> tuple[Batch, dict[str, float]]:
         """What the engine fills (old/ref logprobs, values), the KL reward penalty, advantages."""
-        batch = self.engine.prepare_batch(batch)
+        batch = self.engine.prepare_batch(batch, entropy_scores=self.advantage_fn.needs_entropy_scores)
         batch, kl_metrics = self.kl_penalty_fn.apply_to_reward(batch)
         batch, adv_metrics = self.advantage_fn(batch)
         return batch, {**{f"critic/{k}": v for k, v in kl_metrics.items()}, **adv_metrics}

@@ -4,6 +4,7 @@ from trinity.plugins import hookimpl
 
 _ADV = "trinity.algorithm.advantage"
 _STEPS = "trinity.algorithm.multi_step"
+_CLIP = "trinity.algorithm.entropy_clip"
 _DISTILL = "trinity.algorithm.distill"
 _LOSS = "trinity.algorithm.policy_loss"
 _SUPERVISED = "trinity.algorithm.supervised_loss"
@@ -43,6 +44,8 @@ def trinity_register_advantage_fns(register):
         "gigpo": f"{_STEPS}:GiGPOAdvantage",
         "on_policy_distill": f"{_DISTILL}:OnPolicyDistillAdvantage",
         "jsd": f"{_DISTILL}:JSDAdvantage",
+        "clipb": f"{_CLIP}:ClipBAdvantage",
+        "clipv": f"{_CLIP}:ClipVAdvantage",
     }.items():
         register(name, target)
 
