@@ -113,3 +113,18 @@ def test_sppo_by_hand(make_batch):
     loss, grad, metrics = loss_and_grad(SPPOPolicyLoss(), [[0.1, 0.5]], batch)
     assert loss == pytest.approx(-0.1) and metrics["pg_clipfrac"] == 0.5
     torch.testing.assert_close(grad, torch.tensor([[-1.0, 0.0]]))
+
+
+def test_m2po_masks_over_the_whole_batch_then_accumulates_exactly(make_batch):
+    """The trainer's prepare picks the mask over the step's batch; micro-batches of one row then
+    add up (weighted by their token shares) to the loss of the whole batch."""
+    current = torch.tensor([[0.5, 0.1], [-0.3, 0.2], [0.05, -0.4], [0.3, 0.3]])
+    batch = make_batch([[1, 1]] * 4, old_logprobs=torch.zeros(4, 2), advantages=[[1.0, 1.0], [-1.0, -1.0]] * 2)
+    fn = M2POPolicyLoss(m2_threshold=0.05)
+    prepared, metrics = fn.prepare(batch, lambda rows: current[: rows.batch_size])
+    assert metrics["m2po/masked_fraction"] > 0
+    whole, _ = fn(current, prepared)
+    parts = [fn(current[i : i + 1], prepared.select([i]))[0] * 2 / 8 for i in range(4)]
+    assert sum(parts).item() == pytest.approx(whole.item())
+    alone = [fn(current[i : i + 1], batch.select([i]))[0] * 2 / 8 for i in range(4)]
+    assert sum(alone).item() != pytest.approx(whole.item())  # each row masked on its own: not Algorithm 1

@@ -20,6 +20,7 @@ Conventions of the built-in functions (``trinity.algorithm.*``):
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -66,6 +67,11 @@ class PolicyLossFn(AlgorithmFn):
 
     @abstractmethod
     def __call__(self, logprobs: torch.Tensor, batch: Batch) -> tuple[torch.Tensor, Metrics]: ...
+
+    def prepare(self, batch: Batch, current_logprobs: Callable[[Batch], torch.Tensor]) -> tuple[Batch, Metrics]:
+        """Trainer side, once per step before the engine splits the batch: what the loss needs
+        from the whole batch (``m2po``'s mask); ``current_logprobs`` runs the actor over it."""
+        return batch, {}
 
 
 class KLFn(AlgorithmFn):

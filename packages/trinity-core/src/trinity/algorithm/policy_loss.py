@@ -10,6 +10,7 @@ Supervised and mixed losses (SFT, DPO, mix) live in ``trinity.algorithm.supervis
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import ClassVar, Literal
 
 from pydantic import Field
@@ -445,10 +446,12 @@ class M2POPolicyLoss(AggregatedLoss):
     the mask ``M`` drops, among the tokens PPO's clip would act on (``A > 0, r > 1`` or
     ``A < 0, r < 1``), those with the largest ``(log r)^2`` until the mean second moment of
     the rest is at most ``m2_threshold`` (Algorithm 1). ``r``'s log is clamped to
-    ``+-log_ratio_clip`` in the forward pass only. The mask is computed over the rows the
-    loss is given (one micro-batch of the engine); upstream computes it over the whole
-    optimiser mini-batch, which the torch engine matches when a micro-batch holds the step's
-    batch.
+    ``+-log_ratio_clip`` in the forward pass only.
+
+    The mask is chosen over the whole step's batch, as upstream does: the trainer's
+    ``prepare`` runs the actor over the batch (one no-grad forward pass) and stores it as
+    ``batch.m2po_mask``; a batch without one (an engine called directly) is masked over the
+    rows the loss is given.
     """
 
     name = "m2po"
@@ -458,10 +461,19 @@ class M2POPolicyLoss(AggregatedLoss):
         loss_agg_mode: Literal["token-mean"] = Field("token-mean", description="the paper's token mean")
         log_ratio_clip: float = Field(20.0, gt=0, description="forward-pass clamp of the log-ratio")
 
+    def prepare(self, batch: Batch, current_logprobs: Callable[[Batch], torch.Tensor]) -> tuple[Batch, Metrics]:
+        logprobs, old, advantages, mask = self.inputs(current_logprobs(batch), batch)
+        keep, metrics = self.mask(logprobs - old, advantages, mask)
+        return batch.with_fields(m2po_mask=keep), {f"m2po/{k}": v for k, v in metrics.items()}
+
     def __call__(self, logprobs: torch.Tensor, batch: Batch) -> tuple[torch.Tensor, Metrics]:
         logprobs, old, advantages, mask = self.inputs(logprobs, batch)
         log_ratio = logprobs - old
-        keep, metrics = self.mask(log_ratio.detach(), advantages, mask)
+        metrics: Metrics = {}
+        if batch.m2po_mask is None:
+            keep, metrics = self.mask(log_ratio.detach(), advantages, mask)
+        else:
+            keep = batch.m2po_mask.bool()
         limit = self.args.log_ratio_clip
         stable = log_ratio + (log_ratio.clamp(-limit, limit) - log_ratio).detach()
         ratio = torch.exp(stable)

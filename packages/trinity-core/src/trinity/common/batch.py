@@ -48,6 +48,7 @@ class Batch:
     step_rewards: torch.Tensor | None = None  # [B] float: info["step_reward"] of a step, NaN where absent
     state_ids: torch.Tensor | None = None  # [B] long: one id per info["env_state_hash"], -1 where absent
     global_steps: torch.Tensor | None = None  # [B] long: the (1-based) training step the row trains in
+    m2po_mask: torch.Tensor | None = None  # [B, R] bool: the tokens M2PO keeps, chosen over the whole batch
     entropy_scores: torch.Tensor | None = None  # [B, R] the actor's p (H + log p) of each token (clipb/clipv)
     expected_entropy_scores: torch.Tensor | None = None  # [B, R] its expectation over the vocabulary
 

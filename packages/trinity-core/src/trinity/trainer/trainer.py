@@ -100,6 +100,7 @@ class Trainer:
         algo = config.algorithm
         self.algorithm = resolve(Kind.ALGORITHM_TYPE, algo.algorithm_type)
         self.advantage_fn = resolve(Kind.ADVANTAGE_FN, algo.advantage_fn)(**algo.advantage_fn_args)
+        self.policy_loss_fn = resolve(Kind.POLICY_LOSS_FN, algo.policy_loss_fn)(**algo.policy_loss_fn_args)
         self.kl_penalty_fn = resolve(Kind.KL_FN, algo.kl_penalty_fn)(**algo.kl_penalty_fn_args)
         self.sample_strategy = resolve(Kind.SAMPLE_STRATEGY, algo.sample_strategy)(**algo.sample_strategy_args)
         self.engine = resolve(Kind.TRAINER_ENGINE, config.trainer.trainer_type, "trainer.trainer_type")(config)
@@ -231,10 +232,14 @@ class Trainer:
         return metrics
 
     def prepare(self, batch: Batch) -> tuple[Batch, dict[str, float]]:
-        """What the engine fills (old/ref logprobs, values), the KL reward penalty, advantages."""
+        """What the engine fills (old/ref logprobs, values), the KL reward penalty, advantages,
+        and what the policy loss needs from the whole batch (``PolicyLossFn.prepare``)."""
         batch = self.engine.prepare_batch(batch, entropy_scores=self.advantage_fn.needs_entropy_scores)
         batch, kl_metrics = self.kl_penalty_fn.apply_to_reward(batch)
         batch, adv_metrics = self.advantage_fn(batch)
+        if batch.batch_size:
+            batch, loss_metrics = self.policy_loss_fn.prepare(batch, self.engine.compute_logprobs)
+            adv_metrics.update(loss_metrics)
         return batch, {**{f"critic/{k}": v for k, v in kl_metrics.items()}, **adv_metrics}
 
     @staticmethod
