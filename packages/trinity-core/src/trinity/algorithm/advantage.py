@@ -164,7 +164,7 @@ class GAEAdvantage(AdvantageFn):
         )
 
 
-class _GRPOLike(_GroupAdvantage):
+class GroupNormalisedAdvantage(_GroupAdvantage):
     """``(s_i - mean_g) / (std_g + epsilon)``, or ``s_i - mean_g`` without std normalisation."""
 
     class Args(PluginArgs):
@@ -179,7 +179,7 @@ class _GRPOLike(_GroupAdvantage):
         return std
 
 
-class GRPOAdvantage(_GRPOLike):
+class GRPOAdvantage(GroupNormalisedAdvantage):
     """GRPO group-normalised advantage (Shao et al. 2024, DeepSeekMath, arXiv:2402.03300).
 
     ``A_i = (s_i - mean_g) / (std_g + epsilon)`` over the rows of ``i``'s group ``g``
@@ -197,7 +197,7 @@ class GRPOAdvantage(_GRPOLike):
     the row's score throughout, as the paper defines the reward.
     """
 
-    class Args(_GRPOLike.Args):
+    class Args(GroupNormalisedAdvantage.Args):
         std_cal_level: Literal["group", "batch"] = Field("group", description="where the std comes from")
         std_threshold: float | None = Field(
             None, ge=0, description="drop groups whose reward std is at most this (and groups of one)"
@@ -230,7 +230,7 @@ class GRPOAdvantage(_GRPOLike):
         return batch, {**metrics, **kept}
 
 
-class GRPOVerlAdvantage(_GRPOLike):
+class GRPOVerlAdvantage(GroupNormalisedAdvantage):
     """GRPO exactly as verl computes it (``compute_grpo_outcome_advantage``): a group of one has
     mean 0 and std 1, so its advantage is ``score / (1 + epsilon)`` (``score`` without std
     normalisation). Trinity-RFT's ``grpo_verl``."""
@@ -296,7 +296,7 @@ class GRPOPassKAdvantage(_GroupAdvantage):
     the others 0. The first row of the maximum wins a tie (then ``r_max == r_second``: 0).
     verl refuses groups of one; they get 0 here."""
 
-    Args = _GRPOLike.Args
+    Args = GroupNormalisedAdvantage.Args
 
     def group_advantages(self, scores, count, mean, std, batch):
         index, n_groups = group_index(batch.group_ids)

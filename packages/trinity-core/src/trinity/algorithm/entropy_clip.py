@@ -17,7 +17,7 @@ from abc import abstractmethod
 
 from pydantic import Field
 
-from trinity.algorithm.advantage import _GRPOLike
+from trinity.algorithm.advantage import GroupNormalisedAdvantage
 from trinity.algorithm.base import Metrics
 from trinity.algorithm.utils import masked_mean
 from trinity.common.batch import Batch
@@ -35,7 +35,7 @@ def population_std(values: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tens
     return mean, masked_mean((values - mean).square(), mask).sqrt()
 
 
-class _EntropyClip(_GRPOLike):
+class _EntropyClip(GroupNormalisedAdvantage):
     """GRPO advantages, then ``keep`` decides which tokens stay in the loss."""
 
     needs_entropy_scores = True
@@ -64,7 +64,7 @@ class ClipBAdvantage(_EntropyClip):
     """Clip_B: with ``z = S - mean(S)`` over the batch's tokens (population std ``sigma``), a
     negative-advantage token stays only when ``z >= -mu sigma``; zero and positive ones stay."""
 
-    class Args(_GRPOLike.Args):
+    class Args(GroupNormalisedAdvantage.Args):
         mu: float = Field(2.5, gt=0, description="how many stds below the mean entropy score a token may lie")
 
     def keep(self, batch: Batch, advantages: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -79,7 +79,7 @@ class ClipVAdvantage(_EntropyClip):
     non-positive-advantage token stays only when ``D <= mu sigma``; at most ``max_frac`` of the
     tokens (at least one) are taken out, the negative ones of largest ``D`` first."""
 
-    class Args(_GRPOLike.Args):
+    class Args(GroupNormalisedAdvantage.Args):
         mu: float = Field(8.5, gt=0, description="how many stds of N - S a token may exceed")
         max_frac: float = Field(1e-4, gt=0, le=1, description="the largest share of the tokens taken out")
 
