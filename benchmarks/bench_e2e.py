@@ -1,6 +1,6 @@
 """End-to-end figures of ``trinity run`` on a CPU: framework overhead, async speed-up, start-up.
 
-    python benchmarks/bench_e2e.py [overhead|async|startup|all]
+    python benchmarks/bench_e2e.py [overhead|async|skewed|startup|all]
 
 Figures on a shared 2-core machine move 10-20% from run to run, so each is measured
 several times (``OVERHEAD_REPEATS``, ``ASYNC_REPEATS``, ``STARTUPS``), the compared variants
@@ -19,6 +19,13 @@ interleaved, and printed as median (min-max).
   step (4 prompts x 8 samples x 128 tokens) where exploring and training take about as long.
   Overlap cannot beat the slower role, so the bound is (explore + train) / max(explore,
   train); the bench prints it. Target >= 1.8.
+- skewed: steps per minute of ``fully_async`` with ``over_rollout`` (ratio 0.25, no wait after
+  the minimum) over ``fixed`` (sync_offset 0), on a step whose tasks wait on a simulated
+  environment first: a Pareto-distributed latency per task (most near 50 ms, a few up to
+  3 s), as agent tasks wait on tools and environments. Fixed waits for the slowest task of
+  every batch and alternates exploring and training; the other drops the slowest quarter of
+  each batch and explores while the trainer trains. Prints the speed-up next to the
+  alternation's bound ((explore + train) / max of the two in the fixed run).
 - startup: seconds from ``trinity run`` to the first rollout (the timestamp of the first
   explorer step's metrics minus that step's own duration), with ``trinity run`` starting
   Ray (target <= 8), and joining a local cluster that ``ray start --head`` started before.
@@ -44,7 +51,30 @@ PROMPTS, SAMPLES, TOKENS = 16, 8, 64
 """The overhead bench's step, as the issue names it."""
 ASYNC_WORK = (4, 8, 128)
 """The async bench's step (prompts, samples, tokens): exploring takes about as long as training."""
-OVERHEAD_REPEATS, ASYNC_REPEATS, STARTUPS = 5, 3, 5
+OVERHEAD_REPEATS, ASYNC_REPEATS, STARTUPS, SKEWED_REPEATS = 5, 3, 5, 3
+SKEWED_WORK = (8, 8, 32)
+"""The skewed bench's step (prompts, samples, tokens)."""
+SKEWED_WORKFLOW = """
+import asyncio
+import random
+
+from trinity.plugin_api import hookimpl
+from trinity_workflows.workflows import MathWorkflow
+
+
+class EnvironmentLatencyWorkflow(MathWorkflow):
+    \"\"\"The math workflow after an environment's latency: Pareto, 50 ms scale, at most 3 s.\"\"\"
+
+    async def run_async(self):
+        rng = random.Random(hash((self.task.index, self.task.raw.get("question"))))
+        await asyncio.sleep(min(3.0, 0.05 * rng.paretovariate(1.1)))
+        return await super().run_async()
+
+
+@hookimpl
+def trinity_register_workflows(register):
+    register("environment_latency_workflow", EnvironmentLatencyWorkflow)
+"""
 
 
 def prepare(root: Path) -> tuple[Path, Path]:
@@ -215,6 +245,42 @@ def async_speedup(root: Path, model: Path, data: Path) -> None:
     print(f"async: speed-up {spread(speedups)} over {ASYNC_REPEATS} runs, bound {spread(bounds)} (target >= 1.8)")
 
 
+def skewed(root: Path, model: Path, data: Path) -> None:
+    plugins = root / "plugins"
+    plugins.mkdir(exist_ok=True)
+    (plugins / "environment_latency.py").write_text(SKEWED_WORKFLOW)
+    os.environ["TRINITY_PLUGIN_DIRS"] = str(plugins)  # the runs' subprocesses load it
+    common = (*work(*SKEWED_WORK), "buffer.explorer_input.default_workflow_type=environment_latency_workflow")
+    variants = (
+        ("fixed", ("synchronizer.sync_style=fixed", "synchronizer.sync_offset=0")),
+        (
+            "fully_async",
+            (
+                "synchronizer.sync_style=fully_async",
+                "explorer.over_rollout.ratio=0.25",
+                "explorer.over_rollout.wait_after_min=0",
+            ),
+        ),
+    )
+    speedups, bounds = [], []
+    for repeat in range(SKEWED_REPEATS):
+        seconds = {}
+        for style, changes in variants:
+            name = f"{style}{repeat}"
+            seconds[style] = trinity_step_seconds(root, model, data, name, *common, *changes)
+            explore, train = (role_step_seconds(root, name, role, key) for role, key in ROLE_TIMERS)
+            print(
+                f"skewed: {name}: {60 / seconds[style]:.1f} steps/min; per step explore {explore:.2f} s, train {train:.2f} s"
+            )
+            if style == "fixed":
+                bounds.append((explore + train) / max(explore, train))
+        speedups.append(seconds["fixed"] / seconds["fully_async"])
+        print(f"skewed: speed-up {speedups[-1]:.2f}, alternation's bound {bounds[-1]:.2f}")
+    print(
+        f"skewed: fully_async + over_rollout over fixed {spread(speedups)} over {SKEWED_REPEATS} runs, bound {spread(bounds)}"
+    )
+
+
 ROLE_TIMERS = (("explorer", "time/explore_step"), ("trainer", "time/train_step"))
 
 
@@ -254,7 +320,8 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         model, data = prepare(root)
-        for name, bench in (("overhead", overhead), ("async", async_speedup), ("startup", startup)):
+        benches = (("overhead", overhead), ("async", async_speedup), ("skewed", skewed), ("startup", startup))
+        for name, bench in benches:
             if which in (name, "all"):
                 bench(root, model, data)
 

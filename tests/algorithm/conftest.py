@@ -17,7 +17,7 @@ def build_batch(mask: Any, rewards: Any = None, group_ids: Any = None, dtype=tor
     size, length = mask.shape
     tokens = torch.zeros(size, length + 2, dtype=torch.long)
     as_float = {k: (torch.as_tensor(v, dtype=dtype) if v is not None else None) for k, v in fields.items()}
-    for name in ("is_expert", "run_ids", "step_ids", "model_versions"):
+    for name in ("is_expert", "run_ids", "step_ids", "state_ids", "global_steps", "model_versions"):
         if name in fields:
             as_float[name] = torch.as_tensor(fields[name])
     return Batch(

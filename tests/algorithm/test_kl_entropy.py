@@ -8,7 +8,8 @@ import pytest
 import torch
 
 from trinity.algorithm.entropy import DefaultEntropyLoss, MixEntropyLoss, NoEntropyLoss
-from trinity.algorithm.kl import K1, K2, K3, AbsKL, LowVarKL, NoKL
+from trinity.algorithm.kl import K1, K2, K3, AbsKL, CorrectedK3, LowVarKL, NoKL
+from trinity.plugins import Kind, resolve
 
 E = math.e
 
@@ -20,9 +21,9 @@ E = math.e
         (K1(), [1.0, -1.0, 30.0, -30.0]),
         (K2(), [0.5, 0.5, 450.0, 450.0]),
         (AbsKL(), [1.0, 1.0, 30.0, 30.0]),
-        # k3 = exp(-d) - 1 + d
-        (K3(), [1 / E, E - 2, math.exp(-30) + 29, math.exp(30) - 31]),
-        # low_var_kl: -d clamped to +-20, then the result to +-10
+        # k3 = exp(-d) - 1 + d, with -d clamped to +-20 and the result to +-10 (verl's k3 and
+        # low_var_kl alike; unclamped, d = -30 would give e^30 - 31 = 1.07e13)
+        (K3(), [1 / E, E - 2, 10.0, 10.0]),
         (LowVarKL(), [1 / E, E - 2, 10.0, 10.0]),
     ],
     ids=["k1", "k2", "abs", "k3", "low_var_kl"],
@@ -31,6 +32,39 @@ def test_estimators_by_hand(fn, expected):
     logprobs = torch.tensor([[0.0, -1.0, 0.0, -30.0]], dtype=torch.float64)
     ref = torch.tensor([[-1.0, 0.0, -30.0, 0.0]], dtype=torch.float64)
     torch.testing.assert_close(fn.kl(logprobs, ref), torch.tensor([expected], dtype=torch.float64), rtol=1e-6, atol=0)
+
+
+@pytest.mark.parametrize("name, base", [("k1+", "k1"), ("kl+", "k1"), ("k3+", "k3"), ("low_var_kl+", "k3"),
+                                        ("abs+", "abs")])  # fmt: skip
+def test_straight_through_forms_take_k2_gradients(name, base):
+    # d = (1, -2, 30): value of the base estimator, gradient d (that of d^2 / 2)
+    logprobs = torch.tensor([[0.0, -2.0, 0.0]], requires_grad=True)
+    ref = torch.tensor([[-1.0, 0.0, -30.0]])
+    kl = resolve(Kind.KL_FN, name)().kl(logprobs, ref)
+    kl.sum().backward()
+    torch.testing.assert_close(kl, resolve(Kind.KL_FN, base)().kl(logprobs, ref))
+    torch.testing.assert_close(logprobs.grad, torch.tensor([[1.0, -2.0, 30.0]]))
+
+
+def test_verl_aliases():
+    assert resolve(Kind.KL_FN, "kl") is resolve(Kind.KL_FN, "k1")
+    assert resolve(Kind.KL_FN, "mse") is resolve(Kind.KL_FN, "k2")
+
+
+def test_corrected_k3_by_hand(make_batch):
+    # d = logp - ref = 1: k3 = e^-1 - 1 + 1 = 0.367879. Old -0.5: ratio e^0.5 = 1.648721, with gradient.
+    # Old -2: ratio e^2 clipped to 2, no gradient through it: 2 * k3, gradient 2 * (1 - e^-1)
+    batch = make_batch([[1, 1]], old_logprobs=[[-0.5, -2.0]], ref_logprobs=[[-1.0, -1.0]])
+    logprobs = torch.zeros(1, 2, requires_grad=True)
+    kl = CorrectedK3().per_token(logprobs, batch)
+    kl.sum().backward()
+    k3 = math.exp(-1)
+    torch.testing.assert_close(kl, torch.tensor([[math.exp(0.5) * k3, 2 * k3]]))
+    grads = [math.exp(0.5) * k3 + math.exp(0.5) * (1 - math.exp(-1)), 2 * (1 - math.exp(-1))]
+    torch.testing.assert_close(logprobs.grad, torch.tensor([grads]))
+    # as a reward penalty the ratio is 1: plain k3
+    out, _ = CorrectedK3(kl_coef=1.0).apply_to_reward(batch.with_fields(old_logprobs=torch.zeros(1, 2)))
+    torch.testing.assert_close(out.token_level_rewards, torch.tensor([[-k3, -k3]]))
 
 
 def test_kl_penalty_on_reward_by_hand(make_batch):

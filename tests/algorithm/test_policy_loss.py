@@ -6,18 +6,18 @@ import math
 
 import pytest
 import torch
+from pydantic import ValidationError
 
 from trinity.algorithm.policy_loss import (
     CISPOPolicyLoss,
-    DPOLoss,
     GSPOPolicyLoss,
-    MIXPolicyLoss,
     OPMDPolicyLoss,
     PPOPolicyLoss,
-    SFTLoss,
     TOPRPolicyLoss,
 )
-from trinity.algorithm.utils import agg_loss
+from trinity.algorithm.supervised_loss import DPOLoss, MIXPolicyLoss, SFTLoss
+from trinity.algorithm.utils import LOSS_AGG_MODES, agg_loss
+from trinity.plugins import Kind, get_registry, resolve
 
 LN = math.log
 
@@ -32,7 +32,7 @@ def loss_and_grad(fn, logprobs, batch):
 @pytest.mark.parametrize(
     "mode, expected",
     [("token-mean", 10 / 4), ("seq-mean-token-sum", 10 / 2), ("seq-mean-token-mean", (2 + 4) / 2),
-     ("seq-mean-token-sum-norm", 10 / 2 / 3)],
+     ("seq-mean-token-sum-norm", 10 / 2 / 3), ("token-sum", 10)],
 )  # fmt: skip
 def test_agg_loss_modes_by_hand(mode, expected):
     # rows: (1, 2, 3) all kept; (4, x, x) one token; a fully masked row holding NaN
@@ -105,15 +105,20 @@ def test_opmd_sft_and_topr_by_hand(make_batch):
     torch.testing.assert_close(grad, torch.full((1, 2), -2 / 2 / 4))
     loss, grad, metrics = loss_and_grad(SFTLoss(), [[-0.5, -1.5]], batch)
     assert loss == pytest.approx(1.0) and metrics["sft_loss"] == pytest.approx(1.0)
-    # TOPR: row 0 positive (weight 1); row 1 negative with sequence log-ratio +0.4 (truncated to 1);
-    # row 2 negative with sequence log-ratio -0.4 (weight e^-0.4 = 0.670320)
+    # TOPR, sequence ratio (the paper): row 0 positive (weight 1); row 1 negative with sequence
+    # log-ratio +0.4 (truncated to 1); row 2 negative with sequence log-ratio -0.4 (weight e^-0.4)
     batch = make_batch([[1, 1]] * 3, old_logprobs=[[-1.0, -1.0]] * 3, advantages=[[1.0] * 2, [-1.0] * 2, [-1.0] * 2])
     logprobs = [[-1.0, -1.0], [-0.8, -0.8], [-1.2, -1.2]]
-    loss, grad, metrics = loss_and_grad(TOPRPolicyLoss(), logprobs, batch)
+    loss, grad, metrics = loss_and_grad(TOPRPolicyLoss(ratio_level="sequence"), logprobs, batch)
     w = math.exp(-0.4)
     assert loss == pytest.approx((2 * 1.0 + 2 * -0.8 + 2 * w * -1.2) / 6)
     torch.testing.assert_close(grad, torch.tensor([[-1.0] * 2, [1.0] * 2, [w] * 2]) / 6)
     assert metrics["pg_clipfrac"] == pytest.approx(2 / 6)
+    # token ratio (Trinity-RFT): row 2's tokens each have log-ratio -0.2, weight e^-0.2
+    loss, grad, _ = loss_and_grad(TOPRPolicyLoss(), logprobs, batch)
+    w = math.exp(-0.2)
+    assert loss == pytest.approx((2 * 1.0 + 2 * -0.8 + 2 * w * -1.2) / 6)
+    torch.testing.assert_close(grad, torch.tensor([[-1.0] * 2, [1.0] * 2, [w] * 2]) / 6)
 
 
 def test_dpo_by_hand(make_batch):
@@ -159,46 +164,45 @@ def test_sample_weights_scale_rows(make_batch):
     assert loss == pytest.approx(-1.0 * 2 / 4)  # row 1 weighs 0, token mean still over 4 tokens
 
 
-ALL_LOSSES = [
-    PPOPolicyLoss(),
-    GSPOPolicyLoss(),
-    CISPOPolicyLoss(),
-    OPMDPolicyLoss(),
-    TOPRPolicyLoss(),
-    SFTLoss(),
-    DPOLoss(),
-    MIXPolicyLoss(),
-]
+ALL_LOSSES = [resolve(Kind.POLICY_LOSS_FN, name)() for name in sorted(get_registry().names(Kind.POLICY_LOSS_FN))]
+"""Every registered policy loss with its default args."""
 
 
-def random_batch(make_batch, mask, dtype=torch.float32, seed=0):
+def random_batch(make_batch, mask, dtype=torch.float32, seed=0, spread=0.3):
+    """Current logprobs and a batch around them: old and reference logprobs ``spread`` away."""
     gen = torch.Generator().manual_seed(seed)
     size, length = mask.shape
     old = -torch.rand(size, length, generator=gen) * 2
-    return old + 0.3 * torch.randn(size, length, generator=gen), make_batch(
+    return old + spread * torch.randn(size, length, generator=gen), make_batch(
         mask,
         old_logprobs=old,
-        ref_logprobs=old + 0.3 * torch.randn(size, length, generator=gen),
+        ref_logprobs=old + spread * torch.randn(size, length, generator=gen),
         advantages=torch.randn(size, length, generator=gen),
         is_expert=torch.arange(size) % 3 == 0,
+        global_steps=torch.full((size,), 3),
         dtype=dtype,
     )
 
 
 @pytest.mark.parametrize("fn", ALL_LOSSES, ids=lambda f: type(f).__name__)
-@pytest.mark.parametrize("mode", ["token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm"])
+@pytest.mark.parametrize("mode", LOSS_AGG_MODES)
 def test_empty_rows_and_masked_garbage_give_finite_loss_and_grads(make_batch, fn, mode):
     if "loss_agg_mode" in fn.default_args():
-        fn = type(fn)(loss_agg_mode=mode)
+        try:
+            fn = type(fn)(loss_agg_mode=mode)
+        except ValidationError:  # m2po takes token-mean only
+            pytest.skip(f"{type(fn).__name__} does not aggregate by {mode}")
     mask = torch.ones(6, 5)
     mask[1] = 0
     mask[4, 2:] = 0
     logprobs, batch = random_batch(make_batch, mask)
-    batch.old_logprobs[1] = math.nan  # nothing off the mask may leak in
+    for field in (batch.old_logprobs, batch.advantages, batch.ref_logprobs):
+        field[1] = math.nan  # nothing off the mask may leak in
+        field[4, 2:] = math.inf
     logprobs = logprobs.requires_grad_(True)
     loss, metrics = fn(logprobs, batch)
     loss.backward()
-    assert math.isfinite(loss.item()) and all(math.isfinite(v) for v in metrics.values())
+    assert math.isfinite(loss.item()) and all(type(v) is float and math.isfinite(v) for v in metrics.values())
     assert torch.isfinite(logprobs.grad).all()
     assert (logprobs.grad[1] == 0).all() and (logprobs.grad[4, 2:] == 0).all()
     empty_loss, _ = fn(logprobs, batch.with_fields(response_mask=torch.zeros(6, 5)))
@@ -216,6 +220,20 @@ def test_bf16_inputs(make_batch, fn):
     assert loss16.dtype == torch.float32 and lp16.grad.dtype == torch.bfloat16
     loss32, _ = fn(logprobs, batch)
     assert loss16.item() == pytest.approx(loss32.item(), abs=0.05, rel=0.05)
+
+
+@pytest.mark.parametrize("fn", ALL_LOSSES, ids=lambda f: type(f).__name__)
+def test_extreme_log_ratios_stay_finite(make_batch, fn):
+    """Current and old logprobs 30 nats apart either way (a stale or broken rollout)."""
+    mask = torch.ones(6, 4)
+    logprobs, batch = random_batch(make_batch, mask)
+    batch.old_logprobs[:3] -= 30.0
+    batch.old_logprobs[3:] = (batch.old_logprobs[3:] + 30.0).clamp(max=0.0)
+    logprobs = logprobs.requires_grad_(True)
+    loss, metrics = fn(logprobs, batch)
+    loss.backward()
+    assert math.isfinite(loss.item()) and torch.isfinite(logprobs.grad).all()
+    assert all(type(v) is float and math.isfinite(v) for v in metrics.values())
 
 
 def test_missing_inputs_are_named(make_batch):

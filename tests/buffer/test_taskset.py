@@ -85,6 +85,17 @@ def test_total_steps_wins_over_epochs(tmp_path):
     assert drain(reader) == [[0, 1], [2, 0], [1, 2], [0, 1]]
 
 
+def test_refill_batches_do_not_count_as_steps(tmp_path):
+    """Dynamic sampling's extra batches belong to the step just read, even its last."""
+    reader = TasksetReader(taskset(write_jsonl(tmp_path / "t.jsonl", questions(3)), total_steps=2, total_epochs=9))
+    reader.read_batch()
+    reader.read_batch()
+    assert len(reader.read_batch(refill=True)) == reader.batch_size
+    with pytest.raises(EndOfTaskset, match="total_steps"):
+        reader.read_batch()
+    assert reader.state_dict()["steps"] == 2
+
+
 def test_eval_taskset_reads_everything_once_in_order(tmp_path):
     storage = taskset(
         write_jsonl(tmp_path / "t.jsonl", questions(5)),

@@ -186,8 +186,18 @@ def test_repeat_times_and_forced_values(tmp_path, caplog):
 
 def test_unknown_function_argument(tmp_path):
     found = issues_of(write(tmp_path), ["algorithm.kl_loss_fn=k2", "algorithm.kl_loss_fn_args.kl_cof=0.1"])
-    assert "takes no argument 'kl_cof'" in found["algorithm.kl_loss_fn_args.kl_cof"]
-    assert "kl_coef" in found["algorithm.kl_loss_fn_args.kl_cof"]
+    assert found["algorithm.kl_loss_fn_args.kl_cof"] == "unknown key; did you mean 'algorithm.kl_loss_fn_args.kl_coef'?"
+
+
+def test_algorithm_function_arguments_are_typed_and_ranged_by_their_args_model(tmp_path):
+    """grpo's advantage declares std_threshold >= 0 and std_cal_level group|batch (its Args)."""
+    overrides = ["algorithm.advantage_fn_args={std_threshold: -1, std_cal_level: everywhere}"]
+    found = issues_of(write(tmp_path), overrides)
+    assert found["algorithm.advantage_fn_args.std_threshold"] == "must be >= 0.0, got -1"
+    assert "'everywhere' is not one of group, batch" in found["algorithm.advantage_fn_args.std_cal_level"]
+    cfg = load_config(write(tmp_path), ["algorithm.advantage_fn_args={std_threshold: 0.01}"])
+    assert cfg.algorithm.advantage_fn_args["std_threshold"] == 0.01
+    assert cfg.algorithm.advantage_fn_args["std_cal_level"] == "group"  # defaults filled in
 
 
 def test_stage_sections_are_checked(tmp_path):

@@ -13,8 +13,9 @@ import pytest
 from config_helpers import issues_of, write
 
 from trinity.config import load_config
+from trinity.config.base import EFFECT
 from trinity.config.load import children
-from trinity.config.schema import EFFECT, Config
+from trinity.config.schema import Config
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -290,3 +291,18 @@ def test_a_trainer_that_reads_its_own_data_needs_a_batch_size(tmp_path):
         found = issues_of(write(tmp_path), overrides)
         assert "required: the trainer reads its own data here" in found["buffer.train_batch_size"], overrides
     assert load_config(write(tmp_path), [*sft, "buffer.train_batch_size=8"]).buffer.train_batch_size == 8
+
+
+def test_experience_operators_are_checked_by_name_and_args(tmp_path):
+    pipeline = "data_processor.experience_pipeline.operators"
+    found = issues_of(
+        write(tmp_path),
+        [f"{pipeline}=[{{name: reward_std_filterr}}, {{name: overlong_reward_shaping, args: {{cache_length: -1}}}}]"],
+    )
+    assert (
+        "unknown experience operator 'reward_std_filterr'; did you mean 'reward_std_filter'?"
+        in found[f"{pipeline}[0].name"]
+    )
+    assert found[f"{pipeline}[1].args.cache_length"] == "must be >= 0, got -1"
+    cfg = load_config(write(tmp_path), [f"{pipeline}=[{{name: dapo_dynamic_sampling}}]"])
+    assert cfg.data_processor.experience_pipeline.operators[0].args["max_refill_rounds"] == 10  # defaults filled

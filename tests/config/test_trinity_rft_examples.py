@@ -21,20 +21,14 @@ FILES = sorted(p.name for p in EXAMPLES.glob("*.yaml"))
 
 MISSING_PLUGINS: dict[str, dict[str, str]] = {
     "alfworld_multi_step.yaml": {
-        "algorithm.algorithm_type": "multi_step_grpo",
         "buffer.explorer_input.taskset.default_workflow_type": "step_wise_alfworld_workflow",
     },
     "cod_mixed_multinode.yaml": {
-        "algorithm.algorithm_type": "multi_step_grpo",
         "algorithm.advantage_fn": "cod",
-        "algorithm.policy_loss_fn": "rec",
         "buffer.explorer_input.tasksets[0].default_workflow_type": "cod_frozenlake_obscure_workflow",
         "buffer.explorer_input.tasksets[1].default_workflow_type": "cod_random_alchemy_workflow",
     },
-    "dapo_math.yaml": {"algorithm.algorithm_type": "dapo"},
     "entropy_clipb.yaml": {
-        "algorithm.algorithm_type": "grpo_verl",
-        "algorithm.advantage_fn": "clipb",
         "buffer.explorer_input.taskset.default_workflow_type": "async_math_workflow",
         "buffer.explorer_input.eval_tasksets[0].default_workflow_type": "async_math_workflow",
         "buffer.explorer_input.eval_tasksets[1].default_workflow_type": "async_math_workflow",
@@ -45,11 +39,8 @@ MISSING_PLUGINS: dict[str, dict[str, str]] = {
         "buffer.explorer_input.taskset.default_workflow_type": "frozen_lake_workflow",
         "buffer.explorer_input.eval_tasksets[0].default_workflow_type": "frozen_lake_workflow",
     },
-    "m2po_explorer.yaml": {"algorithm.algorithm_type": "m2po"},
-    "m2po_trainer.yaml": {"algorithm.algorithm_type": "m2po"},
-    "mix_chord.yaml": {"algorithm.algorithm_type": "mix_chord"},
-    "sapo_gsm8k.yaml": {"algorithm.algorithm_type": "sapo"},
     "tinker.yaml": {"explorer.rollout_model.engine_type": "tinker", "trainer.trainer_type": "tinker"},
+    "gsm8k_experience_pipeline.yaml": {"data_processor.experience_pipeline.operators[0].name": "data_juicer"},
     "webshop.yaml": {"buffer.explorer_input.taskset.default_workflow_type": "webshop_workflow"},
 }
 """Plugins still missing (tinker: Trinity-RFT turns every engine into its Tinker backend)."""
@@ -275,9 +266,10 @@ def test_lora_and_pipelines_are_accepted(tmp_path):
     tasks = load_config(EXAMPLES / "gsm8k_task_pipeline.yaml")
     assert tasks.data_processor.task_pipeline.inputs == [str(tmp_path / "taskset")]
     assert tasks.service.data_juicer.auto_start is True
-    experiences = load_config(EXAMPLES / "gsm8k_experience_pipeline.yaml")
+    experiences, issues = _checked("gsm8k_experience_pipeline.yaml")
     operators = experiences.data_processor.experience_pipeline.operators
     assert [op.name for op in operators] == ["data_juicer", "reward_shaping_mapper"]
+    assert [i.path for i in issues.issues] == ["data_processor.experience_pipeline.operators[0].name"]
 
 
 def test_multi_step_alfworld_derived_values(tmp_path):

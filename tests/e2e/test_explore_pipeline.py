@@ -11,7 +11,7 @@ from e2e_helpers import EXPLORE_ONLY, trinity_run, write_experiment
 from test_run import assert_ok, metrics
 
 from trinity.buffer import open_experience_reader
-from trinity.config import load_config
+from trinity.config.schema import ExperienceBufferConfig
 
 TIMED_WORKFLOW = """
 import asyncio
@@ -72,7 +72,8 @@ def test_the_batches_of_a_sync_interval_overlap_and_are_written_in_order(
     assert len(later) == 6 and all(r["end"] < slow["end"] for r in later), "later batches waited for the slow task"
     steps = [r["step"] for r in metrics(tmp_path, "explorer") if "rollout/experience_count" in r]
     assert steps == [1, 2, 3, 4]  # written and logged in step order all the same
-    buffer = load_config(config, ["mode=explore"]).buffer.trainer_input.experience_buffer
+    job = tmp_path / "ckpt" / "quickstart" / "arithmetic"
+    buffer = ExperienceBufferConfig(name="experience_buffer", path=str(job / "buffer" / "experience_buffer.db"))
     reader = open_experience_reader(buffer, "audit")
     batches = [int(e.eid.batch) for e in reader.read(16)]
     reader.close()

@@ -98,3 +98,16 @@ def test_a_workflow_that_ended_is_no_longer_waited_for(client: EngineClient) -> 
     assert client.engine.calls == [2]
     two_requests_30_ms_apart(client)  # it ended without a request: nothing holds the batch
     assert client.engine.calls == [2, 1, 1]
+
+
+def test_a_request_cancelled_before_its_batch_runs_is_left_out(client: EngineClient) -> None:
+    """A task the runner cancels (timeout, over-rollout) while its request waits: the batch runs
+    without it, and the others get their results."""
+    started = object()
+    client.announce(started)  # the batch waits for this caller: the cancel lands before it runs
+    kept = client.submit("generate", ["a"], ARGS)
+    dropped = client.submit("generate", ["b"], ARGS)
+    dropped.cancel()
+    client.withdraw(started)
+    assert len(kept.result(timeout=60)[0]) == 1
+    assert client.engine.calls == [1] and dropped.cancelled()

@@ -179,6 +179,17 @@ def test_lr_schedules(tiny_model_dir: Path, experiences: list[Experience]) -> No
     batch = with_advantages(engine, experiences)
     lrs = [engine.train_step(batch)["actor/lr"] for _ in range(5)]
     assert lrs == pytest.approx([0.0, 5e-4, 1e-3, 5.5e-4, 1e-4])
+    # warm-up given in steps wins over the ratio: 2 steps of 4
+    engine = TorchTrainingEngine(
+        make_config(
+            tiny_model_dir,
+            algorithm__optimizer__lr_warmup_steps=2,
+            algorithm__optimizer__lr_warmup_steps_ratio=0.9,
+            algorithm__optimizer__total_training_steps=4,
+        )
+    )
+    lrs = [engine.train_step(batch)["actor/lr"] for _ in range(3)]
+    assert lrs == pytest.approx([0.0, 5e-4, 1e-3])
 
 
 def test_ppo_critic_learns_values(tiny_model_dir: Path, experiences: list[Experience]) -> None:
@@ -267,3 +278,28 @@ def test_checkpoint_round_trip_and_sync(tiny_model_dir: Path, experiences: list[
     from_disk = torch.tensor(rollout.logprobs([ids])[0][-response_len:])
     trained_two_steps = resumed.compute_logprobs(batch)[0, :response_len]
     assert not torch.allclose(from_disk, trained_two_steps)  # the checkpoint holds step 2, not 3
+
+
+def test_entropy_scores_for_clipb_clipv(tiny_model_dir: Path, experiences: list[Experience]) -> None:
+    """S = p (H + log p) of each sampled token and its expectation over the vocabulary, from one
+    forward pass over the full sequences, in micro-batches of one row."""
+    engine = TorchTrainingEngine(make_config(tiny_model_dir, "grpo", trainer__micro_batch_size_per_gpu=1))
+    batch = Batch.from_experiences(experiences)
+    prepared = engine.prepare_batch(batch, entropy_scores=True)
+    mask = batch.response_mask
+    for row in (0, 5):
+        exp = experiences[row]
+        with torch.no_grad():
+            logits = engine.actor(input_ids=exp.tokens[None]).logits[0, exp.prompt_length - 1 : -1].double()
+        log_p = logits.log_softmax(-1)
+        p, token = log_p.exp(), log_p.gather(-1, exp.tokens[exp.prompt_length :, None])[:, 0]
+        entropy = -(p * log_p).sum(-1)
+        expected_s = token.exp() * (entropy + token)
+        expected_n = (p * p * (log_p + entropy[:, None])).sum(-1)
+        n = exp.response_length
+        torch.testing.assert_close(prepared.entropy_scores[row, :n].double(), expected_s, atol=1e-4, rtol=1e-4)
+        torch.testing.assert_close(prepared.expected_entropy_scores[row, :n].double(), expected_n, atol=1e-4, rtol=1e-4)
+    assert (prepared.entropy_scores[mask == 0] == 0).all()
+    out, metrics = resolve(Kind.ADVANTAGE_FN, "clipb")(mu=0.5)(prepared)
+    assert out.response_mask.sum() <= mask.sum() and 0 <= metrics["frac_clipped"] < 1
+    assert engine.prepare_batch(batch).entropy_scores is None  # only when asked

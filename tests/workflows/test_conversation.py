@@ -133,6 +133,11 @@ def test_step_wise_workflow_one_experience_per_turn_with_the_final_reward(make_w
     # each step's prompt holds the conversation so far
     assert len(experiences[2].messages) == 6 and experiences[2].messages[:2] == experiences[0].messages
     assert all(e.logprobs.shape == (e.response_length,) for e in experiences)
+    # the state a turn acts from: the conversation before its reply (GiGPO's anchor)
+    states = [e.info["env_state_hash"] for e in experiences]
+    assert len(set(states)) == 3
+    again = make_workflow("step_wise_workflow", ROW, reward_fn_type="math_reward").run()
+    assert again[0].info["env_state_hash"] == states[0]  # the same first prompt, the same state
 
 
 # --- tool calling ----------------------------------------------------------------------------

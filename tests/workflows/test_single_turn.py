@@ -163,6 +163,7 @@ def test_simple_workflow_with_the_tasksets_reward_fn(make_workflow):
         ("step_wise_workflow", False),
         ("tool_call_workflow", False),
         ("rubric_judge_workflow", True),
+        ("on_policy_distill_workflow", True),
     ],
 )
 def test_every_registered_workflow_resolves(name, can_repeat):
@@ -199,3 +200,24 @@ def test_response_length_reaches_a_reward_fn_that_declares_it(make_workflow):
     (exp,) = workflow.run()
     expected = math_dapo_reward(exp.info["response_text"], "2", response_length=exp.response_length, **args)
     assert exp.metrics == pytest.approx(expected) and "overlong" in exp.metrics
+
+
+def test_on_policy_distill_workflow_records_the_teachers_logprobs(make_workflow, model, client):
+    """The teacher here is the student's own engine: its logprobs of the sampled tokens are the
+    sampling logprobs (both are the raw model distribution)."""
+    row = {"question": "3+4=", "answer": "7"}
+    experiences = make_workflow(
+        "on_policy_distill_workflow", row, format=QUICKSTART_FORMAT, repeat_times=2, auxiliary_models=[model]
+    ).run()
+    assert len(experiences) == 2
+    for exp in experiences:
+        assert exp.teacher_logprobs.shape == exp.logprobs.shape == (exp.response_length,)
+        assert exp.teacher_logprobs.tolist() == pytest.approx(exp.logprobs.tolist(), abs=1e-4)
+        assert exp.reward == 0.0 and exp.metrics["kl_divergence"] == pytest.approx(0.0, abs=1e-3)
+    scored = make_workflow(
+        "on_policy_distill_workflow", row, format=QUICKSTART_FORMAT, reward_fn_type="math_reward",
+        auxiliary_models=[model],
+    ).run()  # fmt: skip
+    assert "accuracy" in scored[0].metrics
+    with pytest.raises(WorkflowError, match="teacher"):
+        make_workflow("on_policy_distill_workflow", row, format=QUICKSTART_FORMAT).run()

@@ -56,17 +56,49 @@ def make_inputs(seed: int = 0) -> dict[str, torch.Tensor]:
     }
 
 
-AGG_MODES = ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm")
+def make_edge_inputs() -> dict[str, torch.Tensor]:
+    """Groups of one and of two, equal rewards, and log-ratios far out (|d| up to 40)."""
+    gen = torch.Generator().manual_seed(7)
+    b, r = 6, 5
+    mask = torch.ones(b, r, dtype=torch.float64)
+    mask[1, 3:] = 0.0
+    mask[4, 1:] = 0.0
+    rewards = torch.tensor([1.0, 0.0, 3.0, 2.0, 2.0, -1.0], dtype=torch.float64)
+    last = (mask * torch.arange(1, r + 1)).argmax(-1)
+    token_level_rewards = torch.zeros(b, r, dtype=torch.float64)
+    token_level_rewards[torch.arange(b), last] = rewards
+    logprobs = -torch.rand(b, r, generator=gen, dtype=torch.float64) * 2
+    ref = logprobs + torch.tensor([-40.0, -25.0, -3.0, 0.0, 3.0, 25.0], dtype=torch.float64)[:, None]
+    return {
+        "response_mask": mask,
+        "rewards": rewards,
+        "group_ids": torch.tensor([0, 0, 1, 2, 2, 3]),  # groups of 2, 1, 2 (equal rewards), 1
+        "token_level_rewards": token_level_rewards,
+        "logprobs": logprobs,
+        "ref_logprobs": ref,
+    }
+
+
+AGG_MODES = ("token-mean", "token-sum", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm")
 PPO_ARGS = {"clip_range": 0.2, "clip_range_low": 0.2, "clip_range_high": 0.28, "clip_ratio_c": 3.0}
 CISPO_ARGS = {"clip_range_low": 0.5, "clip_range_high": 0.28}
 GSPO_ARGS = {"clip_range_low": 3e-3, "clip_range_high": 4e-3}
 GAE_ARGS = {"gamma": 0.99, "lam": 0.95}
 RPP_ARGS = {"gamma": 0.97}
+GEO_MEAN_ARGS = {"clip_range_low": 0.4, "clip_range_high": 0.3}
+SAPO_ARGS = {"tau_pos": 1.0, "tau_neg": 1.05}
+CLIP_COV_ARGS = {"clip_range": 0.2, "clip_cov_ratio": 1.0, "clip_cov_lb": 0.05, "clip_cov_ub": 1.0}
+"""``clip_cov_ratio`` 1: every candidate token is detached, so verl's random pick is the whole set."""
+KL_COV_ARGS = {"kl_cov_ratio": 0.05, "ppo_kl_coef": 0.1}
+GPG_ARGS = {"f_norm": 2.0}
+KL_NAMES = ("k1", "kl", "k2", "mse", "k3", "low_var_kl", "abs", "k1+", "k3+", "low_var_kl+", "abs+")
+ADAPTIVE_KL = {"kl_coef": 0.05, "target_kl": 0.1, "horizon": 100, "kls": (0.3, 0.12, 0.0, 0.1), "n_steps": 16}
 
 
-def _actor_config(clip_low: float, clip_high: float, clip_ratio_c: float = 3.0):
-    from verl.workers.config import ActorConfig
+def _actor_config(clip_low: float, clip_high: float, clip_ratio_c: float = 3.0, **extra):
+    from verl.workers.config import ActorConfig, PolicyLossConfig
 
+    policy_loss = {k: extra.pop(k) for k in list(extra) if k in PolicyLossConfig.__dataclass_fields__}
     return ActorConfig(
         strategy="fsdp",
         rollout_n=GROUP,
@@ -75,6 +107,8 @@ def _actor_config(clip_low: float, clip_high: float, clip_ratio_c: float = 3.0):
         clip_ratio_low=clip_low,
         clip_ratio_high=clip_high,
         clip_ratio_c=clip_ratio_c,
+        policy_loss=PolicyLossConfig(**policy_loss),
+        **extra,
     )
 
 
@@ -87,6 +121,28 @@ def _loss_with_grad(fn, x: dict[str, torch.Tensor], **kwargs) -> dict[str, torch
         "grad": logprobs.grad,
         **{k.removeprefix("actor/"): torch.tensor(v) for k, v in metrics.items()},
     }
+
+
+def _kl_with_grad(core, x: dict[str, torch.Tensor], name: str) -> dict[str, torch.Tensor]:
+    logprobs = x["logprobs"].clone().requires_grad_(True)
+    kl = core.kl_penalty(logprobs, x["ref_logprobs"], name)
+    kl.sum().backward()
+    return {"kl": kl.detach(), "grad": logprobs.grad}
+
+
+def build_edge_cases(x: dict[str, torch.Tensor]) -> dict[str, dict[str, torch.Tensor]]:
+    """verl's outputs on ``make_edge_inputs``: GRPO's groups of one, KL at extreme log-ratios."""
+    import verl.trainer.ppo.core_algos as core
+
+    cases = {}
+    for norm in (True, False):
+        adv, _ = core.compute_grpo_outcome_advantage(
+            x["token_level_rewards"], x["response_mask"], x["group_ids"].numpy(), norm_adv_by_std_in_grpo=norm
+        )
+        cases[f"grpo_norm{norm}"] = {"advantages": adv}
+    for name in KL_NAMES:
+        cases[f"kl_{name}"] = _kl_with_grad(core, x, name)
+    return cases
 
 
 def build_cases(x: dict[str, torch.Tensor]) -> dict[str, dict[str, torch.Tensor]]:
@@ -110,6 +166,17 @@ def build_cases(x: dict[str, torch.Tensor]) -> dict[str, dict[str, torch.Tensor]
     cases["reinforceplusplus"] = {"advantages": adv, "returns": ret}
     adv, ret = core.compute_remax_outcome_advantage(dense, x["reward_baselines"], mask)
     cases["remax"] = {"advantages": adv, "returns": ret}
+    adv, _ = core.compute_reinforce_plus_plus_baseline_outcome_advantage(x["token_level_rewards"], mask, index)
+    cases["reinforce_plus_plus_baseline"] = {"advantages": adv}
+    adv, _ = core.compute_opo_outcome_advantage(x["token_level_rewards"], mask, index)
+    cases["opo"] = {"advantages": adv}
+    adv, _ = core.compute_gpg_outcome_advantage(x["token_level_rewards"], mask, index, **GPG_ARGS)
+    cases["gpg"] = {"advantages": adv}
+    for norm in (True, False):
+        adv, _ = core.compute_grpo_passk_outcome_advantage(
+            x["token_level_rewards"], mask, index, config={"norm_adv_by_std_in_grpo": norm}
+        )
+        cases[f"grpo_passk_norm{norm}"] = {"advantages": adv}
     for mode in AGG_MODES:
         cases[f"agg_{mode}"] = {"loss": core.agg_loss(x["advantages"], mask, mode)}
         cases[f"ppo_{mode}"] = _loss_with_grad(
@@ -133,8 +200,33 @@ def build_cases(x: dict[str, torch.Tensor]) -> dict[str, dict[str, torch.Tensor]
         loss_agg_mode="token-mean",
         config=_actor_config(CISPO_ARGS["clip_range_low"], CISPO_ARGS["clip_range_high"]),
     )
-    for name in ("k1", "k2", "low_var_kl", "abs"):
-        cases[f"kl_{name}"] = {"kl": core.kl_penalty(x["logprobs"], x["ref_logprobs"], name)}
+    cases["gpg_loss"] = _loss_with_grad(
+        core.compute_policy_loss_gpg, x, response_mask=mask, loss_agg_mode="token-mean", config=_actor_config(0.2, 0.2)
+    )
+    low, high = GEO_MEAN_ARGS["clip_range_low"], GEO_MEAN_ARGS["clip_range_high"]
+    cases["geo_mean"] = _loss_with_grad(
+        core.compute_policy_loss_geo_mean, x, response_mask=mask, config=_actor_config(low, high)
+    )
+    cases["sapo"] = _loss_with_grad(
+        core.compute_policy_loss_sapo, x, response_mask=mask, config=_actor_config(0.2, 0.2, **SAPO_ARGS)
+    )
+    clip_cov = {k: v for k, v in CLIP_COV_ARGS.items() if k != "clip_range"}
+    cases["clip_cov"] = _loss_with_grad(
+        core.compute_policy_loss_clip_cov, x, response_mask=mask, loss_agg_mode="token-mean",
+        config=_actor_config(CLIP_COV_ARGS["clip_range"], CLIP_COV_ARGS["clip_range"], **clip_cov),
+    )  # fmt: skip
+    cases["kl_cov"] = _loss_with_grad(
+        core.compute_policy_loss_kl_cov, x, response_mask=mask, loss_agg_mode="token-mean",
+        config=_actor_config(0.2, 0.2, **KL_COV_ARGS),
+    )  # fmt: skip
+    for name in KL_NAMES:
+        cases[f"kl_{name}"] = _kl_with_grad(core, x, name)
+    controller = core.AdaptiveKLController(ADAPTIVE_KL["kl_coef"], ADAPTIVE_KL["target_kl"], ADAPTIVE_KL["horizon"])
+    values = []
+    for kl in ADAPTIVE_KL["kls"]:
+        values.append(controller.value)
+        controller.update(kl, ADAPTIVE_KL["n_steps"])
+    cases["adaptive_kl"] = {"values": torch.tensor(values, dtype=torch.float64)}
     entropy = verl_F.entropy_from_logits(x["logits"])
     cases["entropy"] = {
         "entropy": entropy,
@@ -147,10 +239,18 @@ def main() -> None:
     import verl
 
     out = Path(sys.argv[1]) if len(sys.argv) > 1 else FIXTURE
-    x = make_inputs()
-    payload = {"verl_version": verl.__version__, "numpy": np.__version__, "inputs": x, "cases": build_cases(x)}
+    x, edge = make_inputs(), make_edge_inputs()
+    payload = {
+        "verl_version": verl.__version__,
+        "numpy": np.__version__,
+        "inputs": x,
+        "cases": build_cases(x),
+        "edge_inputs": edge,
+        "edge_cases": build_edge_cases(edge),
+    }
     torch.save(payload, out)
-    print(f"wrote {out} ({out.stat().st_size} bytes, verl {verl.__version__}, {len(payload['cases'])} cases)")
+    count = len(payload["cases"]) + len(payload["edge_cases"])
+    print(f"wrote {out} ({out.stat().st_size} bytes, verl {verl.__version__}, {count} cases)")
 
 
 if __name__ == "__main__":

@@ -15,7 +15,7 @@ from typing import Any
 from pydantic import Field
 
 from trinity.common.lazy_import import lazy_module
-from trinity.config.base import PluginArgs
+from trinity.config.base import PluginArgs, inert
 from trinity.config.load import IssueCollector
 from trinity.config.schema import Config, InferenceModelConfig, ModelConfig
 from trinity.plugins import Kind, hookimpl, resolve
@@ -76,6 +76,7 @@ __all__ = [
     "PluginArgs",
     "hookimpl",
     "import_target",
+    "inert",
     "lazy_module",
     "resolve",
     *_ON_FIRST_USE,

@@ -17,6 +17,8 @@ To write an environment, subclass either and override ``respond``.
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import json
 from collections.abc import Sequence
 from dataclasses import replace
 from functools import cached_property
@@ -161,13 +163,20 @@ class MultiTurnWorkflow(ConversationWorkflow):
 
 
 class StepWiseWorkflow(ConversationWorkflow):
-    """One experience per model turn, ``eid.step`` = turn index, all with the final reward."""
+    """One experience per model turn, ``eid.step`` = turn index, all with the final reward.
+
+    Each turn records the state it acted from as ``info["env_state_hash"]``, a digest of the
+    conversation before the reply: turns of different runs that saw the same conversation share
+    it, which is what GiGPO's step-level groups compare (``advantage_fn: gigpo``).
+    """
 
     async def experiences(
         self, messages: Messages, turns: list[Experience], components: dict[str, float]
     ) -> list[Experience]:
         for step, turn in enumerate(turns):
             turn.eid = replace(turn.eid, step=step)
+            state = json.dumps(turn.messages[:-1], sort_keys=True, ensure_ascii=False)
+            turn.info["env_state_hash"] = hashlib.sha256(state.encode()).hexdigest()[:16]
             set_reward(turn, components)
         return turns
 

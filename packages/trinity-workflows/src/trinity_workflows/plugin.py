@@ -8,6 +8,7 @@ _WORKFLOWS = {
     "math_boxed_workflow": "workflows:MathBoxedWorkflow",
     "math_eval_workflow": "workflows:MathEvalWorkflow",
     "countdown_workflow": "workflows:CountdownWorkflow",
+    "on_policy_distill_workflow": "workflows:OnPolicyDistillWorkflow",
     "multi_turn_workflow": "conversation:MultiTurnWorkflow",
     "step_wise_workflow": "conversation:StepWiseWorkflow",
     "tool_call_workflow": "conversation:ToolCallWorkflow",

@@ -10,7 +10,10 @@ workflow asks for ``n = repeat_times`` samples in one call.
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any, ClassVar
+
+import torch
 
 from trinity.plugin_api import Experience
 from trinity_workflows.base import CatalogueWorkflow, last_user_text
@@ -104,3 +107,34 @@ class CountdownWorkflow(SimpleWorkflow):
     @property
     def truth(self) -> Any:
         return self._puzzle or super().truth
+
+
+class OnPolicyDistillWorkflow(SimpleWorkflow):
+    """On-policy distillation (Trinity-RFT's ``on_policy_distill_workflow``, after Thinking
+    Machines' recipe): the rollout model, the student, samples; the first auxiliary model, the
+    teacher, scores every sampled token. Its logprobs go to ``Experience.teacher_logprobs``,
+    which the ``on_policy_distill`` and ``jsd`` advantages read.
+
+    A reward function is optional (the signal is the teacher's): with one each sample is
+    scored as in ``simple_workflow``, without one the reward is 0. Metric ``kl_divergence``:
+    the summed ``logp_student - logp_teacher`` of the response.
+    """
+
+    needs_reward_fn = False
+
+    async def rollout(self) -> list[Experience]:
+        if not self.auxiliary_models:
+            raise ValueError("on-policy distillation needs a teacher: the first of explorer.auxiliary_models")
+        teacher = self.auxiliary_models[0]
+        messages = self.messages()
+        experiences = await self.model.chat_async(messages, n=self.repeat_times)
+        prompt = last_user_text(messages)
+        for exp in experiences:
+            logprobs = await asyncio.to_thread(teacher.logprobs, exp.tokens.tolist())
+            exp.teacher_logprobs = torch.tensor(logprobs[exp.prompt_length :], dtype=torch.float32)
+            if self.reward_fn is not None:
+                self.score_experience(exp, prompt)
+            else:
+                exp.reward = 0.0
+            exp.metrics["kl_divergence"] = float((exp.logprobs - exp.teacher_logprobs).sum())
+        return experiences

@@ -1,18 +1,18 @@
 """Interfaces of the algorithm functions: what training engines call and plugins implement.
 
-Every function object is built from its config args (``algorithm.<kind>_args``) merged
-over its ``default_args()``, and works on ``[B, R]`` response-aligned tensors of a
+Every function object is built from its config args (``algorithm.<kind>_args``) and
+validates them with its declared ``Args`` model (a ``PluginArgs``: typed, defaulted,
+ranged, unknown keys refused), and works on ``[B, R]`` response-aligned tensors of a
 ``Batch``. All return a metrics dict of plain floats next to their result, named without
 prefix (``pg_loss``, ``ppo_kl``, ``pg_clipfrac``, ``kl_loss``, ``entropy_loss``; the engine
 adds ``actor/``).
 
 Conventions of the built-in functions (``trinity.algorithm.*``):
 - ``response_mask`` is 0/1; a row of zeros (empty response) contributes nothing, never NaN.
-- Losses take ``loss_agg_mode`` (``token-mean``, ``seq-mean-token-sum``,
-  ``seq-mean-token-mean``, ``seq-mean-token-sum-norm``), aggregate over the micro-batch they
-  are given, and scale rows by ``batch.sample_weights`` when set.
+- Losses take ``loss_agg_mode`` (see ``trinity.algorithm.utils.agg_loss``), aggregate over
+  the micro-batch they are given, and scale rows by ``batch.sample_weights`` when set.
 - Any float dtype in, float32 statistics and losses out; gradients reach ``logprobs`` in its
-  own dtype.
+  own dtype. Metrics are floats (``.item()``): they never hold the graph.
 - Each loss returned is added to the actor's total: ``pg + kl_loss + entropy_loss`` (the
   entropy term is ``-entropy_coef * entropy``).
 """
@@ -20,10 +20,12 @@ Conventions of the built-in functions (``trinity.algorithm.*``):
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from trinity.common.batch import Batch
+from trinity.config.base import PluginArgs
 
 if TYPE_CHECKING:
     import torch
@@ -32,24 +34,29 @@ Metrics = dict[str, float]
 
 
 class AlgorithmFn(ABC):  # noqa: B024 - the abstract methods live on each kind
-    """Common base: construction from args, with defaults published by the class."""
+    """Common base: construction from args, validated by the class's ``Args`` model."""
+
+    Args: ClassVar[type[PluginArgs]] = PluginArgs
 
     def __init__(self, **args: Any) -> None:
-        unknown = set(args) - set(self.default_args())
-        if unknown:
-            raise TypeError(
-                f"{type(self).__name__} got unknown arguments {sorted(unknown)}; "
-                f"accepted: {sorted(self.default_args())}"
-            )
-        self.args = {**self.default_args(), **args}
+        self.args = self.Args.model_validate(args)
 
     @classmethod
     def default_args(cls) -> dict[str, Any]:
-        return {}
+        """Every argument with its default (what the config pass fills in)."""
+        return cls.Args().model_dump()
+
+    @property
+    def loss_agg_mode(self) -> str | None:
+        """How the function aggregates over tokens and rows (engines weight micro-batches by it)."""
+        return getattr(self.args, "loss_agg_mode", None)
 
 
 class AdvantageFn(AlgorithmFn):
     """Fills ``batch.advantages`` (and ``batch.returns``) from rewards/values."""
+
+    needs_entropy_scores: ClassVar[bool] = False
+    """The engine fills ``batch.entropy_scores`` first (the entropy-aware ``clipb``, ``clipv``)."""
 
     @abstractmethod
     def __call__(self, batch: Batch) -> tuple[Batch, Metrics]: ...
@@ -60,6 +67,11 @@ class PolicyLossFn(AlgorithmFn):
 
     @abstractmethod
     def __call__(self, logprobs: torch.Tensor, batch: Batch) -> tuple[torch.Tensor, Metrics]: ...
+
+    def prepare(self, batch: Batch, current_logprobs: Callable[[Batch], torch.Tensor]) -> tuple[Batch, Metrics]:
+        """Trainer side, once per step before the engine splits the batch: what the loss needs
+        from the whole batch (``m2po``'s mask); ``current_logprobs`` runs the actor over it."""
+        return batch, {}
 
 
 class KLFn(AlgorithmFn):
@@ -94,15 +106,39 @@ class SampleStrategy(AlgorithmFn):
         return None
 
 
+class ExperienceOperator(AlgorithmFn):
+    """Explorer side: one step of the experience pipeline (``data_processor.experience_pipeline``),
+    applied to a step's experiences before they are written (filters, reward shaping)."""
+
+    @abstractmethod
+    def process(self, experiences: list) -> tuple[list, Metrics]:
+        """The experiences to keep (changed in place where the operator shapes them) and metrics."""
+
+    @property
+    def refill_rounds(self) -> int:
+        """How many more batches of tasks the explorer may run in a step to make up for the task
+        groups this operator drops (0: none)."""
+        return 0
+
+
 @dataclass(frozen=True)
 class AlgorithmType:
-    """An algorithm: defaults for the functions above and what it needs to run."""
+    """An algorithm: defaults for the functions above and what it needs to run.
+
+    The config pass fills every unset ``algorithm.<fn>`` from the type and every fn's args
+    from the fn's ``default_args()``. ``summary`` and ``paper`` document the type (the
+    algorithm table of ``docs/algorithms.md`` lists them).
+    """
 
     name: str
+    summary: str
+    """What the algorithm optimises, in one sentence."""
+    paper: str
+    """Where it comes from: authors, year, arXiv id (or the reference implementation)."""
     advantage_fn: str = "ppo"
     policy_loss_fn: str = "ppo"
     kl_penalty_fn: str = "none"
-    kl_loss_fn: str = "none"
+    kl_loss_fn: str = "k2"
     entropy_loss_fn: str = "default"
     sample_strategy: str = "default"
     use_critic: bool = False
@@ -113,10 +149,15 @@ class AlgorithmType:
     requires_repeat_times_gt_1: bool = False
     repeat_times: int | None = None
     """Forced repeat_times (``dpo`` uses 2), or None to keep the config's."""
+    recommended_repeat_times: int | None = None
+    """The rollouts per task upstream's preset suggests (documentation only: the config's
+    ``repeat_times`` is kept, as in Trinity-RFT, whose default of 1 is never replaced)."""
     data_schema: str = "rollout"
-    """``rollout`` (explorer experiences), ``dpo`` (chosen/rejected) or ``sft`` (prompt/response)."""
+    """``rollout`` (explorer experiences), ``dpo`` (chosen/rejected), ``sft`` (prompt/response)
+    or ``cpt`` (plain text, every token trains)."""
     compute_advantage_in_trainer: bool = True
-    """False: the explorer computes group advantages before writing experiences."""
+    """False: the loss reads no advantages (SFT-like types), so the trainer applies neither the
+    KL reward penalty nor the advantage function."""
 
     def needs_reference(self, kl_loss_fn: str | None, kl_penalty_fn: str | None) -> bool:
         """Whether the training engine loads a frozen reference model: the loss reads it, or

@@ -7,12 +7,13 @@ Metrics: ``entropy`` (the aggregated entropy) and ``entropy_loss`` (the returned
 
 from __future__ import annotations
 
-from typing import Any
+from pydantic import Field
 
 from trinity.algorithm.base import EntropyLossFn, Metrics
-from trinity.algorithm.utils import agg_loss
+from trinity.algorithm.utils import LossAggMode, agg_loss
 from trinity.common.batch import Batch
 from trinity.common.lazy_import import lazy_module
+from trinity.config.base import PluginArgs
 
 torch = lazy_module("torch")
 
@@ -20,16 +21,16 @@ torch = lazy_module("torch")
 class DefaultEntropyLoss(EntropyLossFn):
     """``-entropy_coef * agg(H, response_mask)`` over all rows."""
 
-    @classmethod
-    def default_args(cls) -> dict[str, Any]:
-        return {"entropy_coef": 0.0, "loss_agg_mode": "token-mean"}
+    class Args(PluginArgs):
+        entropy_coef: float = Field(0.0, description="weight of the entropy bonus (0: none)")
+        loss_agg_mode: LossAggMode = Field("token-mean", description="how the entropy aggregates tokens")
 
     def mask(self, batch: Batch) -> torch.Tensor:
         return batch.response_mask.float()
 
     def __call__(self, entropy: torch.Tensor, batch: Batch) -> tuple[torch.Tensor, Metrics]:
-        mean_entropy = agg_loss(entropy.float(), self.mask(batch), self.args["loss_agg_mode"])
-        loss = -self.args["entropy_coef"] * mean_entropy
+        mean_entropy = agg_loss(entropy.float(), self.mask(batch), self.args.loss_agg_mode)
+        loss = -self.args.entropy_coef * mean_entropy
         return loss, {"entropy": mean_entropy.item(), "entropy_loss": loss.item()}
 
 
@@ -43,7 +44,9 @@ class MixEntropyLoss(DefaultEntropyLoss):
 
 
 class NoEntropyLoss(EntropyLossFn):
-    """No entropy term: 0."""
+    """No entropy term: 0 (accepts, and ignores, the usual args)."""
+
+    Args = DefaultEntropyLoss.Args
 
     def __call__(self, entropy: torch.Tensor, batch: Batch) -> tuple[torch.Tensor, Metrics]:
         return entropy.new_zeros((), dtype=torch.float32), {}

@@ -1,20 +1,30 @@
 """Sample strategies: trainer-side conversion of experiences read from the buffer into a Batch.
 
 Staleness of a row is ``current_version - model_version``: how many weight updates ago the
-rollout model that produced it was current.
+rollout model that produced it was current. Every batch carries ``global_steps``, the
+(1-based) training step it trains in, for losses that follow a schedule (``mix_chord``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Literal
+
+from pydantic import Field
 
 from trinity.algorithm.base import Metrics, SampleStrategy
 from trinity.common.batch import Batch
 from trinity.common.experience import Experience
 from trinity.common.lazy_import import lazy_module
+from trinity.config.base import PluginArgs
 
 torch = lazy_module("torch")
+
+
+def collate(experiences: Sequence[Experience], step: int) -> Batch:
+    """The experiences as a batch that trains in step ``step + 1`` (``step`` steps are done)."""
+    batch = Batch.from_experiences(experiences)
+    return batch.with_fields(global_steps=torch.full((batch.batch_size,), step + 1, dtype=torch.long))
 
 
 def _staleness_metrics(batch: Batch, current_version: int) -> Metrics:
@@ -25,10 +35,11 @@ def _staleness_metrics(batch: Batch, current_version: int) -> Metrics:
 
 
 class DefaultSampleStrategy(SampleStrategy):
-    """All experiences, collated as they come (``Batch.from_experiences``)."""
+    """All experiences, collated as they come (``Batch.from_experiences``). Trinity-RFT's
+    deprecated ``warmup`` strategy is this one too."""
 
     def sample(self, experiences: Sequence[Experience], step: int, current_version: int) -> tuple[Batch, Metrics]:
-        batch = Batch.from_experiences(experiences)
+        batch = collate(experiences, step)
         return batch, {"experience_count": float(batch.batch_size), **_staleness_metrics(batch, current_version)}
 
 
@@ -41,22 +52,21 @@ class StalenessControlSampleStrategy(SampleStrategy):
     everything is dropped (``experience_count`` 0).
     """
 
-    @classmethod
-    def default_args(cls) -> dict[str, Any]:
-        return {"max_staleness": 1, "stale_action": "drop", "decay": 0.5}
+    class Args(PluginArgs):
+        max_staleness: int = Field(1, ge=0, description="weight updates a row may lag before it counts as stale")
+        stale_action: Literal["drop", "downweight"] = Field("drop", description="what becomes of stale rows")
+        decay: float = Field(0.5, gt=0, le=1, description="downweight: factor per update beyond max_staleness")
 
     def sample(self, experiences: Sequence[Experience], step: int, current_version: int) -> tuple[Batch, Metrics]:
-        action, limit = self.args["stale_action"], int(self.args["max_staleness"])
-        if action not in ("drop", "downweight"):
-            raise ValueError(f"stale_action must be 'drop' or 'downweight', got {action!r}")
-        batch = Batch.from_experiences(experiences)
+        action, limit = self.args.stale_action, self.args.max_staleness
+        batch = collate(experiences, step)
         metrics = _staleness_metrics(batch, current_version)
         excess = (current_version - batch.model_versions - limit).clamp(min=0)
         metrics["stale_fraction"] = (excess > 0).float().mean().item()
         if action == "drop":
             batch = batch.select(torch.nonzero(excess == 0).squeeze(-1))
         else:
-            batch = batch.with_fields(sample_weights=float(self.args["decay"]) ** excess.float())
+            batch = batch.with_fields(sample_weights=self.args.decay ** excess.float())
         return batch, {**metrics, "experience_count": float(batch.batch_size)}
 
 
@@ -68,15 +78,15 @@ class MixSampleStrategy(SampleStrategy):
     ``info["is_expert"] = True`` and passes both; the batch gets ``is_expert`` accordingly.
     """
 
-    @classmethod
-    def default_args(cls) -> dict[str, Any]:
-        return {"expert_data_ratio": 0.5, "sft_dataset_name": "sft_dataset"}
+    class Args(PluginArgs):
+        expert_data_ratio: float = Field(0.5, ge=0, le=1, description="share of each batch read from expert data")
+        sft_dataset_name: str = Field("sft_dataset", description="the auxiliary buffer holding the expert data")
 
     def expert_reads(self, train_batch_size: int) -> tuple[str, int]:
-        return self.args["sft_dataset_name"], round(train_batch_size * float(self.args["expert_data_ratio"]))
+        return self.args.sft_dataset_name, round(train_batch_size * self.args.expert_data_ratio)
 
     def sample(self, experiences: Sequence[Experience], step: int, current_version: int) -> tuple[Batch, Metrics]:
-        batch = Batch.from_experiences(experiences)
+        batch = collate(experiences, step)
         is_expert = torch.tensor([bool(exp.info.get("is_expert", False)) for exp in experiences], dtype=torch.bool)
         if is_expert.numel() != batch.batch_size:
             raise ValueError("mix sample strategy: DPO experiences cannot be mixed with expert data")

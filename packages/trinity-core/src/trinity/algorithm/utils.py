@@ -6,11 +6,14 @@ response) contributes nothing and never yields NaN; statistics run in float32 or
 
 from __future__ import annotations
 
+from typing import get_args
+
 from trinity.common.lazy_import import lazy_module
+from trinity.config.schema import LossAggMode
 
 torch = lazy_module("torch")
 
-LOSS_AGG_MODES = ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm")
+LOSS_AGG_MODES: tuple[str, ...] = get_args(get_args(LossAggMode)[0])  # the schema's, unwrapped from Annotated
 
 
 def masked_sum(values: torch.Tensor, mask: torch.Tensor, dim: int | None = None) -> torch.Tensor:
@@ -41,6 +44,7 @@ def agg_loss(loss_mat: torch.Tensor, mask: torch.Tensor, mode: str, norm: float 
     """Aggregate a ``[B, R]`` per-token loss to a scalar (verl's ``agg_loss``, one micro-batch).
 
     - ``token-mean``: sum(l * m) / sum(m)
+    - ``token-sum``: sum(l * m) (no normalisation: the loss grows with the batch's tokens)
     - ``seq-mean-token-sum``: mean over non-empty rows of sum_t(l * m)
     - ``seq-mean-token-mean``: mean over non-empty rows of sum_t(l * m) / sum_t(m)
     - ``seq-mean-token-sum-norm``: sum(l * m) / n_rows / ``norm`` (default R, Dr. GRPO)
@@ -52,6 +56,8 @@ def agg_loss(loss_mat: torch.Tensor, mask: torch.Tensor, mode: str, norm: float 
     rows = (lengths > 0).to(loss_mat.dtype).sum().clamp(min=1)
     if mode == "token-mean":
         return token_sums.sum() / lengths.sum().clamp(min=1)
+    if mode == "token-sum":
+        return token_sums.sum()
     if mode == "seq-mean-token-sum":
         return token_sums.sum() / rows
     if mode == "seq-mean-token-mean":
@@ -110,13 +116,40 @@ def group_sum(values: torch.Tensor, index: torch.Tensor, n_groups: int) -> torch
     return torch.zeros(n_groups, dtype=values.dtype, device=values.device).index_add_(0, index, values)
 
 
-def group_stats(values: torch.Tensor, group_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Per-sample group size, mean and unbiased std (0 for groups of one), each ``[B]``."""
+def group_stats(
+    values: torch.Tensor, group_ids: torch.Tensor, weights: torch.Tensor | None = None, unbiased: bool = True
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Per-sample group size, mean and std (unbiased unless told; 0 for groups of one), each
+    ``[B]``. With 0/1 ``weights`` only the rows weighted 1 count (a group's kept rows)."""
     index, n_groups = group_index(group_ids)
-    count = group_sum(torch.ones_like(values), index, n_groups)
-    mean = group_sum(values, index, n_groups) / count
-    var = group_sum((values - mean[index]) ** 2, index, n_groups) / (count - 1).clamp(min=1)
+    weights = torch.ones_like(values) if weights is None else weights.to(values.dtype)
+    count = group_sum(weights, index, n_groups)
+    mean = group_sum(values * weights, index, n_groups) / count.clamp(min=1)
+    squares = group_sum(weights * (values - mean[index]) ** 2, index, n_groups)
+    var = squares / (count - 1 if unbiased else count).clamp(min=1)
     return count[index], mean[index], var.sqrt()[index]
+
+
+def group_max(values: torch.Tensor, index: torch.Tensor, n_groups: int) -> torch.Tensor:
+    """Per-group maximum ``[G]`` of ``values [B]`` (``-inf`` for a group without rows)."""
+    empty = torch.full((n_groups,), -torch.inf, dtype=values.dtype, device=values.device)
+    return empty.scatter_reduce(0, index, values, "amax")
+
+
+def group_rank(values: torch.Tensor, group_ids: torch.Tensor) -> torch.Tensor:
+    """Rank ``[B]`` of each row by ascending ``values`` within its group (0 = smallest; ties
+    in row order)."""
+    index, n_groups = group_index(group_ids)
+    order = torch.argsort(values, stable=True)
+    order = order[torch.argsort(index[order], stable=True)]  # by group, then by value
+    positions = torch.arange(order.numel(), device=values.device)
+    sorted_groups = index[order]
+    first = torch.full((n_groups,), order.numel(), device=values.device).scatter_reduce(
+        0, sorted_groups, positions, "amin"
+    )
+    rank = torch.empty_like(order)
+    rank[order] = positions - first[sorted_groups]
+    return rank
 
 
 def last_token_index(mask: torch.Tensor) -> torch.Tensor:

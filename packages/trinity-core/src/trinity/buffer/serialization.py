@@ -39,6 +39,7 @@ TENSOR_FIELDS = (  # the Experience fields that hold tensors
     "action_mask",
     "chosen",
     "rejected",
+    "teacher_logprobs",
 )
 _TOKEN_FIELDS = frozenset({"tokens", "chosen", "rejected"})
 _DTYPES = {

@@ -167,9 +167,11 @@ class TasksetReader:
             is_eval=self.storage.is_eval,
         )
 
-    def read_batch(self) -> list[Task]:
-        """The next ``batch_size`` tasks (the last batch of the data may be short)."""
-        if self.total_steps is not None and self.steps >= self.total_steps:
+    def read_batch(self, refill: bool = False) -> list[Task]:
+        """The next ``batch_size`` tasks (the last batch of the data may be short). A ``refill``
+        batch belongs to the step already read (the explorer's dynamic sampling): it does not
+        count towards ``total_steps``."""
+        if not refill and self.total_steps is not None and self.steps >= self.total_steps:
             raise EndOfTaskset(f"taskset {self.storage.name!r}: total_steps {self.total_steps} reached")
         batch: list[Task] = []
         while len(batch) < self.batch_size:
@@ -182,7 +184,7 @@ class TasksetReader:
             self.index += len(positions)
         if not batch:
             raise EndOfTaskset(f"taskset {self.storage.name!r}: {self.total_epochs} epoch(s) done")
-        self.steps += 1
+        self.steps += not refill
         return batch
 
     def feedback(self, task_indices: Sequence[int], pass_rates: Sequence[float]) -> None:

@@ -9,6 +9,7 @@ chosen at even and rejected at odd positions.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, fields, replace
 
@@ -17,7 +18,7 @@ from trinity.common.lazy_import import lazy_module
 
 torch = lazy_module("torch")
 
-_FROM_EXPERIENCE = ("old_logprobs", "advantages", "returns", "token_level_rewards")
+_FROM_EXPERIENCE = ("old_logprobs", "advantages", "returns", "token_level_rewards", "teacher_logprobs")
 
 
 @dataclass
@@ -43,6 +44,13 @@ class Batch:
     run_ids: torch.Tensor | None = None  # [B] long: one id per (task group, run) trajectory
     step_ids: torch.Tensor | None = None  # [B] long: turn of the row within its run
     reward_baselines: torch.Tensor | None = None  # [B] float: e.g. ReMax greedy reward
+    teacher_logprobs: torch.Tensor | None = None  # [B, R] a teacher's logprobs of the response (distillation)
+    step_rewards: torch.Tensor | None = None  # [B] float: info["step_reward"] of a step, NaN where absent
+    state_ids: torch.Tensor | None = None  # [B] long: one id per info["env_state_hash"], -1 where absent
+    global_steps: torch.Tensor | None = None  # [B] long: the (1-based) training step the row trains in
+    m2po_mask: torch.Tensor | None = None  # [B, R] bool: the tokens M2PO keeps, chosen over the whole batch
+    entropy_scores: torch.Tensor | None = None  # [B, R] the actor's p (H + log p) of each token (clipb/clipv)
+    expected_entropy_scores: torch.Tensor | None = None  # [B, R] its expectation over the vocabulary
 
     @property
     def batch_size(self) -> int:
@@ -97,6 +105,9 @@ class Batch:
         run_ids = torch.empty(n, dtype=torch.long)
         step_ids = torch.empty(n, dtype=torch.long)
         baselines = [exp.info.get("reward_baseline") for exp, _, _, _ in rows]
+        step_rewards = [exp.info.get("step_reward") for exp, _, _, _ in rows]
+        state_index: dict[str, int] = {}
+        states = [exp.info.get("env_state_hash") for exp, _, _, _ in rows]
         rewards = torch.zeros(n, dtype=torch.float32)
         versions = torch.empty(n, dtype=torch.long)
         for i, (exp, prompt, response, reward) in enumerate(rows):
@@ -118,6 +129,7 @@ class Batch:
                 ("advantages", exp.advantages),
                 ("returns", exp.returns),
                 ("token_level_rewards", exp.token_level_reward),
+                ("teacher_logprobs", exp.teacher_logprobs),
             ):
                 if value is not None:
                     if per_token[name] is None:
@@ -134,6 +146,7 @@ class Batch:
             group_ids=group_ids,
             model_versions=versions,
             old_logprobs=per_token["old_logprobs"],
+            teacher_logprobs=per_token["teacher_logprobs"],
             advantages=per_token["advantages"],
             returns=per_token["returns"],
             token_level_rewards=per_token["token_level_rewards"],
@@ -141,5 +154,15 @@ class Batch:
             step_ids=step_ids,
             reward_baselines=(
                 torch.tensor([float(b) for b in baselines]) if all(b is not None for b in baselines) else None
+            ),
+            step_rewards=(
+                torch.tensor([math.nan if r is None else float(r) for r in step_rewards])
+                if any(r is not None for r in step_rewards)
+                else None
+            ),
+            state_ids=(
+                torch.tensor([-1 if h is None else state_index.setdefault(str(h), len(state_index)) for h in states])
+                if any(h is not None for h in states)
+                else None
             ),
         )

@@ -61,6 +61,8 @@ class Experience:
     """DPO: token ids of the preferred response."""
     rejected: torch.Tensor | None = None
     """DPO: token ids of the rejected response."""
+    teacher_logprobs: torch.Tensor | None = None
+    """On-policy distillation: a teacher model's log-probabilities of the response tokens."""
     messages: list[dict[str, Any]] | None = None
     metrics: dict[str, float] = field(default_factory=dict)
     info: dict[str, Any] = field(default_factory=dict)

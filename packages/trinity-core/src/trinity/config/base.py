@@ -7,9 +7,10 @@ write them (``"32"`` from ``${oc.env:BATCH_SIZE,32}`` becomes ``32`` for an int 
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import Any, ClassVar
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
+from pydantic_core import PydanticUndefined
 
 
 class ConfigModel(BaseModel):
@@ -31,3 +32,17 @@ class PluginArgs(ConfigModel):
     check`` validates the user's arguments with it, so a misspelt or out-of-range argument is
     reported under its dotted key before anything runs. The base takes no arguments.
     """
+
+
+EFFECT = "x-trinity-effect"
+"""JSON Schema key of a field's marker: ``inert`` or ``derived`` (absent: acted on)."""
+
+
+def inert(default: Any = PydanticUndefined, description: str = "", **constraints: Any) -> Any:
+    """A field Trinity-RFT accepts that trinity does not act on yet (warns when set)."""
+    return Field(default, description=description, json_schema_extra={EFFECT: "inert"}, **constraints)
+
+
+def derived(default: Any = PydanticUndefined, description: str = "", **constraints: Any) -> Any:
+    """A field the check pass fills; a value given in the file is replaced (with a warning)."""
+    return Field(default, description=description, json_schema_extra={EFFECT: "derived"}, **constraints)

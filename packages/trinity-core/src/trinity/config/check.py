@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from trinity.config.base import PluginArgs
-from trinity.config.load import IssueCollector, validate_section
+from trinity.config.load import IssueCollector, report_effects, validate_section
 from trinity.config.schema import (
     AlgorithmConfig,
     BufferConfig,
@@ -79,15 +79,11 @@ def plugin_args(target: Any, args: dict[str, Any] | None, path: str, issues: Iss
     pass through unchecked.
     """
     model = getattr(target, "Args", None)
-    if not (isinstance(model, type) and issubclass(model, PluginArgs)) and hasattr(target, "default_args"):
-        defaults = target.default_args()  # TODO(algo branch): every algorithm function declares Args
-        for key in args or {}:
-            if key not in defaults:
-                issues.add(f"{path}.{key}", f"takes no argument '{key}' (accepted: {', '.join(sorted(defaults))})")
-        return {**defaults, **(args or {})}
     if not (isinstance(model, type) and issubclass(model, PluginArgs)):
         return dict(args or {})
-    return validate_section(model, args or {}, path, issues).model_dump()
+    validated = validate_section(model, args or {}, path, issues)
+    report_effects(validated, path, issues)
+    return validated.model_dump()
 
 
 def _explorer_runs(config: Config) -> bool:
@@ -603,6 +599,15 @@ _STAGE_SECTIONS = {
 }
 
 
+def check_data_processor(config: Config, issues: IssueCollector) -> None:
+    """Every experience operator is installed and its args fit its ``Args``."""
+    for i, operator in enumerate(config.data_processor.experience_pipeline.operators):
+        path = f"data_processor.experience_pipeline.operators[{i}]"
+        target = _plugin(issues, Kind.EXPERIENCE_OPERATOR, operator.name, f"{path}.name")
+        if target is not None:
+            operator.args = plugin_args(target, operator.args, f"{path}.args", issues)
+
+
 def check_stages(config: Config, issues: IssueCollector) -> None:
     names: set[str] = set()
     for i, stage in enumerate(config.stages):
@@ -629,6 +634,7 @@ CHECKS = (
     check_explorer,
     check_buffer,
     check_trainer,
+    check_data_processor,
     check_stages,
     plugin_checks,
 )

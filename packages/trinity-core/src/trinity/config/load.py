@@ -25,8 +25,8 @@ from omegaconf.errors import OmegaConfBaseException
 from pydantic import BaseModel, ValidationError
 
 from trinity.common.errors import PicklableError
-from trinity.config.base import ConfigModel
-from trinity.config.schema import EFFECT, Config
+from trinity.config.base import EFFECT, ConfigModel
+from trinity.config.schema import Config
 
 logger = logging.getLogger(__name__)
 

@@ -14,8 +14,9 @@ import annotated_types
 from pydantic import BaseModel
 from pydantic.json_schema import GenerateJsonSchema
 
+from trinity.config.base import EFFECT
 from trinity.config.load import children
-from trinity.config.schema import EFFECT, Config
+from trinity.config.schema import Config
 
 
 class _WithFactoryDefaults(GenerateJsonSchema):

@@ -22,22 +22,8 @@ from __future__ import annotations
 from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import BeforeValidator, Field
-from pydantic_core import PydanticUndefined
 
-from trinity.config.base import ConfigModel
-
-EFFECT = "x-trinity-effect"
-"""JSON Schema key of a field's marker: ``inert`` or ``derived`` (absent: acted on)."""
-
-
-def inert(default: Any = PydanticUndefined, description: str = "", **constraints: Any) -> Any:
-    """A field Trinity-RFT accepts that trinity does not act on yet (warns when set)."""
-    return Field(default, description=description, json_schema_extra={EFFECT: "inert"}, **constraints)
-
-
-def derived(default: Any = PydanticUndefined, description: str = "", **constraints: Any) -> Any:
-    """A field the check pass fills; a value given in the file is replaced (with a warning)."""
-    return Field(default, description=description, json_schema_extra={EFFECT: "derived"}, **constraints)
+from trinity.config.base import ConfigModel, derived, inert
 
 
 def _choice(aliases: dict[str, str] | None = None, case: str = "lower") -> BeforeValidator:
@@ -274,8 +260,8 @@ class OperatorConfig(ConfigModel):
 class ExperiencePipelineConfig(ConfigModel):
     """Operators applied to every batch of experiences between explorer and buffer."""
 
-    operators: list[OperatorConfig] = inert(
-        default_factory=list, description="Operators applied in order to each batch of experiences."
+    operators: list[OperatorConfig] = Field(
+        default_factory=list, description="Experience operators applied in order to each batch of experiences."
     )
     save_input: bool = inert(True, "Keep the experiences as they were before the operators.")
     input_save_path: str | None = inert(None, "Where the unprocessed experiences go (jsonl or sqlite).")

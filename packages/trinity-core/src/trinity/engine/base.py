@@ -124,11 +124,14 @@ class TrainingEngine(ABC):
         FILE`` to print; None for an engine that has none (the torch engine)."""
         return None
 
-    def prepare_batch(self, batch: Batch) -> Batch:
+    def prepare_batch(self, batch: Batch, entropy_scores: bool = False) -> Batch:
         """Fill what the advantage function and the losses need and the batch lacks:
-        ``old_logprobs`` (current actor), ``ref_logprobs`` (reference), ``values`` (critic).
+        ``old_logprobs`` (current actor), ``ref_logprobs`` (reference), ``values`` (critic), and
+        with ``entropy_scores`` the actor's ``entropy_scores`` / ``expected_entropy_scores``.
         The trainer calls it before the KL penalty and the advantage function."""
         changes: dict[str, torch.Tensor] = {}
+        if entropy_scores and batch.entropy_scores is None:
+            changes["entropy_scores"], changes["expected_entropy_scores"] = self.compute_entropy_scores(batch)
         if batch.old_logprobs is None:
             changes["old_logprobs"] = self.compute_logprobs(batch)
         if self.reference is not None and batch.ref_logprobs is None:
@@ -149,6 +152,12 @@ class TrainingEngine(ABC):
     @abstractmethod
     def compute_ref_logprobs(self, batch: Batch) -> torch.Tensor:
         """Reference-model logprobs ``[B, R]`` (KL penalty before advantages; KL loss; DPO)."""
+
+    def compute_entropy_scores(self, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
+        """The actor's ``(S, N)`` per response token ``[B, R]`` each: the sampled token's entropy
+        score ``p (H + log p)`` and its expectation over the vocabulary (advantages ``clipb``,
+        ``clipv``; see ``trinity.engine.modeling.entropy_scores``)."""
+        raise NotImplementedError(f"the {type(self).__name__} computes no entropy scores (advantage_fn clipb/clipv)")
 
     @abstractmethod
     def compute_values(self, batch: Batch) -> torch.Tensor:

@@ -109,17 +109,22 @@ class EngineClient:
             await asyncio.sleep(_SETTLE_SECONDS)
 
     async def _run_group(self, method: str, args: SamplingArgs | None, requests: list[tuple[list, Any]]) -> None:
+        requests = [(items, future) for items, future in requests if not future.cancelled()]  # a timed-out task's
+        if not requests:
+            return
         items = [item for request_items, _ in requests for item in request_items]
         call = (items,) if method == "logprobs" else (items, args)
         try:
             results = await self._loop.run_in_executor(self._executor, getattr(self.engine, method), *call)
         except Exception as exc:  # every waiting workflow sees the engine's error
             for _, future in requests:
-                future.set_exception(exc)
+                if not future.done():
+                    future.set_exception(exc)
             return
         start = 0
         for request_items, future in requests:
-            future.set_result(results[start : start + len(request_items)])
+            if not future.done():  # cancelled while the engine worked
+                future.set_result(results[start : start + len(request_items)])
             start += len(request_items)
 
     def close(self) -> None:

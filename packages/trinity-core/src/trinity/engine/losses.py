@@ -2,7 +2,8 @@
 
 An engine splits a batch into micro-batches and accumulates gradients; each loss term of a
 micro-batch is weighted by the micro-batch's share of the batch (tokens for
-``token-mean``, non-empty rows otherwise), so the accumulated gradient is the full batch's.
+``token-mean``, 1 for ``token-sum``, non-empty rows otherwise), so the accumulated gradient
+is the full batch's.
 """
 
 from __future__ import annotations
@@ -29,9 +30,11 @@ def batch_totals(batch: Batch) -> Totals:
 
 def share(fn_or_mode: Any, mask: torch.Tensor, totals: Totals) -> torch.Tensor:
     """The micro-batch's share of the batch for a term aggregated with the given mode."""
-    mode = fn_or_mode if isinstance(fn_or_mode, str) else getattr(fn_or_mode, "args", {}).get("loss_agg_mode")
+    mode = fn_or_mode if isinstance(fn_or_mode, str) else getattr(fn_or_mode, "loss_agg_mode", None)
     if mode == "token-mean":
         return mask.sum() / totals[0].to(mask.device)
+    if mode == "token-sum":
+        return torch.ones((), device=mask.device)
     return (mask.sum(dim=1) > 0).sum() / totals[1].to(mask.device)
 
 
@@ -61,7 +64,7 @@ class LossFns:
     @property
     def entropy_grad(self) -> bool:
         """Whether the entropy term has a gradient (not with ``entropy_coef: 0``)."""
-        coef = getattr(self.entropy, "args", {}).get("entropy_coef")
+        coef = getattr(getattr(self.entropy, "args", None), "entropy_coef", None)
         return coef is None or coef != 0
 
     def actor_micro_loss(

@@ -26,6 +26,25 @@ def model_dtype(device: torch.device, name: str = "bfloat16") -> torch.dtype:
     return torch.float32 if device.type == "cpu" else getattr(torch, name)
 
 
+def response_logits(
+    model: torch.nn.Module,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    position_ids: torch.Tensor,
+    width: int,
+) -> torch.Tensor:
+    """float32 logits ``[B, width, V]`` that predicted the last ``width`` tokens of each row; only
+    the last ``width + 1`` positions go through the LM head (``logits_to_keep``)."""
+    out = model(
+        input_ids=input_ids,
+        attention_mask=attention_mask,
+        position_ids=position_ids,
+        logits_to_keep=width + 1,
+        use_cache=False,
+    )
+    return out.logits[:, :-1].float()
+
+
 def token_logprobs(
     model: torch.nn.Module,
     input_ids: torch.Tensor,
@@ -35,28 +54,32 @@ def token_logprobs(
     with_entropy: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Logprobs ``[B, width]`` of the last ``width`` tokens of each row, each given its prefix,
-    and (``with_entropy``) the entropy of the distributions that predicted them.
-
-    Only the last ``width + 1`` positions go through the LM head (``logits_to_keep``). Runs
-    with grad when the caller has grad enabled.
-    """
-    logits = (
-        model(
-            input_ids=input_ids,
-            attention_mask=attention_mask,
-            position_ids=position_ids,
-            logits_to_keep=width + 1,
-            use_cache=False,
-        )
-        .logits[:, :-1]
-        .float()
-    )
+    and (``with_entropy``) the entropy of the distributions that predicted them. Runs with grad
+    when the caller has grad enabled."""
+    logits = response_logits(model, input_ids, attention_mask, position_ids, width)
     normaliser = logits.logsumexp(-1)
     logprobs = logits.gather(-1, input_ids[:, -width:].unsqueeze(-1)).squeeze(-1) - normaliser
     if not with_entropy:
         return logprobs, None
     entropy = normaliser - (logits.softmax(-1) * logits).sum(-1)
     return logprobs, entropy
+
+
+def entropy_scores(logits: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
+    """``[B, R, 2]`` from logits ``[B, R, V]`` and the sampled ``tokens [B, R]``: each token's
+    entropy score ``S = p (H + log p)`` and its expectation over the vocabulary
+    ``N = sum_a p_a^2 (log p_a + H)``.
+
+    A policy-gradient step with advantage ``A`` on token ``k`` moves the entropy by about
+    ``-eta A (S_k - N)`` (the entropy's derivative along the softmax gradient), which is
+    what the ``clipb`` / ``clipv`` advantages read to spare the entropy.
+    """
+    log_p = logits.float().log_softmax(-1)
+    p = log_p.exp()
+    entropy = -(p * log_p).sum(-1, keepdim=True)
+    token = log_p.gather(-1, tokens.unsqueeze(-1))
+    expected = (p * p * (log_p + entropy)).sum(-1, keepdim=True)
+    return torch.cat([token.exp() * (entropy + token), expected], dim=-1)
 
 
 def read_hf_weights(directory: str | Path) -> dict[str, torch.Tensor]:

@@ -51,7 +51,15 @@ from trinity.common.batch import Batch
 from trinity.config.schema import Config, OptimizerConfig
 from trinity.engine.base import Metrics, TrainingEngine
 from trinity.engine.losses import LossFns, Totals, batch_totals, critic_micro_loss
-from trinity.engine.modeling import HF_SUBDIR, default_device, load_weights_into, read_hf_weights, token_logprobs
+from trinity.engine.modeling import (
+    HF_SUBDIR,
+    default_device,
+    entropy_scores,
+    load_weights_into,
+    read_hf_weights,
+    response_logits,
+    token_logprobs,
+)
 from trinity.plugins import Kind, resolve
 
 MicroLoss = Callable[[Batch], tuple[torch.Tensor, Metrics, float]]
@@ -239,12 +247,25 @@ class TorchTrainingEngine(TrainingEngine):
         lengths = batch.attention_mask.sum(dim=1)
         return micro_batches(lengths, unit, trainer.micro_batch_size_per_gpu, budget)
 
+    def _entropy_scores(self, mb: Batch) -> torch.Tensor:
+        """``[b, R, 2]``: the actor's ``entropy_scores``, zero past the used columns."""
+        input_ids, mask, positions, _, width = _trimmed(mb)
+        scores = torch.zeros((*mb.response_mask.shape, 2), dtype=torch.float32, device=mb.response_mask.device)
+        if width:
+            with self._autocast():
+                logits = response_logits(self.actor, input_ids, mask, positions, width)
+            scores[:, :width] = entropy_scores(logits, input_ids[:, -width:])
+        return scores
+
     @torch.no_grad()
     def _per_token(self, batch: Batch, compute: Callable[[Batch], torch.Tensor]) -> torch.Tensor:
-        """``compute`` over the micro-batches, reassembled to ``[B, R]`` in the batch's order."""
-        out = torch.zeros(batch.responses.shape, dtype=torch.float32, device=batch.responses.device)
+        """``compute`` over the micro-batches, reassembled to ``[B, R, ...]`` in the batch's order."""
+        out = None
         for index in self._micro_batches(batch):
-            out[index] = compute(batch.select(index).to(self.device)).to(out.device)
+            values = compute(batch.select(index).to(self.device))
+            if out is None:
+                out = torch.zeros((batch.batch_size, *values.shape[1:]), device=batch.responses.device)
+            out[index] = values.to(out.device).float()
         return out
 
     def compute_logprobs(self, batch: Batch) -> torch.Tensor:
@@ -255,6 +276,10 @@ class TorchTrainingEngine(TrainingEngine):
         if self.reference is None:
             raise RuntimeError(f"algorithm '{self.algorithm.name}' with no KL function has no reference model")
         return self._per_token(batch, lambda mb: self._logprobs(self.reference, mb)[0])
+
+    def compute_entropy_scores(self, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
+        scores = self._per_token(batch, self._entropy_scores)
+        return scores[..., 0], scores[..., 1]
 
     def compute_values(self, batch: Batch) -> torch.Tensor:
         """Critic values ``[B, R]`` (for GAE advantages and value clipping)."""

@@ -3,12 +3,15 @@
 Each step reads ``buffer.batch_size`` tasks and hands them to the task runner (workflows run
 concurrently, ``runner_per_model`` per engine, with timeouts, retries and over-rollout); the
 batches of one sync interval run together, so a slow task does not hold the next batch
-back, and each is written to the experience buffer in step order with its rollout metrics.
-Between intervals it takes new weights from the synchronizer per ``sync_style``
-(``fully_async``: whenever they are newer, up to ``max_inflight_batches`` batches in flight);
-it evaluates the eval tasksets every ``eval_interval`` steps. Its position (step, taskset
-state as of that step's read) is saved after every step, so a restarted explorer continues
-where it stopped.
+back. A batch's experiences pass through the experience pipeline
+(``data_processor.experience_pipeline``: filters, reward shaping; a filter that drops task
+groups may have the step run more tasks until it has its ``batch_size`` groups again, as
+DAPO's dynamic sampling does) and are written to the experience buffer in step order with
+their rollout metrics. Between intervals the explorer takes new weights from the
+synchronizer per ``sync_style`` (``fully_async``: whenever they are newer, up to
+``max_inflight_batches`` batches in flight); it evaluates the eval tasksets every
+``eval_interval`` steps. Its position (step, taskset state as of that step's read) is saved
+after every step, so a restarted explorer continues where it stopped.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from collections import deque
 from pathlib import Path
 from typing import Any
 
+from trinity.algorithm.experience_ops import ExperiencePipeline, by_group
 from trinity.buffer import EndOfTaskset, TasksetReader, open_experience_writer
 from trinity.common.experience import Task
 from trinity.common.files import read_json, write_json
@@ -74,6 +78,7 @@ class Explorer:
         self.version = 0
         self._resume_weights()
         self.runner = TaskRunner(config, self.engines, self.auxiliary)
+        self.pipeline = ExperiencePipeline.from_config(config)
         self._submitted = self.step
         self._first_step = self.step + 1  # after it, long-lived objects leave the cyclic GC
 
@@ -148,7 +153,7 @@ class Explorer:
         position and its metrics."""
         metrics: dict[str, float] = {"rollout/inflight_batches": inflight}
         with timer(metrics, "explore_step"):
-            outcome = await self.runner.run_batch(tasks, batch_id=str(step), min_done=over_rollout_minimum(self.config))
+            outcome = await self.explore(step, tasks, metrics)
         if previous is not None:
             await previous  # in step order: a resume position never skips an unwritten batch
         with timer(metrics, "write_experiences"):
@@ -218,16 +223,45 @@ class Explorer:
             results[step] = self.runner.loop.run_until_complete(self.evaluate())
         return {"role": self.name, "evaluated_steps": list(results), "metrics": results}
 
-    def next_tasks(self) -> list[Task] | None:
-        """The next batch: tasksets take turns by step, skipping those that ended."""
+    async def explore(self, step: int, tasks: list[Task], metrics: dict[str, float]) -> BatchOutcome:
+        """The step's experiences through the pipeline.
+
+        While the pipeline's filters leave fewer task groups than the step has tasks, more task
+        batches run (at most the pipeline's ``refill_rounds``, while the tasksets last); the
+        step keeps its first ``len(tasks)`` groups. Pipeline metrics add up over the batches.
+        """
+        minimum = over_rollout_minimum(self.config)
+        outcome = await self.runner.run_batch(tasks, str(step), minimum)
+        outcome.experiences, totals = self.pipeline(outcome.experiences)
+        rounds = 0
+        while rounds < self.pipeline.refill_rounds and len(by_group(outcome.experiences)) < len(tasks):
+            more = self.next_tasks(refill=True)
+            if more is None:
+                break
+            rounds += 1
+            extra = await self.runner.run_batch(more, f"{step}.{rounds}", minimum)
+            extra.experiences, extra_metrics = self.pipeline(extra.experiences)
+            outcome = outcome.merged(extra)
+            for key, value in extra_metrics.items():
+                totals[key] = totals.get(key, 0.0) + value
+        if self.pipeline.operators:
+            kept = list(by_group(outcome.experiences).values())[: len(tasks)]
+            outcome.experiences = [exp for group in kept for exp in group]
+            metrics.update({**totals, "pipeline/refill_rounds": float(rounds)})
+        return outcome
+
+    def next_tasks(self, refill: bool = False) -> list[Task] | None:
+        """The next batch: tasksets take turns by step, skipping those that ended. A ``refill``
+        batch adds to the current step (see ``explore``)."""
         for offset in range(len(self.tasksets)):
-            index = (self.step + offset) % len(self.tasksets)
+            index = (self._submitted + offset) % len(self.tasksets)
             if self._ended[index]:
                 continue
             try:
-                return self.tasksets[index].read_batch()
+                return self.tasksets[index].read_batch(refill)
             except EndOfTaskset:
-                self._ended[index] = True
+                if not refill:
+                    self._ended[index] = True
         return None
 
     def save_meta(self, positions: list[dict]) -> None:

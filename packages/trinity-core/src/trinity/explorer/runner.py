@@ -58,6 +58,15 @@ class BatchOutcome:
     dropped_tasks: int = 0
     """Tasks cancelled by ``over_rollout`` (their finished runs kept with ``return_partial_tasks``)."""
 
+    def merged(self, other: BatchOutcome) -> BatchOutcome:
+        """This batch and a refill batch of the same step."""
+        return BatchOutcome(
+            self.experiences + other.experiences,
+            self.failed_tasks + other.failed_tasks,
+            self.failed_runs + other.failed_runs,
+            self.dropped_tasks + other.dropped_tasks,
+        )
+
 
 class TaskRunner:
     """Turns tasks into experiences with the given engines (one client per engine)."""

@@ -53,6 +53,7 @@ _SIBLINGS = {
             "math_boxed_workflow",
             "math_eval_workflow",
             "countdown_workflow",
+            "on_policy_distill_workflow",
             "multi_turn_workflow",
             "step_wise_workflow",
             "tool_call_workflow",

@@ -1,7 +1,8 @@
-"""Experiences from a supervised dataset: SFT (prompt/response) and DPO (chosen/rejected) rows.
+"""Experiences from a supervised dataset: SFT (prompt/response), DPO (chosen/rejected) and CPT
+(plain text) rows.
 
-Algorithms whose ``data_schema`` is ``sft`` or ``dpo`` train on a dataset instead of the
-explorer's rollouts. ``SupervisedReader`` tokenizes its rows through the model's chat
+Algorithms whose ``data_schema`` is ``sft``, ``dpo`` or ``cpt`` train on a dataset instead of
+the explorer's rollouts. ``SupervisedReader`` tokenizes its rows through the model's chat
 template and serves them like an experience buffer: ``read`` batches, epochs or
 ``total_steps``, ``EndOfBuffer`` at the end, a position to save with the checkpoint.
 """
@@ -77,9 +78,16 @@ def _messages(row: dict[str, Any], fmt: FormatConfig, response: Any = None) -> l
 
 
 def row_to_experience(row: dict[str, Any], fmt: FormatConfig, chat: ChatTokenizer, schema: str) -> Experience:
-    """One SFT or DPO example from a dataset row."""
+    """One SFT, DPO or CPT example from a dataset row."""
+    if schema == "cpt":  # the row's text as is, no chat template: every token after the first trains
+        ids = chat.tokenizer(str(row[fmt.prompt_key]), add_special_tokens=False)["input_ids"][: chat.max_len]
+        if len(ids) < 2:
+            raise ValueError(f"text of {len(ids)} token(s): nothing to predict")
+        return Experience(tokens=torch.tensor(ids, dtype=torch.long), prompt_length=1)
     if schema == "dpo":
-        prompt_messages = _messages(row, fmt)[:-1] if fmt.prompt_type == "plaintext" else list(row[fmt.messages_key])
+        prompt_messages = (
+            _messages(row, fmt, "")[:-1] if fmt.prompt_type == "plaintext" else list(row[fmt.messages_key])
+        )
         prompt = chat.ids(prompt_messages, generation_prompt=True)
         sides = []
         for key in (fmt.chosen_key, fmt.rejected_key):

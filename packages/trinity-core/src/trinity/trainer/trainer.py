@@ -115,6 +115,7 @@ class Trainer:
         algo = config.algorithm
         self.algorithm = resolve(Kind.ALGORITHM_TYPE, algo.algorithm_type)
         self.advantage_fn = resolve(Kind.ADVANTAGE_FN, algo.advantage_fn)(**algo.advantage_fn_args)
+        self.policy_loss_fn = resolve(Kind.POLICY_LOSS_FN, algo.policy_loss_fn)(**algo.policy_loss_fn_args)
         self.kl_penalty_fn = resolve(Kind.KL_FN, algo.kl_penalty_fn)(**algo.kl_penalty_fn_args)
         self.sample_strategy = resolve(Kind.SAMPLE_STRATEGY, algo.sample_strategy)(**algo.sample_strategy_args)
         self.engine = resolve(Kind.TRAINER_ENGINE, config.trainer.trainer_type, "trainer.trainer_type")(config)
@@ -238,15 +239,22 @@ class Trainer:
         if self.algorithm.compute_advantage_in_trainer:
             batch, prepared = self.prepare(batch)
             metrics.update(prepared)
+            if batch.batch_size == 0:  # e.g. grpo's std_threshold dropped every group
+                logger.warning("%s: the advantage function left no row of step %d: no update", self.name, self.step + 1)
+                return metrics
         metrics.update(self.engine.train_step(batch))
         metrics.update(self.batch_metrics(batch))
         return metrics
 
     def prepare(self, batch: Batch) -> tuple[Batch, dict[str, float]]:
-        """What the engine fills (old/ref logprobs, values), the KL reward penalty, advantages."""
-        batch = self.engine.prepare_batch(batch)
+        """What the engine fills (old/ref logprobs, values), the KL reward penalty, advantages,
+        and what the policy loss needs from the whole batch (``PolicyLossFn.prepare``)."""
+        batch = self.engine.prepare_batch(batch, entropy_scores=self.advantage_fn.needs_entropy_scores)
         batch, kl_metrics = self.kl_penalty_fn.apply_to_reward(batch)
         batch, adv_metrics = self.advantage_fn(batch)
+        if batch.batch_size:
+            batch, loss_metrics = self.policy_loss_fn.prepare(batch, self.engine.compute_logprobs)
+            adv_metrics.update(loss_metrics)
         return batch, {**{f"critic/{k}": v for k, v in kl_metrics.items()}, **adv_metrics}
 
     @staticmethod

@@ -1,0 +1,244 @@
+"""Experience operators: what the explorer does to a step's experiences before writing them.
+
+``data_processor.experience_pipeline.operators`` lists them by name, with ``args``; they run in
+order. DAPO's experience-side steps (Yu et al. 2025, arXiv:2503.14476) are here: dynamic
+sampling (``dapo_dynamic_sampling``: drop the task groups whose samples are all right or all
+wrong, and sample more tasks until the step has its batch again) and overlong reward shaping
+(``overlong_reward_shaping``; ``mask_response_truncated`` is the paper's overlong filtering).
+The names and arguments are Trinity-RFT's (``trinity/buffer/operators``).
+"""
+
+from __future__ import annotations
+
+import statistics
+from abc import abstractmethod
+from collections.abc import Sequence
+from typing import Any, Literal
+
+from pydantic import Field, field_validator, model_validator
+
+from trinity.algorithm.base import ExperienceOperator, Metrics
+from trinity.common.experience import Experience
+from trinity.common.lazy_import import lazy_module
+from trinity.config.base import PluginArgs
+from trinity.config.schema import Config
+from trinity.monitor.metrics import stats
+from trinity.plugins import Kind, resolve
+
+torch = lazy_module("torch")
+
+
+def by_group(experiences: Sequence[Experience]) -> dict[str, list[Experience]]:
+    """The experiences of each task group (``eid.group``), in order of first appearance."""
+    groups: dict[str, list[Experience]] = {}
+    for exp in experiences:
+        groups.setdefault(exp.eid.group, []).append(exp)
+    return groups
+
+
+class _GroupFilter(ExperienceOperator):
+    """Keeps the task groups ``keep`` accepts; the explorer may refill the dropped ones."""
+
+    class Args(PluginArgs):
+        max_refill_rounds: int = Field(
+            0, ge=0, description="more task batches a step may run to refill dropped groups (0: none)"
+        )
+
+    @abstractmethod
+    def keep(self, group: list[Experience], metrics: Metrics) -> bool:
+        """Whether the group stays (counting why not in ``metrics``)."""
+
+    @property
+    def refill_rounds(self) -> int:
+        return self.args.max_refill_rounds
+
+    def process(self, experiences: list[Experience]) -> tuple[list[Experience], Metrics]:
+        metrics: Metrics = {}
+        kept = [exp for group in by_group(experiences).values() if self.keep(group, metrics) for exp in group]
+        return kept, {**metrics, "filtered_count": float(len(experiences) - len(kept))}
+
+
+class DAPODynamicSampling(_GroupFilter):
+    """DAPO's dynamic sampling (arXiv:2503.14476, Sec. 3.2; Trinity-RFT ``dapo_dynamic_sampling``):
+    keep a task group only when some but not all of its samples are right, ``0 < #correct < G``
+    (with 0/1 or +-1 accuracies: when its rewards vary), so that every group has a gradient. A
+    sample is right when its ``metrics[metric_key]`` (else its reward) exceeds
+    ``correct_threshold``; groups of one are dropped. The explorer then samples more tasks, up to
+    ``max_refill_rounds`` batches, until the step has its ``batch_size`` groups again (verl's
+    ``filter_groups`` with ``max_num_gen_batches``).
+    """
+
+    class Args(_GroupFilter.Args):
+        metric_key: str = Field("accuracy", description="the metric that says a sample is right (else its reward)")
+        correct_threshold: float = Field(0.0, description="a sample is right when its score exceeds this")
+        max_refill_rounds: int = Field(10, ge=0, description="more task batches a step may run to refill (0: none)")
+
+    def keep(self, group: list[Experience], metrics: Metrics) -> bool:
+        key, threshold = self.args.metric_key, self.args.correct_threshold
+        correct = sum(float(exp.metrics.get(key, exp.reward or 0.0)) > threshold for exp in group)
+        if len(group) > 1 and 0 < correct < len(group):
+            return True
+        reason = "dropped_all_correct" if correct == len(group) else "dropped_all_wrong"
+        metrics[reason] = metrics.get(reason, 0.0) + len(group)
+        return False
+
+
+class RewardSTDFilter(_GroupFilter):
+    """Drop the task groups whose rewards' (population) std is at most ``threshold``, and groups
+    of one (Trinity-RFT ``reward_std_filter``): with the default 0, the groups whose rewards are
+    all equal, which carry no group-relative signal."""
+
+    class Args(_GroupFilter.Args):
+        threshold: float = Field(0.0, ge=0, description="a group's reward std must exceed this")
+
+    def keep(self, group: list[Experience], metrics: Metrics) -> bool:
+        rewards = [exp.reward or 0.0 for exp in group]
+        return len(group) > 1 and statistics.pstdev(rewards) > self.args.threshold
+
+
+class RewardFilter(ExperienceOperator):
+    """Keep the experiences whose reward is at least ``threshold`` (Trinity-RFT ``reward_filter``;
+    with ``raft``, the reward-ranked fine-tuning of Dong et al. 2023, arXiv:2304.06767)."""
+
+    class Args(PluginArgs):
+        threshold: float = Field(0.0, description="the lowest reward kept")
+
+    def process(self, experiences: list[Experience]) -> tuple[list[Experience], Metrics]:
+        kept = [exp for exp in experiences if (exp.reward or 0.0) >= self.args.threshold]
+        return kept, {"filtered_count": float(len(experiences) - len(kept))}
+
+
+class OverlongRewardShaping(ExperienceOperator):
+    """DAPO's soft overlong punishment (arXiv:2503.14476, eq. 13): with ``L_max =
+    max_response_length`` and ``L_cache = cache_length``, a response of ``|y|`` tokens gets
+    ``0`` up to ``L_max - L_cache``, ``(L_max - L_cache - |y|) / L_cache * penalty_factor`` in
+    the cache window and ``-penalty_factor`` beyond ``L_max``, added to its reward (and kept as
+    the metric ``overlong_penalty``). ``math_dapo_reward`` applies the same inside the reward
+    function; this operator applies it to any workflow's rewards.
+    """
+
+    class Args(PluginArgs):
+        max_response_length: int = Field(20480, gt=0, description="L_max, the longest response not punished fully")
+        cache_length: int = Field(4096, ge=0, description="L_cache, the soft window before L_max")
+        penalty_factor: float = Field(1.0, ge=0, description="the penalty at and beyond L_max")
+
+        @model_validator(mode="after")
+        def _window_fits(self) -> OverlongRewardShaping.Args:
+            if self.cache_length >= self.max_response_length:
+                raise ValueError("cache_length must be below max_response_length")
+            return self
+
+    def penalty(self, length: int) -> float:
+        expected = self.args.max_response_length - self.args.cache_length
+        if length <= expected:
+            return 0.0
+        if length > self.args.max_response_length:
+            return -self.args.penalty_factor
+        return (expected - length) / self.args.cache_length * self.args.penalty_factor
+
+    def process(self, experiences: list[Experience]) -> tuple[list[Experience], Metrics]:
+        penalties = [self.penalty(exp.response_length) for exp in experiences]
+        for exp, penalty in zip(experiences, penalties, strict=True):
+            exp.reward = (exp.reward or 0.0) + penalty
+            exp.metrics["overlong_penalty"] = penalty
+        shaped = [p for p in penalties if p]
+        return experiences, {"shaped_count": float(len(shaped)), "penalty_sum": sum(shaped)}
+
+
+class RewardShaping(PluginArgs):
+    """One rule of ``reward_shaping_mapper``."""
+
+    stats_key: str = Field(description="the statistic of the experience (its info, else its metrics) to use")
+    op_type: Literal["ADD", "SUB", "MUL", "DIV"] = Field("ADD", description="how the statistic meets the reward")
+    weight: float = Field(1.0, description="the statistic's weight")
+
+    @field_validator("op_type", mode="before")
+    @classmethod
+    def _upper(cls, value: Any) -> Any:
+        return value.upper() if isinstance(value, str) else value
+
+
+class RewardShapingMapper(ExperienceOperator):
+    """Reshape rewards with statistics the experiences carry (Trinity-RFT ``reward_shaping_mapper``):
+    each rule adds, subtracts, multiplies or divides the reward by ``weight x`` the experience's
+    ``stats_key`` (from its ``info``, e.g. a Data-Juicer quality score, or its ``metrics``); an
+    experience without the statistic, or without a reward, keeps its reward; a zero divisor
+    leaves it too. Metrics: ``reward_diff/mean|min|max``."""
+
+    class Args(PluginArgs):
+        reward_shaping_configs: list[RewardShaping] = Field(default_factory=list, description="the rules, in order")
+
+    def process(self, experiences: list[Experience]) -> tuple[list[Experience], Metrics]:
+        differences = []
+        for exp in experiences:
+            before = exp.reward
+            if before is not None:
+                for rule in self.args.reward_shaping_configs:
+                    exp.reward = _shaped(exp.reward, _statistic(exp, rule.stats_key), rule)
+            differences.append(0.0 if before is None else exp.reward - before)
+        return experiences, stats("reward_diff", differences) or {
+            f"reward_diff/{k}": 0.0 for k in ("mean", "min", "max")
+        }
+
+
+def _statistic(exp: Experience, key: str) -> float | None:
+    value = exp.info.get(key, exp.metrics.get(key))
+    return None if value is None else float(value)
+
+
+def _shaped(reward: float, value: float | None, rule: RewardShaping) -> float:
+    if value is None:
+        return reward
+    term = rule.weight * value
+    if rule.op_type == "ADD":
+        return reward + term
+    if rule.op_type == "SUB":
+        return reward - term
+    if rule.op_type == "MUL":
+        return reward * term
+    return reward / term if term else reward
+
+
+class MaskResponseTruncated(ExperienceOperator):
+    """DAPO's overlong filtering (arXiv:2503.14476, Sec. 3.4; Trinity-RFT
+    ``mask_response_truncated``): a response cut at the length limit trains no token (its
+    action mask becomes 0), so truncation noise does not reach the gradient. Trinity-RFT masks
+    only experiences that already carry an action mask; here every truncated one."""
+
+    def process(self, experiences: list[Experience]) -> tuple[list[Experience], Metrics]:
+        masked = 0
+        for exp in experiences:
+            if exp.truncate_status == "response_truncated":
+                exp.action_mask = torch.zeros(exp.response_length, dtype=torch.bool)
+                masked += 1
+        return experiences, {"masked_truncated_count": float(masked)}
+
+
+class ExperiencePipeline:
+    """The configured operators, in order; metrics come prefixed ``pipeline/<operator>/``."""
+
+    def __init__(self, operators: Sequence[tuple[str, ExperienceOperator]] = ()):
+        self.operators = list(operators)
+
+    @classmethod
+    def from_config(cls, config: Config) -> ExperiencePipeline:
+        pipeline = config.data_processor.experience_pipeline
+        if pipeline is None:
+            return cls()
+        operators = []
+        for i, op in enumerate(pipeline.operators):
+            key = f"data_processor.experience_pipeline.operators[{i}].name"
+            operators.append((op.name, resolve(Kind.EXPERIENCE_OPERATOR, op.name, key)(**op.args)))
+        return cls(operators)
+
+    @property
+    def refill_rounds(self) -> int:
+        """The most task batches a step may add to make up for dropped groups."""
+        return max((op.refill_rounds for _, op in self.operators), default=0)
+
+    def __call__(self, experiences: list[Experience]) -> tuple[list[Experience], Metrics]:
+        metrics: Metrics = {}
+        for name, op in self.operators:
+            experiences, op_metrics = op.process(experiences)
+            metrics.update({f"pipeline/{name}/{k}": v for k, v in op_metrics.items()})
+        return experiences, metrics

@@ -1,0 +1,35 @@
+"""Plugins of the algorithm-type runs (loaded through TRINITY_PLUGIN_DIRS).
+
+``length_parity_reward`` gives an untrained model's samples rewards that differ within a task,
+so the group advantages are not all 0; ``greedy_baseline_workflow`` records the reward of the
+greedy response as ``info["reward_baseline"]``, the baseline ReMax needs.
+"""
+
+from trinity.plugins import hookimpl
+from trinity_workflows.workflows import SimpleWorkflow
+
+
+def length_parity_reward(response, truth=None, prompt=None):
+    return {"accuracy": float(len(response) % 2)}
+
+
+class GreedyBaselineWorkflow(SimpleWorkflow):
+    """``simple_workflow`` plus the reward of a greedy (temperature 0) response as each sample's baseline."""
+
+    async def rollout(self):
+        experiences = await super().rollout()
+        (greedy,) = await self.model.chat_async(self.messages(), n=1, temperature=0.0)
+        baseline = self.score_experience(greedy).reward
+        for experience in experiences:
+            experience.info["reward_baseline"] = baseline
+        return experiences
+
+
+@hookimpl
+def trinity_register_reward_fns(register):
+    register("length_parity_reward", "algorithm_test_plugins:length_parity_reward")
+
+
+@hookimpl
+def trinity_register_workflows(register):
+    register("greedy_baseline_workflow", "algorithm_test_plugins:GreedyBaselineWorkflow")
