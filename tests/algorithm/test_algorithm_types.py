@@ -28,7 +28,7 @@ EXPECTED = {
     Kind.ENTROPY_LOSS_FN: {"default", "none", "mix"},
     Kind.SAMPLE_STRATEGY: {"default", "warmup", "staleness_control", "mix"},
     Kind.EXPERIENCE_OPERATOR: {"dapo_dynamic_sampling", "reward_std_filter", "reward_filter", "overlong_reward_shaping",
-                               "mask_response_truncated"},
+                               "mask_response_truncated", "reward_shaping_mapper"},
     Kind.ALGORITHM_TYPE: {"ppo", "grpo", "grpo_verl", "dapo", "m2po", "reinforceplusplus", "rloo", "remax", "opmd",
                           "asymre", "topr", "cispo", "gspo", "sapo", "sppo", "rec", "multi_step_grpo", "gigpo", "mix",
                           "mix_chord", "on_policy_distill", "jsd", "raft", "sft", "cpt", "dpo"},

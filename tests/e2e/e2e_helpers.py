@@ -15,6 +15,8 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
+from ports import free_port
+
 REPO = Path(__file__).resolve().parents[2]
 QUICKSTART = REPO / "examples" / "quickstart"
 EXPLORE_ONLY = ("mode=explore", "synchronizer.sync_method=checkpoint")
@@ -90,13 +92,6 @@ def ray_head(settle: float = 0.0) -> Iterator[str]:
         head.terminate()  # ``ray start --block`` stops the head's processes on SIGTERM
         head.wait(timeout=60)
         shutil.rmtree(temp_dir, ignore_errors=True)
-
-
-def free_port() -> int:
-    """A local TCP port nothing listens on (the OS's pick, released again)."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 def _listening(port: int) -> bool:

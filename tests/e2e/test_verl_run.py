@@ -31,7 +31,7 @@ def test_sft_then_grpo_train_through_verl(tmp_path, tiny_model_dir, arithmetic_d
         arithmetic_data,
         "trainer.trainer_type=verl",
         "stages.0.buffer.total_epochs=10",
-        "stages.1.buffer.total_steps=3",
+        "buffer.total_steps=3",  # the GRPO stage's (it gives no buffer section: the global one is its)
         stages=True,
     )
     assert_ok(trinity_run(config))

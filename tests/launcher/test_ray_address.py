@@ -11,6 +11,7 @@ from contextlib import contextmanager
 import pytest
 from omegaconf import OmegaConf
 
+from ports import free_port
 from trinity.launcher import RunFailed, ray_address
 
 
@@ -23,9 +24,7 @@ def listening() -> Iterator[str]:
 
 
 def closed_port() -> str:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return f"127.0.0.1:{probe.getsockname()[1]}"
+    return f"127.0.0.1:{free_port()}"
 
 
 @pytest.fixture

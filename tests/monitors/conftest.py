@@ -1,11 +1,9 @@
-import socket
-
 import pytest
+
+from ports import free_port
 
 
 @pytest.fixture
 def closed_port() -> int:
-    """A local port nothing listens on (bound, then released)."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+    """A local port nothing listens on."""
+    return free_port()

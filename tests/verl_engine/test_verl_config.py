@@ -131,7 +131,11 @@ def test_seed_examples_become_verl_configs(seed: str, mapped: dict[str, Any], me
     values = {key: OmegaConf.select(config, key) for key in {**mapped, **merged}}
     values["trainer.logger"] = list(values["trainer.logger"])
     assert_fields(values, {**mapped, **merged})
-    assert config.actor_rollout_ref.actor.strategy == "fsdp"  # verl's default, kept on a GPU
+    # trainer.trainer_strategy, Trinity-RFT's fsdp2 by default, for every FSDP role
+    assert config.actor_rollout_ref.actor.strategy == config.critic.strategy == "fsdp2"
+    assert config.actor_rollout_ref.actor.fsdp_config.strategy == config.critic.fsdp.strategy == "fsdp2"
+    other = verl_config(load_config(SEEDS / seed, ["trainer.trainer_strategy=fsdp"]), device="cuda")
+    assert other.actor_rollout_ref.ref.strategy == other.actor_rollout_ref.ref.fsdp_config.strategy == "fsdp"
     assert "fsdp_config" not in config.critic.model
 
 

@@ -158,12 +158,12 @@ def config_docs(out: str, check: bool) -> None:
 )
 @click.argument("overrides", nargs=-1)
 def run(config_file: str, overrides: tuple[str, ...]) -> None:
-    """Run an experiment: every stage, in its mode (both, train, explore, bench).
+    """Run an experiment: every stage, in its mode (both, train, explore, bench, serve).
 
     OVERRIDES are dotlist settings applied over the file, e.g. buffer.batch_size=8.
     """
     from trinity.config import ConfigError
-    from trinity.launcher import RunFailed
+    from trinity.launcher import RunFailed, Stopped
     from trinity.launcher import run as run_experiment
     from trinity.summary import print_summary
 
@@ -175,6 +175,9 @@ def run(config_file: str, overrides: tuple[str, ...]) -> None:
     except RunFailed as exc:
         click.echo(f"error: {exc}", err=True)
         sys.exit(1)
+    except Stopped:
+        click.echo("stopped (SIGTERM): what was committed to the buffer and checkpointed stays", err=True)
+        return
     print_summary(summaries)
 
 

@@ -12,7 +12,9 @@ from __future__ import annotations
 import logging
 import os
 import re
+import signal
 import socket
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -32,6 +34,15 @@ logger = logging.getLogger(__name__)
 
 class RunFailed(RuntimeError):
     """An explorer or trainer actor died; the message names it and its error."""
+
+
+class Stopped(Exception):  # noqa: N818 - an outcome, not an error
+    """``trinity run`` received SIGTERM: the run was stopped on purpose (a serving proxy's end)."""
+
+
+_TERMINATED = threading.Event()
+"""Set by SIGTERM; the wait for the roles checks it each second (a handler that raised inside
+Ray's wait would leave Ray's C++ call in an error state)."""
 
 
 def stage_done_path(config: Config) -> Path:
@@ -56,6 +67,7 @@ def run(config_path: str, overrides: list[str] | None = None) -> list[dict[str, 
     if started_ray:
         os.environ.setdefault(WORKER_NICENESS, "0")  # a Ray it starts runs the roles at its own priority
         ray.init(address=ray_address(read_yaml(config_path, overrides)), include_dashboard=False, log_to_driver=True)
+    signal.signal(signal.SIGTERM, lambda *_: _TERMINATED.set())  # after ray.init, whose handler dumps stacks
     detected = detected_cluster(stages[0])
     if detected:
         stages = load_stage_configs(config_path, [*(overrides or []), *detected], warn=False)
@@ -158,20 +170,28 @@ def run_stage(config: Config) -> dict[str, Any]:
     started = time.time()
     roles: dict[str, Any] = {}
     namespace = config.ray_namespace
-    threads = default_threads(config, 2 if config.mode == "both" else 1)
+    threads = default_threads(config, 2 if config.in_one_run else 1)
     start_shared = _shared_actors(config)
-    if config.mode in ("both", "explore", "bench"):  # first: the explorer's start-up is the longer
+    if config.mode != "train":  # first: the explorer's start-up is the longer
         roles[config.explorer.name] = _actor(ExplorerRole, config.explorer.name, namespace).remote(config, threads)
-    if config.mode in ("both", "train"):
+    if config.in_one_run or config.mode == "train":
         roles[config.trainer.name] = _actor(TrainerRole, config.trainer.name, namespace).remote(config, threads)
     shared: list = []
     results: dict[str, Any] = {}
     try:
         shared = start_shared()
-        method = "benchmark" if config.mode == "bench" else "run"
+        method = {"bench": "benchmark", "serve": "serve"}.get(config.mode, "run")
+        if config.mode == "serve":
+            explorer = config.explorer
+            print(f"serving on http://{explorer.listen_address}:{explorer.proxy_port}/v1", flush=True)
         pending = {actor.call.remote(method): name for name, actor in roles.items()}
         while pending:
-            (ref,), _ = ray.wait(list(pending))
+            ready, _ = ray.wait(list(pending), timeout=1.0)  # back in Python each second: SIGTERM is handled
+            if _TERMINATED.is_set():
+                raise Stopped
+            if not ready:
+                continue
+            (ref,) = ready
             name = pending.pop(ref)
             try:
                 results[name] = ray.get(ref)
@@ -203,7 +223,7 @@ def _shared_actors(config: Config) -> Callable[[], list]:
     for actor in actors:
         actor.remove_leftover(namespace)
     experience = config.buffer.trainer_input.experience_buffer
-    queue = config.mode == "both" and experience.storage_type == "queue" and not experience.path
+    queue = config.in_one_run and experience.storage_type == "queue" and not experience.path
     if queue:
         from trinity.buffer.storage.ray_queue import get_or_create_queue_actor, kill_queue_actor
 

@@ -48,6 +48,7 @@ def setup_role(config: Config, role: str, threads: int | None) -> MonitorGroup:
     path.parent.mkdir(parents=True, exist_ok=True)
     root = logging.getLogger()
     root.setLevel(config.log.level.upper())
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # a line per HTTP request of the OpenAI clients
     formatter = logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s")
     wanted = {f"trinity-file:{path}": lambda: logging.FileHandler(path), "trinity-console": logging.StreamHandler}
     present = {h.get_name() for h in root.handlers}  # Ray workers bring handlers of their own

@@ -89,6 +89,8 @@ def trinity_fields(config: Config) -> dict[str, Any]:
         "actor_rollout_ref.model.trust_remote_code": model.trust_remote_code,
         "actor_rollout_ref.model.use_remove_padding": trainer.use_remove_padding,
         f"{actor}.strategy": trainer.trainer_strategy,
+        **{f"{section}.strategy": trainer.trainer_strategy for section in ENGINE_SECTIONS},
+        "actor_rollout_ref.ref.strategy": trainer.trainer_strategy,
         f"{actor}.fsdp_config.param_offload": trainer.param_offload,
         f"{actor}.fsdp_config.optimizer_offload": trainer.optimizer_offload,
         f"{actor}.fsdp_config.offload_policy": trainer.offload_policy,

@@ -182,7 +182,14 @@ def check_model(config: Config, issues: IssueCollector) -> None:
         for _, inference in config.explorer.inference_models():
             inference.engine_type = "tinker"
         issues.warn("model.tinker.enable", "trainer_type and every engine_type set to tinker")
-    if not model.model_path:
+    if model.external_model.enable:  # as Trinity-RFT: the rollout model is the external server's
+        if config.mode != "bench":
+            issues.add(
+                "model.external_model.enable", f"an external model is evaluated in mode bench, not {config.mode}"
+            )
+        config.explorer.rollout_model.engine_type = "external"
+        config.explorer.rollout_model.external_model_config = model.external_model.model_copy()
+    if not model.model_path and not model.external_model.enable:
         issues.add("model.model_path", "required: the path (or hub id) of the model to train")
     model.critic_model_path = model.critic_model_path or model.model_path
     if model.chat_template_path is not None and model.custom_chat_template is None:
@@ -210,9 +217,7 @@ def check_model(config: Config, issues: IssueCollector) -> None:
         inference.enable_return_routed_experts = config.algorithm.enable_router_replay
         inference.ray_namespace = config.ray_namespace
         inference.checkpoint_job_dir = config.checkpoint_job_dir
-        inference.gpu_per_engine = inference.tensor_parallel_size * inference.data_parallel_size
-        inference.gpu_per_engine *= inference.pipeline_parallel_size
-        inference.external_model_config = model.external_model.model_copy()
+        inference.gpu_per_engine = engine_gpus(inference)
 
 
 def _derive_token_limits(model: Any, path: str, issues: IssueCollector) -> None:
@@ -313,10 +318,18 @@ def check_cluster(config: Config, issues: IssueCollector) -> None:
 
 def trainer_gpu_num(config: Config) -> int:
     """GPUs left to the trainer: all of them in train mode, the rest after the explorer in both."""
-    cluster = config.cluster
+    total = config.cluster.node_num * config.cluster.gpu_per_node
     if config.mode == "train":
-        return cluster.total_gpu_num
-    return max(cluster.total_gpu_num - cluster.explorer_gpu_num, 0)
+        return total
+    models = (config.explorer.rollout_model, *config.explorer.auxiliary_models)
+    return max(total - sum(m.engine_num * engine_gpus(m) for m in models), 0)
+
+
+def engine_gpus(model: InferenceModelConfig) -> int:
+    """GPUs of one engine: tensor x data x pipeline parallel size (none for an external server)."""
+    if model.engine_type == "external":
+        return 0
+    return model.tensor_parallel_size * model.data_parallel_size * model.pipeline_parallel_size
 
 
 def plugin_defaults(config: Config, issues: IssueCollector) -> None:
@@ -332,8 +345,8 @@ def plugin_checks(config: Config, issues: IssueCollector) -> None:
 def check_synchronizer(config: Config, issues: IssueCollector) -> None:
     sync = config.synchronizer
     if sync.sync_method is None:
-        sync.sync_method = "memory" if config.mode in ("both", "colocate") else "checkpoint"
-    elif config.mode not in ("both", "colocate") and sync.sync_method != "checkpoint":
+        sync.sync_method = "memory" if config.in_one_run else "checkpoint"
+    elif not config.in_one_run and sync.sync_method != "checkpoint":
         issues.warn(
             "synchronizer.sync_method",
             f"'{sync.sync_method}' needs explorer and trainer in one run; mode '{config.mode}' runs them apart: "
@@ -370,6 +383,8 @@ def check_intervals(config: Config, issues: IssueCollector) -> None:
 def check_explorer(config: Config, issues: IssueCollector) -> None:
     explorer = config.explorer
     explorer.mode = config.mode
+    if config.mode == "serve":  # the proxy forwards to the engines' endpoints (as Trinity-RFT)
+        explorer.rollout_model.enable_openai_api = True
     for path, model in explorer.inference_models():
         if _explorer_runs(config):
             plugin_ok(issues, Kind.ROLLOUT_ENGINE, model.engine_type, f"{path}.engine_type")
@@ -494,13 +509,13 @@ def _check_experience_buffer(config: Config, issues: IssueCollector) -> None:
         trainer_input.experience_buffer = ExperienceBufferConfig(name=DEFAULT_EXPERIENCE_BUFFER)
     experience = trainer_input.experience_buffer
     experience.name = experience.name or DEFAULT_EXPERIENCE_BUFFER
-    if experience.storage_type == "file" and config.mode in ("both", "colocate"):
+    if experience.storage_type == "file" and config.in_one_run:
         issues.warn(
             "buffer.trainer_input.experience_buffer.storage_type",
             f"a file cannot pass experiences within one run (mode {config.mode}): using queue",
         )
         experience.storage_type = "queue"
-    if experience.storage_type == "queue" and not experience.path and config.mode in ("train", "explore"):
+    if experience.storage_type == "queue" and not experience.path and not config.in_one_run:
         # Explorer and trainer run as separate processes: they meet through this file.
         experience.path = str(Path(buffer.cache_dir) / f"{experience.name}.db")
     plugin_ok(

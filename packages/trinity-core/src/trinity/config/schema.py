@@ -358,10 +358,10 @@ class TinkerConfig(ConfigModel):
 class ExternalModelConfig(ConfigModel):
     """A model served by an OpenAI-compatible API (bench mode)."""
 
-    enable: bool = inert(False, "Evaluate the external model instead of a local one (bench mode).")
-    base_url_env: str = inert("OPENAI_BASE_URL", "Environment variable holding the API's base URL.")
-    api_key_env: str = inert("OPENAI_API_KEY", "Environment variable holding the API key.")
-    model_name: str | None = inert(None, "Model name sent to the API.")
+    enable: bool = Field(False, description="Evaluate the external model instead of a local one (bench mode).")
+    base_url_env: str = Field("OPENAI_BASE_URL", description="Environment variable holding the API's base URL.")
+    api_key_env: str = Field("OPENAI_API_KEY", description="Environment variable holding the API key.")
+    model_name: str | None = Field(None, description="Model name sent to the API.")
 
 
 class ModelConfig(ConfigModel):
@@ -456,8 +456,9 @@ class InferenceModelConfig(ConfigModel):
         None, description="Parser of tool calls in responses (vLLM's names, e.g. hermes)."
     )
     reasoning_parser: str | None = Field(None, description="Parser of reasoning text in responses (vLLM's names).")
-    external_model_config: ExternalModelConfig = derived(
-        default_factory=ExternalModelConfig, description="model.external_model, copied."
+    external_model_config: ExternalModelConfig = Field(
+        default_factory=ExternalModelConfig,
+        description="The server of engine_type external; the rollout model's is model.external_model.",
     )
     nnodes: int = derived(1, "Nodes one engine spans.", ge=1)
     node_rank: int = inert(0, "This engine's node (multi-node engines).", ge=0)
@@ -556,8 +557,8 @@ class ExplorerConfig(ConfigModel):
     eval_interval: int = Field(100, ge=1, description="Explorer steps between evaluations.")
     eval_on_startup: bool = Field(True, description="Evaluate before the first step.")
     bench_on_latest_checkpoint: bool = Field(False, description="Bench mode: evaluate only the latest checkpoint.")
-    proxy_port: int = inert(8010, "Port of the serve-mode proxy.", ge=1, le=65535)
-    listen_address: str = inert("0.0.0.0", "Address the serve-mode proxy binds to.")
+    proxy_port: int = Field(8010, ge=1, le=65535, description="Port of the serve-mode proxy.")
+    listen_address: str = Field("0.0.0.0", description="Address the serve-mode proxy binds to.")
     service_status_check_interval: int = inert(60, "Seconds between health checks of served models.", gt=0)
     min_running_model_num: int = inert(1, "Served models kept running during weight updates.", ge=1)
     db_url: str | None = inert(None, "Database of the serve-mode history; unset: a sqlite file in the job.")
@@ -735,3 +736,8 @@ class Config(ConfigModel):
     log: LogConfig = Field(default_factory=LogConfig, description="Logs.")
     cod: CoDConfig = Field(default_factory=CoDConfig, description="Chain-of-draft packing (research).")
     stages: list[StageConfig] = Field(default_factory=list, description="Stages run in order.")
+
+    @property
+    def in_one_run(self) -> bool:
+        """Explorer and trainer run in one ``trinity run`` (mode both, or colocate on one GPU)."""
+        return self.mode in ("both", "colocate")

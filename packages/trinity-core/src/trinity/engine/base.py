@@ -75,6 +75,8 @@ class RolloutEngine(ABC):
     where it serves none."""
     concurrent: ClassVar[bool] = False
     """Whether requests go to the ``*_async`` methods as they come, many at once."""
+    takes_weights: ClassVar[bool] = True
+    """Whether ``update_weights`` applies (an external server owns its model: no weight sync)."""
 
     @abstractmethod
     def generate(self, prompts: list[str], args: SamplingArgs) -> list[list[Completion]]:

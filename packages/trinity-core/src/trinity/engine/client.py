@@ -18,9 +18,12 @@ from __future__ import annotations
 import asyncio
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from trinity.engine.base import RolloutEngine, SamplingArgs
+
+if TYPE_CHECKING:
+    from trinity.config.schema import InferenceModelConfig
 
 _SETTLE_SECONDS = 0.0005
 """How long the batcher waits for more requests after the last one arrived."""
@@ -40,6 +43,9 @@ class EngineClient:
 
     def __init__(self, engine: RolloutEngine):
         self.engine = engine
+        self.api_url = engine.api_url
+        """Base URL of the engine's OpenAI-compatible endpoint: its own, or ``serve_openai``'s."""
+        self._api_server: Any = None
         self._loop = asyncio.new_event_loop()
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="rollout-engine")
         self._pending: dict[str, tuple[str, SamplingArgs, list[tuple[list, asyncio.Future]]]] = {}
@@ -51,16 +57,12 @@ class EngineClient:
     def model_version(self) -> int:
         return self.engine.model_version
 
-    @property
-    def api_url(self) -> str | None:
-        return self.engine.api_url
-
     def submit(self, method: str, items: list, args: SamplingArgs | None = None, caller: object = None) -> Future:
         """Queue ``engine.<method>(items, args)`` (``generate``, ``chat`` or ``logprobs``); the
         future gets this request's results, one per item."""
         if method not in REQUESTS:
             raise ValueError(f"{method!r} is not a request of a rollout engine ({', '.join(REQUESTS)})")
-        return asyncio.run_coroutine_threadsafe(self._request(method, items, args, caller), self._loop)
+        return asyncio.run_coroutine_threadsafe(self.request(method, items, args, caller), self._loop)
 
     def announce(self, caller: object) -> None:
         """``caller`` has started and will send a request soon: the batcher holds the next
@@ -75,7 +77,8 @@ class EngineClient:
         """Run another engine method (``update_weights``, ...) on the engine's thread."""
         return self._executor.submit(getattr(self.engine, method), *args)
 
-    async def _request(self, method: str, items: list, args: SamplingArgs | None, caller: object) -> list:
+    async def request(self, method: str, items: list, args: SamplingArgs | None = None, caller: object = None) -> list:
+        """``submit`` on the client's own loop (the OpenAI endpoint's handlers run there)."""
         self._starting.discard(caller)
         request = (items,) if method == "logprobs" else (items, args)
         if self.engine.concurrent:
@@ -127,7 +130,32 @@ class EngineClient:
                 future.set_result(results[start : start + len(request_items)])
             start += len(request_items)
 
+    def serve_openai(self, config: InferenceModelConfig) -> str:
+        """Serve ``trinity.engine.openai_api`` over this client on ``config.openai_api_host`` (a
+        free port), for an engine without an endpoint of its own; returns its base URL."""
+        import socket
+
+        import uvicorn
+
+        from trinity.engine.openai_api import openai_app
+
+        sock = socket.create_server((config.openai_api_host, 0))
+        host, port = sock.getsockname()[:2]
+        server = uvicorn.Server(uvicorn.Config(openai_app(self, config), log_level="warning", access_log=False))
+        self._api_server = server
+
+        async def start() -> None:
+            self._loop.create_task(server.serve(sockets=[sock]))
+            while not server.started:
+                await asyncio.sleep(0.01)
+
+        asyncio.run_coroutine_threadsafe(start(), self._loop).result(timeout=60)
+        self.api_url = f"http://{host}:{port}/v1"
+        return self.api_url
+
     def close(self) -> None:
+        if self._api_server is not None:
+            self._api_server.should_exit = True
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._executor.shutdown(wait=False)
         self.engine.shutdown()

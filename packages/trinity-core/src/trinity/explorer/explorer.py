@@ -26,7 +26,7 @@ from typing import Any
 
 from trinity.algorithm.experience_ops import ExperiencePipeline, by_group
 from trinity.buffer import EndOfTaskset, TasksetReader, open_experience_writer
-from trinity.common.experience import Task
+from trinity.common.experience import EID, Experience, Task
 from trinity.common.files import read_json, write_json
 from trinity.config.schema import Config, InferenceModelConfig, TasksetConfig
 from trinity.engine.base import EngineStartError, RolloutEngine
@@ -88,17 +88,21 @@ class Explorer:
 
         trainer_meta = read_json(trainer_meta_path(self.config)) if self.config.continue_from_checkpoint else None
         if trainer_meta and trainer_meta["step"] > 0:
-            wait = self.config.synchronizer.sync_timeout if self.config.mode == "both" else 0
+            wait = self.config.synchronizer.sync_timeout if self.config.in_one_run else 0
             update = self.sync.fetch(trainer_meta["step"], timeout=wait)
             if update is not None:
-                self._load(update)
+                self.load_weights(update)
 
     def _start_engines(
         self, key: str, model: InferenceModelConfig, engine_cls: type[RolloutEngine]
     ) -> list[EngineClient]:
         """``model``'s ``engine_num`` engines; a failure to start names the model's config ``key``."""
         try:
-            return [EngineClient(engine_cls(model, self.config.model)) for _ in range(model.engine_num)]
+            clients = [EngineClient(engine_cls(model, self.config.model)) for _ in range(model.engine_num)]
+            for client in clients:  # an engine with no endpoint of its own gets trinity's
+                if model.enable_openai_api and client.api_url is None:
+                    logger.info("%s: OpenAI-compatible endpoint at %s", key, client.serve_openai(model))
+            return clients
         except Exception as exc:
             cause = str(exc) if isinstance(exc, EngineStartError) else f"{type(exc).__name__}: {exc}"
             raise EngineStartError(f"{key}: {cause}") from exc
@@ -194,7 +198,7 @@ class Explorer:
                 await self._drain(inflight)
         elif not boundary:
             return
-        elif self.config.mode == "both" and sync.sync_style == "fixed":
+        elif self.config.in_one_run and sync.sync_style == "fixed":
             wanted = done - sync.sync_offset
             if wanted <= self.version:
                 return
@@ -202,23 +206,43 @@ class Explorer:
         else:
             update = await asyncio.to_thread(self.sync.fetch, self.version + 1, 0)
         if update is not None:
-            await asyncio.to_thread(self._load, update)
+            await asyncio.to_thread(self.load_weights, update)
+
+    def serve(self) -> None:
+        """Mode serve: the OpenAI-compatible proxy of ``trinity.explorer.serve``, until the run is stopped."""
+        from trinity.explorer.serve import ServeProxy
+
+        explorer = self.config.explorer
+        proxy = ServeProxy(self)
+        self.runner.loop.run_until_complete(proxy.serve(explorer.listen_address, explorer.proxy_port))
+
+    def commit(self, experiences: list[Experience]) -> int:
+        """Mode serve: the scored experiences as the next step, durable in the buffer; the step."""
+        step = self.step + 1
+        for exp in experiences:
+            exp.eid = EID(batch=str(step), task=exp.eid.task, run=exp.eid.run, step=exp.eid.step, suffix=exp.eid.suffix)
+        self.writer.write(experiences)
+        self.step = step
+        self.save_meta([])
+        self.monitor.log(self.rollout_metrics(BatchOutcome(experiences, 0, 0), self.version), step)
+        return step
 
     def benchmark(self) -> dict[str, Any]:
         """Mode bench: evaluate every saved checkpoint (or the latest only) in step order."""
         from trinity.trainer.trainer import saved_checkpoints
 
-        checkpoints = saved_checkpoints(self.config)
+        checkpoints = saved_checkpoints(self.config) if self.engines[0].engine.takes_weights else []
         if self.config.explorer.bench_on_latest_checkpoint:
             checkpoints = checkpoints[-1:]
         results = {}
-        if not checkpoints:
+        if not checkpoints and self.engines[0].engine.takes_weights:
             logger.warning(
                 "%s: no checkpoint under %s: evaluating the initial model", self.name, self.config.checkpoint_job_dir
             )
+        if not checkpoints:
             results[0] = self.runner.loop.run_until_complete(self.evaluate())
         for step, weights in checkpoints:
-            self._load(WeightUpdate(step, path=str(weights)))
+            self.load_weights(WeightUpdate(step, path=str(weights)))
             self.step = step
             results[step] = self.runner.loop.run_until_complete(self.evaluate())
         return {"role": self.name, "evaluated_steps": list(results), "metrics": results}
@@ -272,11 +296,12 @@ class Explorer:
 
     def final_sync(self) -> None:
         """Wait for the trainer's weights after the last explored step (mode both)."""
-        if self.config.mode == "both" and self.step > self.version:
+        if self.config.in_one_run and self.step > self.version:
             update = self.sync.fetch(self.step, timeout=self.config.synchronizer.sync_timeout)
-            self._load(update)
+            self.load_weights(update)
 
-    def _load(self, update: WeightUpdate) -> None:
+    def load_weights(self, update: WeightUpdate) -> None:
+        """Put a published version into every rollout engine."""
         started = time.perf_counter()
         if not update.loaded:  # else the sync method's fetch has put them in (nccl) and logged its time
             calls = [e.call("update_weights", update.state_dict, update.path, update.version) for e in self.engines]

@@ -130,7 +130,7 @@ class ModelWrapper:
         if self.client.api_url is None:
             raise ValueError(
                 "this model serves no OpenAI API: set enable_openai_api on its config "
-                "(explorer.rollout_model or the auxiliary model), with an engine that serves one (vllm)"
+                "(explorer.rollout_model or the auxiliary model)"
             )
         return self.client.api_url
 

@@ -6,6 +6,7 @@ from trinity.plugins import hookimpl
 @hookimpl
 def trinity_register_rollout_engines(register):
     register("transformers", "trinity.engine.transformers_rollout:TransformersRolloutEngine")
+    register("external", "trinity.engine.external:ExternalEngine")
 
 
 @hookimpl

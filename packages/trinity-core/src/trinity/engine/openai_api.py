@@ -1,0 +1,220 @@
+"""An OpenAI-compatible endpoint over any rollout engine (``enable_openai_api``).
+
+Engines that serve no endpoint of their own (the transformers reference engine) get this one,
+on the engine client's event loop: ``/v1/chat/completions``, ``/v1/completions``,
+``/v1/models`` and ``/health``, bound to ``openai_api_host`` (127.0.0.1 by default) on a free
+port. Requests become the client's requests, batched with the workflows' own. As vLLM's
+server does, a request with ``return_token_ids`` gets the prompt's and each choice's token ids
+(what an experience needs), ``logprobs: true`` gets the sampled tokens' logprobs,
+``reasoning_parser`` splits ``<think>`` text into ``reasoning_content`` and, with
+``enable_auto_tool_choice`` and a ``tool_call_parser``, ``<tool_call>`` blocks become
+``tool_calls``. A malformed request is a 400 whose message names the field.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+import uuid
+from typing import TYPE_CHECKING, Any, Literal
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from trinity.engine.base import Completion, SamplingArgs
+
+if TYPE_CHECKING:
+    from trinity.config.schema import InferenceModelConfig
+    from trinity.engine.client import EngineClient
+
+REASONING_PARSERS = ("deepseek_r1", "qwen3")
+"""Parsers of ``<think>...</think>`` reasoning text (vLLM's names)."""
+TOOL_CALL_PARSERS = ("hermes",)
+"""Parsers of ``<tool_call>{"name": ..., "arguments": ...}</tool_call>`` blocks (vLLM's names)."""
+_THINK = re.compile(r"^\s*(?:<think>)?(.*?)</think>\s*", re.S)
+_TOOL_CALL = re.compile(r"<tool_call>\s*(.*?)\s*</tool_call>", re.S)
+
+
+class _Request(BaseModel):
+    """What both endpoints accept; unknown fields are ignored, as OpenAI clients send extras."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    model: str | None = None
+    n: int = Field(1, ge=1)
+    temperature: float | None = Field(None, ge=0)
+    top_p: float | None = Field(None, gt=0, le=1)
+    top_k: int | None = Field(None, ge=-1)
+    max_tokens: int | None = Field(None, ge=1)
+    max_completion_tokens: int | None = Field(None, ge=1)
+    min_tokens: int | None = Field(None, ge=0)
+    stop: str | list[str] | None = None
+    seed: int | None = None
+    logprobs: bool | int | None = None
+    stream: Literal[False] = False
+    return_token_ids: bool = False
+
+    def sampling(self) -> SamplingArgs:
+        stops = [self.stop] if isinstance(self.stop, str) else list(self.stop or [])
+        return SamplingArgs(
+            n=self.n,
+            temperature=self.temperature,
+            top_p=self.top_p,
+            top_k=self.top_k,
+            max_tokens=self.max_completion_tokens or self.max_tokens,
+            min_tokens=self.min_tokens,
+            stop=stops,
+            seed=self.seed,
+        )
+
+
+class ChatRequest(_Request):
+    messages: list[dict[str, Any]] = Field(min_length=1)
+    tools: list[dict[str, Any]] | None = None
+    tool_choice: str | dict[str, Any] | None = None
+
+
+class CompletionRequest(_Request):
+    prompt: str
+
+
+def openai_app(client: EngineClient, config: InferenceModelConfig) -> FastAPI:
+    """The endpoint's app; its handlers run on the client's event loop."""
+    app = FastAPI(title="trinity OpenAI-compatible endpoint")
+    name = config.name or config.model_path or "model"
+    parse_tools = config.enable_auto_tool_choice and config.tool_call_parser in TOOL_CALL_PARSERS
+    parse_reasoning = config.reasoning_parser in REASONING_PARSERS
+
+    async def body(request: Request, model: type[_Request]) -> _Request | JSONResponse:
+        try:
+            return model.model_validate(await request.json())
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            field = ".".join(str(part) for part in first["loc"]) or "body"
+            message = f"{field}: {first['msg']}"
+            return JSONResponse(status_code=400, content=_error(message, field))
+        except ValueError as exc:  # not JSON
+            return JSONResponse(status_code=400, content=_error(f"the body is not JSON: {exc}", None))
+
+    @app.get("/health")
+    async def health() -> dict[str, str]:
+        return {"status": "ok"}
+
+    @app.get("/v1/models")
+    async def models() -> dict[str, Any]:
+        return {"object": "list", "data": [{"id": name, "object": "model", "owned_by": "trinity"}]}
+
+    @app.post("/v1/chat/completions")
+    async def chat(request: Request) -> Any:
+        parsed = await body(request, ChatRequest)
+        if isinstance(parsed, JSONResponse):
+            return parsed
+        (completions,) = await client.request("chat", [parsed.messages], parsed.sampling())
+        choices = [
+            _chat_choice(i, c, parsed, parse_reasoning, parse_tools and bool(parsed.tools))
+            for i, c in enumerate(completions)
+        ]
+        return _response("chat.completion", name, completions, choices, parsed.return_token_ids)
+
+    @app.post("/v1/completions")
+    async def complete(request: Request) -> Any:
+        parsed = await body(request, CompletionRequest)
+        if isinstance(parsed, JSONResponse):
+            return parsed
+        (completions,) = await client.request("generate", [parsed.prompt], parsed.sampling())
+        choices = [
+            {"index": i, "text": c.text, "finish_reason": c.finish_reason, "logprobs": _text_logprobs(c, parsed)}
+            for i, c in enumerate(completions)
+        ]
+        for choice, completion in zip(choices, completions, strict=True):
+            if parsed.return_token_ids:
+                choice["token_ids"] = completion.response_token_ids
+        return _response("text_completion", name, completions, choices, parsed.return_token_ids)
+
+    return app
+
+
+def _error(message: str, param: str | None) -> dict[str, Any]:
+    return {"error": {"message": message, "type": "invalid_request_error", "param": param, "code": 400}}
+
+
+def _response(
+    kind: str, name: str, completions: list[Completion], choices: list[dict], token_ids: bool
+) -> dict[str, Any]:
+    prompt = completions[0].prompt_token_ids if completions else []
+    generated = sum(len(c.response_token_ids) for c in completions)
+    response = {
+        "id": f"{'chatcmpl' if kind == 'chat.completion' else 'cmpl'}-{uuid.uuid4().hex}",
+        "object": kind,
+        "created": int(time.time()),
+        "model": name,
+        "choices": choices,
+        "usage": {
+            "prompt_tokens": len(prompt),
+            "completion_tokens": generated,
+            "total_tokens": len(prompt) + generated,
+        },
+    }
+    if token_ids:
+        response["prompt_token_ids"] = prompt
+    return response
+
+
+def _chat_choice(index: int, completion: Completion, request: ChatRequest, reasoning: bool, tools: bool) -> dict:
+    text, reasoning_text = completion.text, None
+    if reasoning and (found := _THINK.match(text)):
+        reasoning_text, text = found.group(1).strip(), text[found.end() :]
+    message: dict[str, Any] = {"role": "assistant", "content": text}
+    finish = completion.finish_reason
+    if tools and (calls := _tool_calls(text)):
+        message["content"] = _TOOL_CALL.sub("", text).strip() or None
+        message["tool_calls"] = calls
+        finish = "tool_calls"
+    if reasoning_text is not None:
+        message["reasoning_content"] = reasoning_text
+    choice: dict[str, Any] = {"index": index, "message": message, "finish_reason": finish}
+    choice["logprobs"] = {"content": _token_logprobs(completion)} if request.logprobs else None
+    if request.return_token_ids:
+        choice["token_ids"] = completion.response_token_ids
+    return choice
+
+
+def _tool_calls(text: str) -> list[dict[str, Any]]:
+    """The ``<tool_call>`` blocks of a reply that hold a JSON object with a ``name``."""
+    calls = []
+    for block in _TOOL_CALL.findall(text):
+        try:
+            call = json.loads(block)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(call, dict) and isinstance(call.get("name"), str):
+            arguments = call.get("arguments", {})
+            calls.append(
+                {
+                    "id": f"call_{uuid.uuid4().hex[:24]}",
+                    "type": "function",
+                    "function": {
+                        "name": call["name"],
+                        "arguments": arguments if isinstance(arguments, str) else json.dumps(arguments),
+                    },
+                }
+            )
+    return calls
+
+
+def _token_logprobs(completion: Completion) -> list[dict[str, Any]]:
+    return [
+        {"token": f"token_id:{token}", "logprob": logprob, "bytes": None, "top_logprobs": []}
+        for token, logprob in zip(completion.response_token_ids, completion.response_logprobs, strict=False)
+    ]
+
+
+def _text_logprobs(completion: Completion, request: CompletionRequest) -> dict[str, Any] | None:
+    if not request.logprobs:
+        return None
+    return {
+        "tokens": [f"token_id:{t}" for t in completion.response_token_ids],
+        "token_logprobs": list(completion.response_logprobs),
+    }

@@ -1,0 +1,90 @@
+"""``mode: serve``: an agent written with nothing but the official ``openai`` package chats with the
+proxy, scores its responses, commits them, and a ``mode: train`` process trains on exactly
+those experiences while the proxy takes the new weights and goes on serving."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+
+import httpx
+import openai
+from e2e_helpers import free_port, trinity_run, trinity_start, write_experiment
+from test_run import assert_ok, metrics
+
+TASKS = {"task-a": 1.0, "task-b": 0.0, "task-c": 0.5}
+
+
+def wait_healthy(url: str, process: subprocess.Popen, timeout: float = 180) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        assert process.poll() is None, process.stdout.read()[-3000:] if process.stdout else "serve exited"
+        try:
+            if httpx.get(f"{url}/health", timeout=1).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.5)
+    raise AssertionError("the serve proxy never answered /health")
+
+
+def test_an_openai_agent_feeds_a_trainer_through_serve_mode(tmp_path, tiny_model_dir, arithmetic_data):
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    common = ("algorithm.repeat_times=2", "synchronizer.sync_method=checkpoint", "buffer.train_batch_size=6")
+    serve = write_experiment(
+        tmp_path / "s",
+        tiny_model_dir,
+        arithmetic_data,
+        "mode=serve",
+        f"explorer.proxy_port={port}",
+        "explorer.listen_address=127.0.0.1",
+        *common,
+    )
+    server = trinity_start(serve, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        wait_healthy(url, server)
+        agent = openai.OpenAI(base_url=f"{url}/v1", api_key="EMPTY")
+        ids: dict[str, list[str]] = {}
+        for task in TASKS:
+            for _ in range(2):  # two attempts of each task: its group
+                reply = agent.chat.completions.create(
+                    model="policy", messages=[{"role": "user", "content": f"{task}: 2+3="}], max_tokens=8
+                )
+                assert reply.choices[0].message.content is not None
+                ids.setdefault(task, []).append(reply.id)
+        for task, reward in TASKS.items():
+            answer = httpx.post(f"{url}/feedback", json={"reward": reward, "msg_ids": ids[task], "task_id": task})
+            assert answer.status_code == 200, answer.text
+        twice = httpx.post(f"{url}/feedback", json={"reward": 1.0, "msg_ids": ids["task-a"][:1]})
+        assert twice.status_code == 409 and ids["task-a"][0] in twice.json()["error"]["message"]
+        unknown = httpx.post(f"{url}/feedback", json={"reward": 1.0, "msg_ids": ["chatcmpl-nope"]})
+        assert unknown.status_code == 404 and "chatcmpl-nope" in unknown.json()["error"]["message"]
+        malformed = httpx.post(f"{url}/feedback", json={"msg_ids": ids["task-b"]})
+        assert malformed.status_code == 400 and "reward" in malformed.json()["error"]["message"]
+        committed = httpx.post(f"{url}/commit").json()
+        assert committed == {"status": "success", "committed": 6, "step": 1}
+        assert httpx.get(f"{url}/metrics").json()["committed_experiences"] == 6
+
+        # The trainer, a process of its own, on the same job: exactly the six committed experiences.
+        train = write_experiment(tmp_path / "s", tiny_model_dir, arithmetic_data, "mode=train", *common)
+        assert_ok(trinity_run(train, "buffer.total_steps=1"))
+        (step,) = metrics(tmp_path / "s", "trainer")
+        assert step["experience_count"] == 6
+        assert abs(step["critic/score/mean"] - sum(TASKS.values()) / 3) < 1e-6
+
+        # The proxy loads the trainer's weights and goes on serving.
+        deadline = time.monotonic() + 60
+        while httpx.get(f"{url}/metrics").json()["model_version"] < 1:
+            assert time.monotonic() < deadline, "the proxy never loaded the trainer's weights"
+            time.sleep(0.5)
+        assert agent.chat.completions.create(model="policy", messages=[{"role": "user", "content": "1+1="}]).id
+        server.terminate()  # SIGTERM ends a serving run cleanly
+        output, _ = server.communicate(timeout=60)
+        assert server.returncode == 0 and "stopped (SIGTERM)" in output, output[-3000:]
+    finally:
+        if server.poll() is None:
+            os.killpg(server.pid, signal.SIGKILL)
+            server.wait(timeout=60)

@@ -1,0 +1,106 @@
+"""The OpenAI-compatible endpoint of an engine without one of its own, through the official client."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import httpx
+import openai
+import pytest
+
+from trinity.config.schema import InferenceModelConfig, ModelConfig
+from trinity.engine.base import SamplingArgs
+from trinity.engine.client import EngineClient
+from trinity.engine.transformers_rollout import TransformersRolloutEngine
+from trinity.explorer.model_wrapper import ModelWrapper
+
+MESSAGES = [{"role": "user", "content": "What is 1+1?"}]
+
+
+def serve(model: Path, **settings) -> EngineClient:
+    config = InferenceModelConfig(model_path=str(model), engine_type="transformers", name="tiny", **settings)
+    client = EngineClient(TransformersRolloutEngine(config, ModelConfig(model_path=str(model), max_model_len=96)))
+    client.serve_openai(config)
+    return client
+
+
+@pytest.fixture(scope="module")
+def endpoint(tiny_model_dir: Path):
+    client = serve(tiny_model_dir)
+    yield client
+    client.close()
+
+
+def test_chat_with_token_ids_and_logprobs_for_training(endpoint):
+    api = openai.OpenAI(base_url=endpoint.api_url, api_key="EMPTY")
+    assert endpoint.api_url.startswith("http://127.0.0.1:")
+    response = api.chat.completions.create(
+        model="tiny", messages=MESSAGES, n=2, max_tokens=6, logprobs=True, extra_body={"return_token_ids": True}
+    )
+    assert len(response.choices) == 2 and response.model == "tiny"
+    prompt = response.model_extra["prompt_token_ids"]
+    for choice in response.choices:
+        tokens = choice.model_extra["token_ids"]
+        assert 1 <= len(tokens) <= 6 and len(choice.logprobs.content) == len(tokens)
+        assert all(t.logprob <= 0 for t in choice.logprobs.content)
+        assert choice.finish_reason in ("stop", "length")
+    assert response.usage.prompt_tokens == len(prompt)
+    models = api.models.list()
+    assert [m.id for m in models.data] == ["tiny"]
+
+
+def test_completions_and_health(endpoint):
+    api = openai.OpenAI(base_url=endpoint.api_url, api_key="EMPTY")
+    completion = api.completions.create(model="tiny", prompt="1+1=", max_tokens=4, temperature=0.0)
+    again = api.completions.create(model="tiny", prompt="1+1=", max_tokens=4, temperature=0.0)
+    assert completion.choices[0].text == again.choices[0].text  # greedy
+    assert httpx.get(endpoint.api_url.removesuffix("/v1") + "/health").json() == {"status": "ok"}
+
+
+def test_a_bad_request_is_a_400_naming_the_field(endpoint):
+    api = openai.OpenAI(base_url=endpoint.api_url, api_key="EMPTY", max_retries=0)
+    with pytest.raises(openai.BadRequestError, match="top_p"):
+        api.chat.completions.create(model="tiny", messages=MESSAGES, top_p=2.0)
+    with pytest.raises(openai.BadRequestError, match="messages"):
+        api.chat.completions.create(model="tiny", messages=[])
+
+
+def test_workflow_openai_client_records_its_calls_as_experiences(endpoint):
+    """``enable_history``: what a workflow asks through the OpenAI client becomes training data."""
+    model = ModelWrapper(endpoint, SamplingArgs(n=1), enable_history=True)
+    api = model.get_openai_client()
+    api.chat.completions.create(model="tiny", messages=MESSAGES, max_tokens=5)
+    api.chat.completions.create(model="tiny", messages=MESSAGES, max_tokens=5, n=2)
+    experiences = model.extract_experience_from_history()
+    assert len(experiences) == 3
+    for exp in experiences:
+        assert exp.prompt_length > 0 and 1 <= exp.response_length <= 5
+        assert exp.logprobs.numel() == exp.response_length
+        assert exp.messages[0] == MESSAGES[0] and exp.messages[-1]["role"] == "assistant"
+
+
+def test_reasoning_and_tool_calls_are_parsed_when_configured(tiny_model_dir):
+    """The tiny model writes no tags: its replies are checked against the parsers' rules, and a
+    reply forced through the parser (temperature 0 makes it the same twice) shows no tool call."""
+    from trinity.engine.base import Completion
+    from trinity.engine.openai_api import ChatRequest, _chat_choice
+
+    request = ChatRequest(messages=MESSAGES, tools=[{"type": "function", "function": {"name": "add"}}])
+    reply = Completion([1], [2, 3], [-0.1, -0.2], '<think>sum it</think>Let me add.\n<tool_call>\n{"name": "add", '
+                       '"arguments": {"a": 1, "b": 1}}\n</tool_call>', "stop")  # fmt: skip
+    choice = _chat_choice(0, reply, request, reasoning=True, tools=True)
+    assert choice["message"]["reasoning_content"] == "sum it"
+    assert choice["message"]["content"] == "Let me add."
+    (call,) = choice["message"]["tool_calls"]
+    assert (
+        call["function"] == {"name": "add", "arguments": '{"a": 1, "b": 1}'} and choice["finish_reason"] == "tool_calls"
+    )
+    plain = _chat_choice(0, Completion([1], [2], [-0.1], "just text", "length"), request, reasoning=False, tools=True)
+    assert plain["message"] == {"role": "assistant", "content": "just text"} and plain["finish_reason"] == "length"
+    client = serve(tiny_model_dir, enable_auto_tool_choice=True, tool_call_parser="hermes", reasoning_parser="qwen3")
+    try:
+        api = openai.OpenAI(base_url=client.api_url, api_key="EMPTY")
+        response = api.chat.completions.create(model="tiny", messages=MESSAGES, tools=request.tools, max_tokens=4)
+        assert response.choices[0].message.tool_calls is None  # the tiny model calls no tool
+    finally:
+        client.close()
