@@ -156,11 +156,16 @@ def config_docs(out: str, check: bool) -> None:
 @click.option(
     "--config", "config_file", required=True, type=click.Path(dir_okay=False), help="The experiment's YAML file."
 )
+@click.option(
+    "--verbose", "-v", is_flag=True, help="Every role's log lines (a metrics line per step) instead of progress."
+)
 @click.argument("overrides", nargs=-1)
-def run(config_file: str, overrides: tuple[str, ...]) -> None:
+def run(config_file: str, overrides: tuple[str, ...], verbose: bool) -> None:
     """Run an experiment: every stage, in its mode (both, train, explore, bench, serve).
 
-    OVERRIDES are dotlist settings applied over the file, e.g. buffer.batch_size=8.
+    OVERRIDES are dotlist settings applied over the file, e.g. buffer.batch_size=8. The
+    roles' progress shows every monitor.console_interval; their full logs are in the job
+    folder (log/) and their metrics in monitor/.
     """
     from trinity.config import ConfigError
     from trinity.launcher import RunFailed, Stopped
@@ -168,7 +173,7 @@ def run(config_file: str, overrides: tuple[str, ...]) -> None:
     from trinity.summary import print_summary
 
     try:
-        summaries = run_experiment(config_file, list(overrides))
+        summaries = run_experiment(config_file, list(overrides), verbose)
     except ConfigError as exc:
         click.echo(str(exc), err=True)
         sys.exit(2)

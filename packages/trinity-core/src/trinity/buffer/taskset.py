@@ -151,6 +151,12 @@ class TasksetReader:
     def __len__(self) -> int:
         return len(self.rows)
 
+    def planned_steps(self) -> int:
+        """``total_steps``, else the batches of all epochs (batches run across epoch ends)."""
+        if self.total_steps is not None:
+            return self.total_steps
+        return -(-len(self.rows) * self.total_epochs // self.batch_size)
+
     def _task(self, position: int) -> Task:
         row, fmt = self.rows[position], self.storage.format
         return Task(

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import BeforeValidator, Field
+from pydantic import BeforeValidator, Field, StringConstraints
 
 from trinity.config.base import ConfigModel, derived, inert
 
@@ -658,6 +658,12 @@ class MonitorConfig(ConfigModel):
     detailed_stats: bool = inert(False, "Mean, std, max and min of every evaluation metric.")
     enable_ray_timeline: bool = inert(False, "Write Ray's timeline of the run to monitor/timeline.json.")
     cache_dir: str = derived("", "Folder of the monitors' files: <job dir>/monitor.")
+    console_interval: Annotated[int, Field(ge=1)] | Annotated[str, StringConstraints(pattern=r"^\d+(\.\d+)?s$")] = (
+        Field(
+            "30s",
+            description="How often `trinity run` prints a role's progress line: every N steps (10) or seconds ('30s').",
+        )
+    )
 
 
 class ClusterConfig(ConfigModel):

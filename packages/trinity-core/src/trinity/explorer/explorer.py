@@ -109,6 +109,10 @@ class Explorer:
 
     # --- the loop ---------------------------------------------------------------------------
 
+    def planned_steps(self) -> int:
+        """The steps of all tasksets (they take turns), for ``trinity run``'s progress display."""
+        return sum(taskset.planned_steps() for taskset in self.tasksets)
+
     def run(self) -> dict[str, Any]:
         """Explore until the tasksets end; returns a summary."""
         start_step = self.step

@@ -128,6 +128,11 @@ class SupervisedReader:
         random.Random(self.seed + self.epoch).shuffle(order)
         return order
 
+    def planned_steps(self, batch_size: int) -> int:
+        """Batches of ``batch_size`` until ``total_steps`` or the last epoch ends."""
+        examples = self.limit if self.limit is not None else len(self.rows) * (self.storage.total_epochs or 1)
+        return -(-examples // batch_size)
+
     def read(self, batch_size: int, timeout: float | None = None) -> list[Experience]:
         batch = []
         while len(batch) < batch_size and (self.limit is None or self.served < self.limit):
