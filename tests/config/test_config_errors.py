@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from config_helpers import issues_of, write
 
-from trinity.config import ConfigError, load_config
+from trinity.config import ConfigError, load_config, load_stage_configs
 
 
 def test_base_config_is_valid_and_derives(tmp_path):
@@ -218,6 +219,17 @@ def test_missing_file_and_bad_yaml(tmp_path):
         load_config(bad)
     with pytest.raises(ConfigError, match="is not key=value"):
         load_config(write(tmp_path), ["buffer.batch_size"])
+
+
+def test_overrides_reach_list_items_and_a_bad_index_is_named(tmp_path):
+    quickstart = Path(__file__).resolve().parents[2] / "examples" / "quickstart" / "quickstart.yaml"
+    stages = load_stage_configs(quickstart, ["stages.0.buffer.total_epochs=6", "buffer.total_epochs=4"])
+    assert [stage.buffer.total_epochs for stage in stages] == [6, 4]
+    with pytest.raises(ConfigError) as caught:
+        load_stage_configs(quickstart, ["stages.7.mode=train"])
+    assert "stages.7.mode: cannot apply the override 'stages.7.mode=train': list index out of range" in str(
+        caught.value
+    )
 
 
 def test_global_loss_agg_mode_reaches_the_loss_functions(tmp_path):
