@@ -17,3 +17,11 @@ def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     from trinity.common.tiny_model import build_tiny_model
 
     return build_tiny_model(tmp_path_factory.mktemp("tiny_model"))
+
+
+@pytest.fixture(scope="session")
+def tool_model_dir(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The tiny model taught to call the calculator (``tests/tool_model.py``), built once per session."""
+    from tool_model import teach_tool_use
+
+    return teach_tool_use(tiny_model_dir, tmp_path_factory.mktemp("tool_model") / "model")

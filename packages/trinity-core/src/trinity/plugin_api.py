@@ -41,6 +41,17 @@ _ON_FIRST_USE = {
     **dict.fromkeys(["LossFns", "Totals", "batch_totals", "critic_micro_loss"], "trinity.engine.losses"),
     **dict.fromkeys(["read_hf_weights"], "trinity.engine.modeling"),
     **dict.fromkeys(["PromptFormatter", "first", "response_budget"], "trinity.engine.prompts"),
+    **dict.fromkeys(
+        [
+            "ChatTokenizer",
+            "TOOL_CALL_PARSERS",
+            "TokenizedConversation",
+            "ToolCall",
+            "parse_hermes_tool_calls",
+            "tool_schemas",
+        ],
+        "trinity.engine.tokenization",
+    ),
     **dict.fromkeys(["EngineClient"], "trinity.engine.client"),
     **dict.fromkeys(["ModelWrapper"], "trinity.explorer.model_wrapper"),
     **dict.fromkeys(["Workflow", "set_reward"], "trinity.explorer.workflow"),

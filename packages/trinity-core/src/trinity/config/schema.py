@@ -453,7 +453,8 @@ class InferenceModelConfig(ConfigModel):
     openai_api_host: str = Field("127.0.0.1", description="Address the OpenAI endpoint binds to.")
     enable_auto_tool_choice: bool = Field(False, description="Let the model call tools on its own (OpenAI endpoint).")
     tool_call_parser: str | None = Field(
-        None, description="Parser of tool calls in responses (vLLM's names, e.g. hermes)."
+        None,
+        description="Parser of tool calls in responses (vLLM's names; the transformers engine's endpoint: hermes).",
     )
     reasoning_parser: str | None = Field(None, description="Parser of reasoning text in responses (vLLM's names).")
     external_model_config: ExternalModelConfig = Field(

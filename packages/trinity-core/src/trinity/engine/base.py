@@ -19,6 +19,8 @@ from trinity.config.schema import Config
 if TYPE_CHECKING:
     import torch
 
+    from trinity.engine.prompts import PromptFormatter
+
 Metrics = dict[str, float]
 
 
@@ -35,6 +37,8 @@ class SamplingArgs:
     stop: list[str] = field(default_factory=list)
     logprobs: bool = True
     seed: int | None = None
+    tools: list[dict[str, Any]] | None = None
+    """OpenAI tool schemas the chat template offers the model (``chat`` only)."""
 
 
 @dataclass
@@ -70,6 +74,9 @@ class RolloutEngine(ABC):
     """
 
     model_version: int = 0
+    prompts: PromptFormatter | None = None
+    """The engine's tokenisation (chat template, prompt limits); workflows re-tokenise their
+    conversations with its ``chat``. None for an engine that sees no tokens (external)."""
     api_url: str | None = None
     """Base URL of the engine's OpenAI-compatible endpoint (``enable_openai_api``); None
     where it serves none."""
@@ -84,7 +91,7 @@ class RolloutEngine(ABC):
 
     @abstractmethod
     def chat(self, conversations: list[list[dict[str, Any]]], args: SamplingArgs) -> list[list[Completion]]:
-        """``args.n`` completions for each conversation, through the chat template."""
+        """``args.n`` completions for each conversation, through the chat template (offering ``args.tools``)."""
 
     @abstractmethod
     def logprobs(self, token_ids: list[list[int]]) -> list[list[float]]:
