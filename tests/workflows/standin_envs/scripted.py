@@ -25,3 +25,20 @@ class ScriptedGame:
         self.steps += 1
         done = self.steps == len(self.script["rewards"])
         return f"You did: {action}. Nothing happens.", reward, done
+
+
+class ScriptedGymEnv:
+    """The game behind a gym-style interface: ``reset() -> (obs, info)``, 4-tuple steps."""
+
+    def __init__(self, script_path):
+        self.game, self.closed = ScriptedGame(script_path), False
+
+    def reset(self):
+        return self.game.reset(), {}
+
+    def step(self, action):
+        observation, reward, done = self.game.step(action)
+        return observation, reward, done, {}
+
+    def close(self):
+        self.closed = True

@@ -1,11 +1,11 @@
 """Stand-in for ScienceWorld: the jar path is the game's script; rewards are score changes."""
 
-from scripted import ScriptedGame
+from scripted import ScriptedGymEnv
 
 
-class ScienceWorldEnv:
+class ScienceWorldEnv(ScriptedGymEnv):
     def __init__(self, task_name, jar_path, envStepLimit):  # noqa: N803 -- ScienceWorld's name
-        self.game = ScriptedGame(jar_path)
+        super().__init__(jar_path)
 
     def load(self, task_name, var_num, simplification, generateGoldPath=False):  # noqa: N803
         self.task = f"{task_name} (variation {var_num}, {simplification})"
@@ -15,13 +15,3 @@ class ScienceWorldEnv:
 
     def get_task_description(self):
         return self.task
-
-    def reset(self):
-        return self.game.reset(), {}
-
-    def step(self, action):
-        observation, reward, done = self.game.step(action)
-        return observation, reward, done, {}
-
-    def close(self):
-        pass
