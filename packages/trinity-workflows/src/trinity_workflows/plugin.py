@@ -13,6 +13,8 @@ _WORKFLOWS = {
     "step_wise_workflow": "conversation:StepWiseWorkflow",
     "tool_call_workflow": "conversation:ToolCallWorkflow",
     "rubric_judge_workflow": "judge:RubricJudgeWorkflow",
+    "math_rm_workflow": "judge:MathRMWorkflow",
+    "math_ruler_workflow": "judge:MathRULERWorkflow",
     "frozen_lake_workflow": "envs.frozen_lake:FrozenLakeWorkflow",
     "sudoku_workflow": "envs.sudoku:SudokuWorkflow",
     "alfworld_workflow": "envs.text_games:AlfworldWorkflow",

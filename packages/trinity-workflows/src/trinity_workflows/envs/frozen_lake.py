@@ -130,6 +130,7 @@ class FrozenLakeWorkflow(EnvironmentWorkflow, MultiTurnWorkflow):
     """One episode of FrozenLake as one multi-turn experience (reward 1 at the goal, else 0)."""
 
     Args: ClassVar[type[PluginArgs]] = FrozenLakeArgs
+    reads_prompt = False
     env_system_prompt = SYSTEM_PROMPT
 
     @property

@@ -131,6 +131,7 @@ class SudokuWorkflow(CatalogueWorkflow):
     Args: ClassVar[type[PluginArgs]] = SudokuArgs
     can_repeat = False
     needs_reward_fn = False
+    reads_prompt = False
 
     def game(self) -> SudokuGame:
         raw = self.task.raw
