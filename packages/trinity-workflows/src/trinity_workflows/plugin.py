@@ -15,6 +15,8 @@ _WORKFLOWS = {
     "rubric_judge_workflow": "judge:RubricJudgeWorkflow",
     "math_rm_workflow": "judge:MathRMWorkflow",
     "math_ruler_workflow": "judge:MathRULERWorkflow",
+    "agentscope_react_workflow": "agents:AgentScopeReActWorkflow",
+    "as_react_workflow": "agents:AgentScopeReActWorkflow",
     "frozen_lake_workflow": "envs.frozen_lake:FrozenLakeWorkflow",
     "sudoku_workflow": "envs.sudoku:SudokuWorkflow",
     "alfworld_workflow": "envs.text_games:AlfworldWorkflow",
