@@ -9,7 +9,8 @@ turns (each turn the conversation so far plus a follow-up; ``min_tokens = max_to
 --tokens`` so both sides generate the same amount) once through the proxy, once direct. Both
 sides ask for what an experience needs (token ids and logprobs) at the same temperature; the
 proxy also records every response as an experience. Prints completion tokens/s of each side per
-round and the median ratio proxy / direct (target >= 0.9).
+round and the median ratio proxy / direct (target >= 0.9); then the hop's own cost: the median
+latency of ``--latency`` one-token requests sent one at a time, alternating proxy and direct.
 """
 
 from __future__ import annotations
@@ -55,6 +56,20 @@ async def sessions(base_url: str, count: int, turns: int, tokens: int) -> float:
     generated = sum(await asyncio.gather(*(session(i) for i in range(count))))
     await client.close()
     return generated / (time.perf_counter() - start)
+
+
+def hop_latency(proxy: str, engine: str, count: int) -> tuple[float, float]:
+    """Median seconds of a one-token chat request through the proxy and direct, alternating."""
+    times: dict[str, list[float]] = {proxy: [], engine: []}
+    body = {"model": "policy", "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 1}
+    body.update(logprobs=True, return_token_ids=True)
+    with httpx.Client(timeout=600) as http:
+        for i in range(2 * count):
+            url = (proxy, engine)[i % 2]
+            start = time.perf_counter()
+            http.post(f"{url}/chat/completions", json=body).raise_for_status()
+            times[url].append(time.perf_counter() - start)
+    return statistics.median(times[proxy]), statistics.median(times[engine])
 
 
 def start_serving(model: Path, workdir: Path, tokens: int, turns: int) -> tuple[subprocess.Popen, str]:
@@ -105,6 +120,7 @@ def main() -> None:
     parser.add_argument("--turns", type=int, default=3)
     parser.add_argument("--tokens", type=int, default=16)
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--latency", type=int, default=40)
     opts = parser.parse_args()
     workdir = Path(tempfile.mkdtemp(prefix="bench_serve_"))
     model = opts.model
@@ -129,6 +145,11 @@ def main() -> None:
             f"sessions {opts.sessions} x {opts.turns} turns x {opts.tokens} tokens; proxy recorded {recorded} "
             f"experiences; ratio proxy / direct: median {statistics.median(ratios):.3f} "
             f"(min {min(ratios):.3f}, max {max(ratios):.3f}), target >= 0.9"
+        )
+        via_proxy, direct = hop_latency(f"{proxy}/v1", engine, opts.latency)
+        print(
+            f"one-token request, median of {opts.latency}: proxy {1000 * via_proxy:.1f} ms, direct "
+            f"{1000 * direct:.1f} ms, the hop {1000 * (via_proxy - direct):.1f} ms"
         )
     finally:
         os.killpg(process.pid, signal.SIGTERM)
