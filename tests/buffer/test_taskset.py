@@ -222,6 +222,20 @@ def test_missing_prompt_key_names_file_and_row(tmp_path):
         TasksetReader(taskset(path))
 
 
+def test_workflows_that_read_no_prompt_take_rows_without_one(tmp_path):
+    """FrozenLake's rows are maps (``size``, ``p``, ``seed``); a row naming a workflow that does
+    read prompts (``format.workflow_key``) still needs one."""
+    rows = [{"size": 3, "seed": i} for i in range(3)]
+    path = write_jsonl(tmp_path / "lakes.jsonl", rows)
+    reader = TasksetReader(taskset(path, default_workflow_type="frozen_lake_workflow"))
+    assert [t.raw["seed"] for t in reader.read_batch()] == [0, 1]
+    rows[1]["workflow"] = "math_workflow"
+    path = write_jsonl(tmp_path / "mixed.jsonl", rows)
+    fmt = FormatConfig(prompt_key="question", workflow_key="workflow")
+    with pytest.raises(BadDataError, match=rf"{path}, row 2: no prompt: column 'question'"):
+        TasksetReader(taskset(path, default_workflow_type="frozen_lake_workflow", format=fmt))
+
+
 @pytest.mark.parametrize(
     ("name", "content", "problem"),
     [

@@ -67,6 +67,22 @@ def test_a_bad_request_is_a_400_naming_the_field(endpoint):
         api.chat.completions.create(model="tiny", messages=[])
 
 
+def test_content_given_as_text_parts_is_served_as_its_text(endpoint):
+    """Agent frameworks (AgentScope, LangChain) send content as a list of parts."""
+    api = openai.OpenAI(base_url=endpoint.api_url, api_key="EMPTY", max_retries=0)
+    parts = [{"type": "text", "text": "What is "}, {"type": "text", "text": "1+1?"}]
+    as_parts = api.chat.completions.create(
+        model="tiny", messages=[{"role": "user", "content": parts}], max_tokens=1, extra_body={"return_token_ids": True}
+    )
+    as_text = api.chat.completions.create(
+        model="tiny", messages=MESSAGES, max_tokens=1, extra_body={"return_token_ids": True}
+    )
+    assert as_parts.model_extra["prompt_token_ids"] == as_text.model_extra["prompt_token_ids"]
+    image = {"type": "image_url", "image_url": {"url": "http://example.com/a.png"}}
+    with pytest.raises(openai.BadRequestError, match=r"messages\[0\].content: only text parts are served"):
+        api.chat.completions.create(model="tiny", messages=[{"role": "user", "content": [image]}])
+
+
 def test_workflow_openai_client_records_its_calls_as_experiences(endpoint):
     """``enable_history``: what a workflow asks through the OpenAI client becomes training data."""
     model = ModelWrapper(endpoint, SamplingArgs(n=1), enable_history=True)

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from trinity.engine.base import Completion, EngineStartError, SamplingArgs
 from trinity.engine.tokenization import TOOL_CALL_PARSERS, ToolCallParser, tool_schemas
@@ -74,6 +74,20 @@ class ChatRequest(_Request):
     messages: list[dict[str, Any]] = Field(min_length=1)
     tools: list[dict[str, Any]] | None = None
     tool_choice: str | dict[str, Any] | None = None
+
+    @field_validator("messages")
+    @classmethod
+    def _text_content(cls, messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """Content given as a list of parts (as agent frameworks send it) becomes its text;
+        the chat template renders strings. Parts other than text are refused by index."""
+        for i, message in enumerate(messages):
+            parts = message.get("content")
+            if isinstance(parts, list):
+                kinds = [part.get("type") if isinstance(part, dict) else type(part).__name__ for part in parts]
+                if any(kind != "text" for kind in kinds):
+                    raise ValueError(f"messages[{i}].content: only text parts are served, got {kinds}")
+                messages[i] = {**message, "content": "".join(part["text"] for part in parts)}
+        return messages
 
 
 class CompletionRequest(_Request):
