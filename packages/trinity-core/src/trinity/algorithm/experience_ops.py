@@ -344,9 +344,9 @@ class ExperiencePipeline:
         operators = []
         for i, op in enumerate(pipeline.operators):
             key = f"data_processor.experience_pipeline.operators[{i}]"
-            cls = resolve(Kind.EXPERIENCE_OPERATOR, op.name, f"{key}.name")
+            operator_cls = resolve(Kind.EXPERIENCE_OPERATOR, op.name, f"{key}.name")
             try:
-                operators.append((op.name, cls(**op.args)))
+                operators.append((op.name, operator_cls(**op.args)))
             except (DataJuicerError, ValueError) as exc:  # a recipe that cannot load, args the check missed
                 raise OperatorStartError(f"{key} ({op.name}): {exc}") from exc
         return cls(operators)

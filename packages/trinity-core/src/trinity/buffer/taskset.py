@@ -188,7 +188,7 @@ class TasksetReader:
         return batch
 
     def feedback(self, task_indices: Sequence[int], pass_rates: Sequence[float]) -> None:
-        """Pass rates of tasks (by ``Task.index``) for the ``difficulty_based`` selector."""
+        """Observed pass rates of tasks (by ``Task.index``), for the curriculum selectors."""
         self.selector.feedback(task_indices, pass_rates)
 
     def state_dict(self) -> dict[str, Any]:
