@@ -172,6 +172,11 @@ class TasksetConfig(StorageConfig):
     repeat_times: int | None = Field(
         None, ge=1, description="Rollouts per task; train tasksets use algorithm.repeat_times, eval ones default 1."
     )
+    task_dir: str | None = Field(
+        None,
+        description="A folder of tasksets instead of path: each data file (.jsonl, .json, .parquet, .csv, .arrow) "
+        "is a taskset with these settings, named <name>/<file stem>.",
+    )
     default_workflow_type: str | None = Field(None, description="Workflow of the rows (a name or module.Class).")
     default_eval_workflow_type: str | None = Field(None, description="Workflow of the rows when evaluating.")
     default_reward_fn_type: str | None = Field(None, description="Reward function of the rows.")
