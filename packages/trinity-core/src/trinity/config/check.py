@@ -557,7 +557,14 @@ def _check_experience_buffer(config: Config, issues: IssueCollector) -> None:
     experience.batch_size = buffer.train_batch_size
     experience.total_epochs, experience.total_steps = buffer.total_epochs, buffer.total_steps
     experience.tokenizer_path = config.model.model_path
-    experience.schema_type = _data_schema(config)
+    schema = _data_schema(config)
+    if experience.schema_type not in (None, schema, *(("experience", "task") if schema == "rollout" else ())):
+        issues.warn(
+            "buffer.trainer_input.experience_buffer.schema_type",
+            f"algorithm '{config.algorithm.algorithm_type}' trains on {schema} data, not {experience.schema_type}: "
+            f"using {schema}",
+        )
+    experience.schema_type = schema
     experience.ray_namespace = experience.ray_namespace or config.ray_namespace
     experience.format.chat_template = experience.format.chat_template or config.model.custom_chat_template
     if experience.format.enable_thinking is None:

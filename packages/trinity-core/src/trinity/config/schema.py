@@ -162,7 +162,9 @@ class StorageConfig(ConfigModel):
     is_eval: bool = derived(False, "Whether this is an eval taskset.")
     tokenizer_path: str | None = derived(None, "Tokenizer of the data: model.model_path.")
     schema_type: str | None = Field(
-        None, description="Row schema (rollout, sft, dpo); the experience buffer's is the algorithm's."
+        None,
+        description="Row schema: rollout (Trinity-RFT: experience, task), sft, dpo or cpt; the experience buffer's "
+        "is the algorithm's. SFT/DPO rows: a message list (or plaintext columns), tools in tools_key.",
     )
 
 

@@ -3,12 +3,16 @@
 
 Algorithms whose ``data_schema`` is ``sft``, ``dpo`` or ``cpt`` train on a dataset instead of
 the explorer's rollouts. ``SupervisedReader`` tokenizes its rows through the model's chat
-template and serves them like an experience buffer: ``read`` batches, epochs or
+template and serves them like an experience buffer. Rows follow Trinity-RFT's schemas: a
+message list (``messages_key``, or its JSON text) or plaintext columns, with the tool schemas of
+a tool-calling conversation in ``tools_key`` (a list, or its JSON text) rendered by the chat
+template. It serves them like an experience buffer: ``read`` batches, epochs or
 ``total_steps``, ``EndOfBuffer`` at the end, a position to save with the checkpoint.
 """
 
 from __future__ import annotations
 
+import json
 import random
 from typing import Any
 
@@ -33,29 +37,31 @@ class ChatTokenizer:
         self.template = fmt.chat_template or model.custom_chat_template
         self.max_len = model.max_model_len
 
-    def ids(self, messages: list[dict[str, Any]], generation_prompt: bool) -> list[int]:
+    def ids(self, messages: list[dict[str, Any]], generation_prompt: bool, tools: list | None = None) -> list[int]:
         ids = self.tokenizer.apply_chat_template(
-            messages, tokenize=True, add_generation_prompt=generation_prompt, chat_template=self.template
+            messages, tools=tools, tokenize=True, add_generation_prompt=generation_prompt, chat_template=self.template
         )
         return list(ids["input_ids"] if isinstance(ids, dict) or hasattr(ids, "keys") else ids)
 
-    def split(self, messages: list[dict[str, Any]], train_all_turns: bool) -> tuple[list[int], list[int], list[int]]:
+    def split(
+        self, messages: list[dict[str, Any]], train_all_turns: bool, tools: list | None = None
+    ) -> tuple[list[int], list[int], list[int]]:
         """``(prompt ids, response ids, action mask)``: the response is everything after the
         first trained assistant turn; with ``train_all_turns`` only assistant tokens train."""
         turns = [i for i, m in enumerate(messages) if m["role"] == "assistant"]
         if not turns:
             raise ValueError("no assistant message to train on")
         first = turns[0] if train_all_turns else turns[-1]
-        prompt = self.ids(messages[:first], generation_prompt=True)
-        full = self.ids(messages, generation_prompt=False)
+        prompt = self.ids(messages[:first], generation_prompt=True, tools=tools)
+        full = self.ids(messages, generation_prompt=False, tools=tools)
         if full[: len(prompt)] != prompt:
             raise ValueError("the chat template renders the prompt differently inside the conversation")
         mask = [1] * (len(full) - len(prompt))
         if train_all_turns:
             for i, message in enumerate(messages[first:], start=first):
                 if message["role"] != "assistant":  # user/tool turns inside the response do not train
-                    start = len(self.ids(messages[:i], generation_prompt=False)) - len(prompt)
-                    end = len(self.ids(messages[: i + 1], generation_prompt=True)) - len(prompt)
+                    start = len(self.ids(messages[:i], generation_prompt=False, tools=tools)) - len(prompt)
+                    end = len(self.ids(messages[: i + 1], generation_prompt=True, tools=tools)) - len(prompt)
                     mask[start:end] = [0] * (end - start)
         return prompt, full[len(prompt) :], mask
 
@@ -63,7 +69,7 @@ class ChatTokenizer:
 def _messages(row: dict[str, Any], fmt: FormatConfig, response: Any = None) -> list[dict[str, Any]]:
     """The row as a conversation; ``response`` (a DPO side) replaces the response column."""
     if fmt.prompt_type in (None, "messages"):  # SFT and DPO data default to messages, as in Trinity-RFT
-        messages = list(row[fmt.messages_key])
+        messages = list(_json_column(row[fmt.messages_key], fmt.messages_key, "messages_key") or [])
         if response is not None:
             messages += response if isinstance(response, list) else [{"role": "assistant", "content": response}]
         return messages
@@ -77,6 +83,24 @@ def _messages(row: dict[str, Any], fmt: FormatConfig, response: Any = None) -> l
     return messages + [{"role": "assistant", "content": str(answer)}]
 
 
+def _json_column(value: Any, key: str, field: str) -> Any:
+    """A column's value, decoded when it is JSON text (lists often are, so that ``datasets`` keeps them whole)."""
+    if isinstance(value, str):
+        try:
+            return json.loads(value) if value.strip() else None
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"column {key!r} ({field}) is not valid JSON: {exc}") from exc
+    return value
+
+
+def _tools(row: dict[str, Any], fmt: FormatConfig) -> list[dict[str, Any]] | None:
+    """The tool schemas the conversation offers the model (``tools_key``), if the row has any."""
+    tools = _json_column(row.get(fmt.tools_key), fmt.tools_key, "tools_key")
+    if tools is not None and not (isinstance(tools, list) and all(isinstance(t, dict) for t in tools)):
+        raise ValueError(f"column {fmt.tools_key!r} (tools_key) must be a list of tool schemas, got {tools!r}")
+    return tools or None
+
+
 def row_to_experience(row: dict[str, Any], fmt: FormatConfig, chat: ChatTokenizer, schema: str) -> Experience:
     """One SFT, DPO or CPT example from a dataset row."""
     if schema == "cpt":  # the row's text as is, no chat template: every token after the first trains
@@ -84,19 +108,18 @@ def row_to_experience(row: dict[str, Any], fmt: FormatConfig, chat: ChatTokenize
         if len(ids) < 2:
             raise ValueError(f"text of {len(ids)} token(s): nothing to predict")
         return Experience(tokens=torch.tensor(ids, dtype=torch.long), prompt_length=1)
+    tools = _tools(row, fmt)
     if schema == "dpo":
-        prompt_messages = (
-            _messages(row, fmt, "")[:-1] if fmt.prompt_type == "plaintext" else list(row[fmt.messages_key])
-        )
-        prompt = chat.ids(prompt_messages, generation_prompt=True)
+        prompt_messages = _messages(row, fmt, "")[:-1]
+        prompt = chat.ids(prompt_messages, generation_prompt=True, tools=tools)
         sides = []
         for key in (fmt.chosen_key, fmt.rejected_key):
-            _, response, _ = chat.split(_messages(row, fmt, row[key]), train_all_turns=False)
+            _, response, _ = chat.split(_messages(row, fmt, row[key]), train_all_turns=False, tools=tools)
             sides.append(torch.tensor(response, dtype=torch.long))
         return Experience(
             tokens=torch.tensor(prompt, dtype=torch.long), prompt_length=len(prompt), chosen=sides[0], rejected=sides[1]
         )
-    prompt, response, mask = chat.split(_messages(row, fmt), fmt.enable_concatenated_multi_turn)
+    prompt, response, mask = chat.split(_messages(row, fmt), fmt.enable_concatenated_multi_turn, tools)
     limit = chat.max_len - len(prompt) if chat.max_len else len(response)
     if limit < 1:
         raise ValueError(f"prompt of {len(prompt)} tokens leaves no room within max_model_len {chat.max_len}")
