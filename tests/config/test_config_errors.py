@@ -269,3 +269,15 @@ def test_mix_needs_its_expert_buffer(tmp_path):
     renamed = ["algorithm.algorithm_type=mix", "algorithm.sample_strategy_args={sft_dataset_name: experts}"]
     renamed.append("buffer.trainer_input.auxiliary_buffers={experts: {storage_type: file, path: /data/sft}}")
     assert load_config(path, renamed).algorithm.sample_strategy_args["sft_dataset_name"] == "experts"
+
+
+def test_an_experience_buffer_schema_type_other_than_the_algorithm_s_warns(tmp_path, caplog):
+    path = write(tmp_path)
+    buffer = "buffer.trainer_input.experience_buffer"
+    assert load_config(
+        path, [f"{buffer}.schema_type=experience"]
+    ).buffer.trainer_input.experience_buffer.schema_type == ("rollout")
+    assert "schema_type" not in caplog.text  # Trinity-RFT's name of the rollout schema
+    cfg = load_config(path, [f"{buffer}.schema_type=dpo"])
+    assert cfg.buffer.trainer_input.experience_buffer.schema_type == "rollout"
+    assert "algorithm 'grpo' trains on rollout data, not dpo: using rollout" in caplog.text

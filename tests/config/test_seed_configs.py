@@ -112,17 +112,10 @@ def test_async_second_explorer_joins_under_its_own_name():
 
 
 def test_configuration_guide_sections(tmp_path):
-    # The guide's data_juicer operator needs the Data-Juicer service, not in trinity yet: the one error.
-    with pytest.raises(ConfigError) as err:
-        load_config(SEEDS / "configuration_guide.yaml")
-    assert [(i.path, i.message.split(" (")[0]) for i in err.value.issues] == [
-        ("data_processor.experience_pipeline.operators[0].name", "unknown experience operator 'data_juicer'")
-    ]
-    raw = OmegaConf.load(SEEDS / "configuration_guide.yaml")
-    del raw.data_processor.experience_pipeline.operators[0]
-    OmegaConf.save(raw, tmp_path / "guide.yaml")
-    cfg = load_config(tmp_path / "guide.yaml")
-    assert cfg.data_processor.experience_pipeline.operators[0].args["reward_shaping_configs"][0]["weight"] == 1.0
+    cfg = load_config(SEEDS / "configuration_guide.yaml")
+    operators = cfg.data_processor.experience_pipeline.operators
+    assert operators[0].name == "data_juicer" and operators[0].args["np"] == 4
+    assert operators[1].args["reward_shaping_configs"][0]["weight"] == 1.0
     assert cfg.checkpoint_job_dir == str(tmp_path / "checkpoints" / "Trinity-RFT" / "example")
     assert cfg.model.model_path == cfg.model.critic_model_path == str(tmp_path / "model")
     assert cfg.algorithm.kl_loss_fn == "k2" and cfg.algorithm.advantage_fn == "ppo"

@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from trinity.config.schema import FormatConfig, ModelConfig
-from trinity.trainer.supervised import data_tokenizer, row_to_experience
+from trinity.config.schema import FormatConfig, ModelConfig, StorageConfig
+from trinity.trainer.supervised import SupervisedDataError, SupervisedReader, data_tokenizer, row_to_experience
 
 CALC = {"type": "function", "function": {"name": "calculator", "parameters": {"type": "object"}}}
 CALL = {"id": "c1", "type": "function", "function": {"name": "calculator", "arguments": '{"expression": "3+4"}'}}
@@ -71,3 +71,41 @@ def test_sft_takes_the_format_chat_template_and_thinking(tiny_model_dir):
     )
     assert chat.tokenizer.decode(exp.tokens) == "[user]3+4=<|im_end|>[assistant]7<|im_end|>"
     assert exp.prompt_length == len(chat.prompt_ids(TOOL_ROW["message"][:1]))
+
+
+TOOL = {"type": "function", "function": {"name": "add", "parameters": {"type": "object"}}}
+CONVERSATION = [
+    {"role": "user", "content": "3+4="},
+    {"role": "assistant", "content": '<tool_call>{"name": "add"}</tool_call>'},
+    {"role": "tool", "content": "7"},
+    {"role": "assistant", "content": "7"},
+]
+
+
+@pytest.mark.parametrize("encode", [lambda v: v, json.dumps], ids=["lists", "json_text"])
+def test_tool_schema_rows_render_their_tools_in_the_prompt(tiny_model_dir, encode):
+    """Trinity-RFT's tool schema: messages plus the tools offered, as lists or as JSON text."""
+    fmt = FormatConfig(messages_key="messages", enable_concatenated_multi_turn=True)
+    chat = data_tokenizer(ModelConfig(model_path=str(tiny_model_dir)), fmt)
+    exp = row_to_experience({"messages": encode(CONVERSATION), "tools": encode([TOOL])}, fmt, chat, "sft")
+    prompt = chat.tokenizer.decode(exp.tokens[: exp.prompt_length])
+    assert '"name": "add"' in prompt and "<tools>" in prompt  # the tools the template renders
+    tool_turn = chat.tokenizer.decode(exp.response_tokens[exp.action_mask == 0])
+    assert "<tool_response>\n7\n</tool_response>" in tool_turn  # the tool's reply does not train
+    plain = row_to_experience({"messages": CONVERSATION}, fmt, chat, "sft")
+    assert "<tools>" not in chat.tokenizer.decode(plain.tokens)
+
+
+def test_bad_tools_and_messages_columns_name_the_file_and_row(tmp_path, tiny_model_dir):
+    data = tmp_path / "sft.jsonl"
+    rows = [{"messages": CONVERSATION, "tools": [TOOL]}, {"messages": CONVERSATION, "tools": "{not json"}, {"messages": "[1,"}]
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    storage = StorageConfig(name="sft", path=str(data), batch_size=1, format=FormatConfig(messages_key="messages"))
+    reader = SupervisedReader(storage, ModelConfig(model_path=str(tiny_model_dir)), "sft")
+    reader.order = [0, 1, 2]
+    assert reader.read(1)[0].prompt_length > 0
+    with pytest.raises(SupervisedDataError, match=rf"{data}, row 2: ValueError: column 'tools' \(tools_key\) is not"):
+        reader.read(1)
+    reader.index = 2  # a bad row stops the reader where it is
+    with pytest.raises(SupervisedDataError, match=r"row 3: ValueError: column 'messages' \(messages_key\) is not"):
+        reader.read(1)

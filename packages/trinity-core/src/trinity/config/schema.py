@@ -162,7 +162,9 @@ class StorageConfig(ConfigModel):
     is_eval: bool = derived(False, "Whether this is an eval taskset.")
     tokenizer_path: str | None = derived(None, "Tokenizer of the data: model.model_path.")
     schema_type: str | None = Field(
-        None, description="Row schema (rollout, sft, dpo); the experience buffer's is the algorithm's."
+        None,
+        description="Row schema: rollout (Trinity-RFT: experience, task), sft, dpo or cpt; the experience buffer's "
+        "is the algorithm's. SFT/DPO rows: a message list (or plaintext columns), tools in tools_key.",
     )
 
 
@@ -171,6 +173,11 @@ class TasksetConfig(StorageConfig):
 
     repeat_times: int | None = Field(
         None, ge=1, description="Rollouts per task; train tasksets use algorithm.repeat_times, eval ones default 1."
+    )
+    task_dir: str | None = Field(
+        None,
+        description="A folder of tasksets instead of path: each data file (.jsonl, .json, .parquet, .csv, .arrow) "
+        "is a taskset with these settings, named <name>/<file stem>.",
     )
     default_workflow_type: str | None = Field(None, description="Workflow of the rows (a name or module.Class).")
     default_eval_workflow_type: str | None = Field(None, description="Workflow of the rows when evaluating.")

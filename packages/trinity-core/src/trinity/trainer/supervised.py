@@ -3,14 +3,17 @@
 
 Algorithms whose ``data_schema`` is ``sft``, ``dpo`` or ``cpt`` train on a dataset instead of
 the explorer's rollouts. ``SupervisedReader`` tokenizes its rows with the rollout engines'
-``ChatTokenizer`` (the format's chat template and ``enable_thinking`` over the model's, the
-row's ``tools_key`` column offered as tools), masked to the assistant turns, and serves them
-like an experience buffer: ``read`` batches, epochs or
+``ChatTokenizer`` (the format's chat template and ``enable_thinking`` over the model's), masked
+to the assistant turns. Rows follow Trinity-RFT's schemas: a
+message list (``messages_key``, or its JSON text) or plaintext columns, with the tool schemas of
+a tool-calling conversation in ``tools_key`` (a list, or its JSON text) rendered by the chat
+template. It serves them like an experience buffer: ``read`` batches, epochs or
 ``total_steps``, ``EndOfBuffer`` at the end, a position to save with the checkpoint.
 """
 
 from __future__ import annotations
 
+import json
 import random
 from typing import Any
 
@@ -29,7 +32,7 @@ class SupervisedDataError(ValueError):
 def _messages(row: dict[str, Any], fmt: FormatConfig, response: Any = None) -> list[dict[str, Any]]:
     """The row as a conversation; ``response`` (a DPO side) replaces the response column."""
     if fmt.prompt_type in (None, "messages"):  # SFT and DPO data default to messages, as in Trinity-RFT
-        messages = list(row[fmt.messages_key])
+        messages = list(_json_column(row[fmt.messages_key], fmt.messages_key, "messages_key") or [])
         if response is not None:
             messages += response if isinstance(response, list) else [{"role": "assistant", "content": response}]
         return messages
@@ -41,6 +44,24 @@ def _messages(row: dict[str, Any], fmt: FormatConfig, response: Any = None) -> l
     if isinstance(answer, list):
         return messages + answer
     return messages + [{"role": "assistant", "content": str(answer)}]
+
+
+def _json_column(value: Any, key: str, field: str) -> Any:
+    """A column's value, decoded when it is JSON text (lists often are, so that ``datasets`` keeps them whole)."""
+    if isinstance(value, str):
+        try:
+            return json.loads(value) if value.strip() else None
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"column {key!r} ({field}) is not valid JSON: {exc}") from exc
+    return value
+
+
+def _tools(row: dict[str, Any], fmt: FormatConfig) -> list[dict[str, Any]] | None:
+    """The tool schemas the conversation offers the model (``tools_key``), if the row has any."""
+    tools = _json_column(row.get(fmt.tools_key), fmt.tools_key, "tools_key")
+    if tools is not None and not (isinstance(tools, list) and all(isinstance(t, dict) for t in tools)):
+        raise ValueError(f"column {fmt.tools_key!r} (tools_key) must be a list of tool schemas, got {tools!r}")
+    return tools or None
 
 
 def data_tokenizer(model: ModelConfig, fmt: FormatConfig) -> ChatTokenizer:
@@ -57,7 +78,7 @@ def row_to_experience(
         if len(ids) < 2:
             raise ValueError(f"text of {len(ids)} token(s): nothing to predict")
         return Experience(tokens=torch.tensor(ids, dtype=torch.long), prompt_length=1)
-    tools = row.get(fmt.tools_key)
+    tools = _tools(row, fmt)
     if schema == "dpo":
         sides = [
             chat.conversation(_messages(row, fmt, row[key]), tools, last_turn_only=True)
