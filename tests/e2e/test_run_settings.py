@@ -1,10 +1,11 @@
 """The run-level settings of the configuration guide, as a run's files show them: logs per
 node and level, the explorer's environment variables, evaluation on start-up and every
-``eval_interval`` steps; and a run on a machine where a ``ray start`` cluster died unstopped."""
+``eval_interval`` steps, the Ray timeline; and a run on a machine where a ``ray start`` cluster died unstopped."""
 
 from __future__ import annotations
 
 import ipaddress
+import json
 import os
 import shutil
 import tempfile
@@ -79,6 +80,7 @@ def test_logs_env_vars_and_evaluation_follow_the_run_settings(
         "explorer.eval_on_startup=true",
         "explorer.eval_interval=1",
         f"buffer.explorer_input.eval_tasksets=[{eval_set}]",
+        "monitor.enable_ray_timeline=true",
     )
     monkeypatch.setenv("TRINITY_PLUGIN_DIRS", str(plugins))
     result = trinity_run(config, timeout=300)
@@ -106,3 +108,9 @@ def test_logs_env_vars_and_evaluation_follow_the_run_settings(
     evals = [r for r in read_jsonl(tmp_path / JOB / "monitor" / "explorer.jsonl") if "time/eval/arith_eval" in r]
     assert [r["step"] for r in evals] == [0, 1, 2]
     assert all(0.0 <= r["eval/arith_eval/accuracy/mean@1"] <= 1.0 for r in evals), evals[0].keys()
+
+    # monitor.enable_ray_timeline: Chrome trace events of the run's actor calls (the roles' run,
+    # the buffer queue's put and get)
+    events = json.loads((tmp_path / JOB / "monitor" / "timeline.json").read_text())
+    assert all({"name", "ph", "pid", "ts"} <= event.keys() for event in events)
+    assert {"call", "put", "get"} <= {event["name"] for event in events}

@@ -200,12 +200,26 @@ def run_stage(config: Config) -> dict[str, Any]:
     finally:
         for actor in [*roles.values(), *shared]:
             ray.kill(actor)
+        if config.monitor.enable_ray_timeline:  # a failed run's timeline helps most
+            _write_timeline(config)
     summary = {"stage": config.name, "mode": config.mode, "seconds": time.time() - started, "roles": results}
     trainer_result = results.get(config.trainer.name)
     if trainer_result and trainer_result.get("model_path"):
         summary["model_path"] = trainer_result["model_path"]
     summary["job_dir"] = config.checkpoint_job_dir
     return summary
+
+
+def _write_timeline(config: Config) -> None:
+    """``monitor.enable_ray_timeline``: the stage's Ray timeline, while Ray still runs."""
+    from trinity.monitor.timeline import export_ray_timeline
+
+    try:
+        path = export_ray_timeline(config.checkpoint_job_dir)
+    except Exception as exc:  # the run's outcome matters more than its trace
+        logger.warning("monitor.enable_ray_timeline: could not write the timeline: %s", exc)
+    else:
+        logger.info("Ray timeline written to %s", path)
 
 
 def _shared_actors(config: Config) -> Callable[[], list]:
