@@ -198,10 +198,10 @@ def run_stage(config: Config) -> dict[str, Any]:
             except ray.exceptions.RayError as exc:
                 raise RunFailed(f"{name} failed: {_cause(exc)}") from exc
     finally:
+        if config.monitor.enable_ray_timeline:  # before the kill: the actors' last events; a failed run's too
+            _write_timeline(config)
         for actor in [*roles.values(), *shared]:
             ray.kill(actor)
-        if config.monitor.enable_ray_timeline:  # a failed run's timeline helps most
-            _write_timeline(config)
     summary = {"stage": config.name, "mode": config.mode, "seconds": time.time() - started, "roles": results}
     trainer_result = results.get(config.trainer.name)
     if trainer_result and trainer_result.get("model_path"):
@@ -210,10 +210,15 @@ def run_stage(config: Config) -> dict[str, Any]:
     return summary
 
 
+_TASK_EVENTS_FLUSH_S = 1.5
+"""Ray workers report their task events to the GCS once a second: the wait before a timeline."""
+
+
 def _write_timeline(config: Config) -> None:
-    """``monitor.enable_ray_timeline``: the stage's Ray timeline, while Ray still runs."""
+    """``monitor.enable_ray_timeline``: the stage's Ray timeline, once the workers reported their events."""
     from trinity.monitor.timeline import export_ray_timeline
 
+    time.sleep(_TASK_EVENTS_FLUSH_S)
     try:
         path = export_ray_timeline(config.checkpoint_job_dir)
     except Exception as exc:  # the run's outcome matters more than its trace
