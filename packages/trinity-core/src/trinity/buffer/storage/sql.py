@@ -203,10 +203,11 @@ class SqlLog(Log):
             self._upsert(conn, self.cursors, {"reader": reader}, {"progress": position}, position=0)
 
     def unread(self) -> int:
-        with self.engine.connect() as conn:
-            last = conn.execute(sa.select(sa.func.max(self.exp.c.id))).scalar() or 0
-            slowest = conn.execute(sa.select(sa.func.min(self.cursors.c.progress))).scalar() or 0
-        return last - slowest
+        last = sa.select(sa.func.max(self.exp.c.id)).scalar_subquery()
+        slowest = sa.select(sa.func.min(self.cursors.c.progress)).scalar_subquery()
+        with self.engine.connect() as conn:  # one statement: one round trip to a server
+            last, slowest = conn.execute(sa.select(last, slowest)).one()
+        return (last or 0) - (slowest or 0)
 
 
 class SQLStorage(LogStorage):
