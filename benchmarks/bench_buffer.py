@@ -5,7 +5,8 @@ and read in batches of 64; ``--rounds`` rounds, the storages interleaved in each
 figure is the median (min-max) of the rounds. PostgreSQL rows run against ``--postgres URL``,
 or (by default, where Debian's ``postgresql`` is installed) a throwaway local cluster with the
 server's default settings (fsync on). Run:
-``python benchmarks/bench_buffer.py [--n 6400] [--rounds 3] [--ray] [--postgres URL | --no-postgres]``.
+``python benchmarks/bench_buffer.py [--n 6400] [--rounds 3] [--ray] [--postgres URL | --no-postgres]
+[--rows sqlite,PostgreSQL]``.
 """
 
 from __future__ import annotations
@@ -117,6 +118,7 @@ def main() -> None:
     parser.add_argument("--ray", action="store_true", help="also the in-memory queue as a Ray actor")
     parser.add_argument("--postgres", help="a PostgreSQL URL for the PostgreSQL rows (default: a throwaway cluster)")
     parser.add_argument("--no-postgres", action="store_true", help="leave the PostgreSQL rows out")
+    parser.add_argument("--rows", help="only the rows whose label has one of these comma-separated words")
     args = parser.parse_args()
     torch.set_num_threads(1)
     data = experiences(args.n)
@@ -126,6 +128,8 @@ def main() -> None:
         for round_ in range(args.rounds):
             tmp = tempfile.mkdtemp(prefix="trinity-bench-")
             for label, fields in cases(tmp, postgres, args.ray).items():
+                if args.rows and not any(word in label for word in args.rows.split(",")):
+                    continue
                 if label.endswith("(Ray actor)") and round_ == 0:
                     import ray
 
