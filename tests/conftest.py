@@ -1,6 +1,7 @@
 """Settings every test shares: no network, no Ray token auth, quiet tokenizers."""
 
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -25,3 +26,16 @@ def tool_model_dir(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactor
     from tool_model import teach_tool_use
 
     return teach_tool_use(tiny_model_dir, tmp_path_factory.mktemp("tool_model") / "model")
+
+
+@pytest.fixture(scope="session")
+def postgres_url() -> Iterator[str]:
+    """A throwaway PostgreSQL cluster for the session (``tests/pg_cluster.py``), skipped with the
+    reason where it cannot start. Tests share its one database: name tables uniquely."""
+    from pg_cluster import missing_reason, throwaway_postgres
+
+    reason = missing_reason()
+    if reason:
+        pytest.skip(reason)
+    with throwaway_postgres(fsync="off") as url:
+        yield url

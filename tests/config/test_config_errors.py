@@ -281,3 +281,21 @@ def test_an_experience_buffer_schema_type_other_than_the_algorithm_s_warns(tmp_p
     cfg = load_config(path, [f"{buffer}.schema_type=dpo"])
     assert cfg.buffer.trainer_input.experience_buffer.schema_type == "rollout"
     assert "algorithm 'grpo' trains on rollout data, not dpo: using rollout" in caplog.text
+
+
+def test_replay_buffer_priority_fn_and_its_args_are_checked(tmp_path):
+    key = "buffer.trainer_input.experience_buffer.replay_buffer"
+    found = issues_of(write(tmp_path), [f"{key}.enable=true", f"{key}.priority_fn=linear_decy"])
+    assert "did you mean 'linear_decay'" in found[f"{key}.priority_fn"]
+    bad_args = f"{key}.priority_fn_args={{sigma: -1, decai: 1}}"
+    found = issues_of(write(tmp_path), [f"{key}.enable=true", f"{key}.priority_fn=decay_limit_randomization", bad_args])
+    assert found[f"{key}.priority_fn_args.sigma"].startswith("must be >= 0")
+    assert found[f"{key}.priority_fn_args.decai"].startswith("unknown key; did you mean")
+    # replay on the sqlite queue of explorer and trainer apart: acted on, so --strict accepts it
+    cfg = load_config(write(tmp_path), [f"{key}.enable=true", "mode=explore"], strict=True)
+    experience = cfg.buffer.trainer_input.experience_buffer
+    assert experience.path.endswith("experience_buffer.db")
+    assert experience.replay_buffer.priority_fn_args == {"decay": 2.0}  # linear_decay's defaults filled in
+    # replay settings while replay is off do nothing: --strict refuses them, by name
+    found = issues_of(write(tmp_path), [f"{key}.reuse_cooldown_time=5"], strict=True)
+    assert found[f"{key}.reuse_cooldown_time"] == "replay_buffer.enable is false"

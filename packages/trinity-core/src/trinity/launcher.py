@@ -219,6 +219,8 @@ def run_stage(config: Config, verbose: bool = True) -> dict[str, Any]:
     finally:
         if display:
             display.close()
+        if config.monitor.enable_ray_timeline:  # before the kill: the actors' last events; a failed run's too
+            _write_timeline(config)
         for actor in [*roles.values(), *shared]:
             ray.kill(actor)
     summary = {"stage": config.name, "mode": config.mode, "seconds": time.time() - started, "roles": results}
@@ -240,6 +242,23 @@ def _take_planned_steps(planned: dict, display: ProgressDisplay) -> None:
             display.set_total(name, ray.get(ref))
         except ray.exceptions.RayError:  # a role that did not start: its call reports why
             pass
+
+
+_TASK_EVENTS_FLUSH_S = 1.5
+"""Ray workers report their task events to the GCS once a second: the wait before a timeline."""
+
+
+def _write_timeline(config: Config) -> None:
+    """``monitor.enable_ray_timeline``: the stage's Ray timeline, once the workers reported their events."""
+    from trinity.monitor.timeline import export_ray_timeline
+
+    time.sleep(_TASK_EVENTS_FLUSH_S)
+    try:
+        path = export_ray_timeline(config.checkpoint_job_dir)
+    except Exception as exc:  # the run's outcome matters more than its trace
+        logger.warning("monitor.enable_ray_timeline: could not write the timeline: %s", exc)
+    else:
+        logger.info("Ray timeline written to %s", path)
 
 
 def _shared_actors(config: Config) -> Callable[[], list]:

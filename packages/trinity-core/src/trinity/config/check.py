@@ -554,6 +554,7 @@ def _check_experience_buffer(config: Config, issues: IssueCollector) -> None:
     plugin_ok(
         issues, Kind.BUFFER_STORAGE, experience.storage_type, "buffer.trainer_input.experience_buffer.storage_type"
     )
+    _check_replay_buffer(experience, "buffer.trainer_input.experience_buffer", issues)
     experience.batch_size = buffer.train_batch_size
     experience.total_epochs, experience.total_steps = buffer.total_epochs, buffer.total_steps
     experience.tokenizer_path = config.model.model_path
@@ -582,6 +583,21 @@ def _check_experience_buffer(config: Config, issues: IssueCollector) -> None:
             issues.no_effect(f"{path}.schema_type", f"auxiliary buffers are read as SFT data, not {aux.schema_type}")
         plugin_ok(issues, Kind.BUFFER_STORAGE, aux.storage_type, f"{path}.storage_type")
     config.data_processor.experience_pipeline.output = experience
+
+
+def _check_replay_buffer(experience: ExperienceBufferConfig, path: str, issues: IssueCollector) -> None:
+    """The priority function is installed and its args fit its ``Args``; replay needs a queue."""
+    replay, path = experience.replay_buffer, f"{path}.replay_buffer"
+    if not replay.enable:
+        for key in sorted(replay.model_fields_set - {"enable"}):
+            issues.no_effect(f"{path}.{key}", "replay_buffer.enable is false")
+        return
+    if experience.storage_type != "queue":
+        issues.no_effect(f"{path}.enable", f"priority replay needs storage_type queue, not {experience.storage_type}")
+        return
+    priority_fn = _plugin(issues, Kind.PRIORITY_FN, replay.priority_fn, f"{path}.priority_fn")
+    if priority_fn is not None:
+        replay.priority_fn_args = plugin_args(priority_fn, replay.priority_fn_args, f"{path}.priority_fn_args", issues)
 
 
 def check_trainer(config: Config, issues: IssueCollector) -> None:

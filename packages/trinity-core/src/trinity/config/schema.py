@@ -124,12 +124,14 @@ class ReplayBufferConfig(ConfigModel):
     """Prioritised replay on a queue buffer: experiences are read by priority and may be reused."""
 
     enable: bool = Field(False, description="Read by priority instead of first-in-first-out.")
-    priority_fn: str = Field("linear_decay", description="linear_decay or decay_limit_randomization.")
+    priority_fn: str = Field(
+        "linear_decay", description="A priority function plugin: linear_decay, decay_limit_randomization."
+    )
     reuse_cooldown_time: float | None = Field(
         None, ge=0, description="Seconds before a read experience may be read again; unset: never reused."
     )
     priority_fn_args: dict[str, Any] = Field(
-        default_factory=lambda: {"decay": 2.0}, description="Arguments of the priority function."
+        default_factory=lambda: {"decay": 2.0}, description="Arguments of the priority function (its Args)."
     )
 
 
@@ -196,7 +198,8 @@ class ExperienceBufferConfig(StorageConfig):
     capacity: int = Field(10000, ge=1, description="Experiences a queue holds before writers wait.")
     max_read_timeout: float = Field(1800, gt=0, description="Seconds a reader waits for a batch before giving up.")
     replay_buffer: ReplayBufferConfig = Field(
-        default_factory=ReplayBufferConfig, description="Prioritised replay of experiences (queue)."
+        default_factory=ReplayBufferConfig,
+        description="Prioritised replay of experiences (queue; with a path it survives restarts).",
     )
 
     renamed: ClassVar[dict[str, str]] = {
@@ -664,7 +667,9 @@ class MonitorConfig(ConfigModel):
     )
     monitor_args: dict[str, Any] | None = Field(None, description="Arguments of the monitors.")
     detailed_stats: bool = inert(False, "Mean, std, max and min of every evaluation metric.")
-    enable_ray_timeline: bool = inert(False, "Write Ray's timeline of the run to monitor/timeline.json.")
+    enable_ray_timeline: bool = Field(
+        False, description="Write Ray's timeline of each stage to <job dir>/monitor/timeline.json (Chrome trace)."
+    )
     cache_dir: str = derived("", "Folder of the monitors' files: <job dir>/monitor.")
     console_interval: Annotated[int, Field(ge=1)] | Annotated[str, StringConstraints(pattern=r"^\d+(\.\d+)?s$")] = (
         Field(

@@ -160,7 +160,7 @@ class LogWriter(ExperienceWriter):
         if not experiences:
             return
         if self.capacity:
-            _poll(lambda: self.log.unread() == 0 or self.log.unread() + len(experiences) <= self.capacity)
+            _poll(lambda: (unread := self.log.unread()) == 0 or unread + len(experiences) <= self.capacity)
         self.log.append(experiences)
 
     def finish(self) -> None:
