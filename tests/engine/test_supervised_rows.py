@@ -98,7 +98,11 @@ def test_tool_schema_rows_render_their_tools_in_the_prompt(tiny_model_dir, encod
 
 def test_bad_tools_and_messages_columns_name_the_file_and_row(tmp_path, tiny_model_dir):
     data = tmp_path / "sft.jsonl"
-    rows = [{"messages": CONVERSATION, "tools": [TOOL]}, {"messages": CONVERSATION, "tools": "{not json"}, {"messages": "[1,"}]
+    rows = [
+        {"messages": CONVERSATION, "tools": [TOOL]},
+        {"messages": CONVERSATION, "tools": "{not json"},
+        {"messages": "[1,"},
+    ]
     data.write_text("".join(json.dumps(r) + "\n" for r in rows))
     storage = StorageConfig(name="sft", path=str(data), batch_size=1, format=FormatConfig(messages_key="messages"))
     reader = SupervisedReader(storage, ModelConfig(model_path=str(tiny_model_dir)), "sft")
