@@ -22,6 +22,7 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
+from trinity.checkpoints import stage_done_path
 from trinity.common.files import read_json, write_json
 from trinity.config import load_stage_configs
 from trinity.config.load import read_yaml
@@ -44,10 +45,6 @@ class Stopped(Exception):  # noqa: N818 - an outcome, not an error
 _TERMINATED = threading.Event()
 """Set by SIGTERM; the wait for the roles checks it each second (a handler that raised inside
 Ray's wait would leave Ray's C++ call in an error state)."""
-
-
-def stage_done_path(config: Config) -> Path:
-    return Path(config.checkpoint_job_dir) / "meta" / "stage_done.json"
 
 
 def run(config_path: str, overrides: list[str] | None = None, verbose: bool = False) -> list[dict[str, Any]]:

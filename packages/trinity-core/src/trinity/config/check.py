@@ -567,6 +567,7 @@ def _check_experience_buffer(config: Config, issues: IssueCollector) -> None:
         )
     experience.schema_type = schema
     experience.ray_namespace = experience.ray_namespace or config.ray_namespace
+    experience.durability = buffer.durability
     experience.format.chat_template = experience.format.chat_template or config.model.custom_chat_template
     if experience.format.enable_thinking is None:
         experience.format.enable_thinking = config.model.enable_thinking
@@ -577,6 +578,7 @@ def _check_experience_buffer(config: Config, issues: IssueCollector) -> None:
         aux.batch_size = buffer.train_batch_size
         aux.tokenizer_path = config.model.model_path
         aux.ray_namespace = aux.ray_namespace or config.ray_namespace
+        aux.durability = buffer.durability
         if not aux.path:
             issues.add(f"{path}.path", "required: the data of the auxiliary buffer")
         if aux.schema_type not in (None, "sft"):

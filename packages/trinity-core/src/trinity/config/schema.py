@@ -42,6 +42,7 @@ def _choice(aliases: dict[str, str] | None = None, case: str = "lower") -> Befor
 
 Mode = Annotated[Literal["both", "train", "explore", "bench", "serve", "colocate"], _choice()]
 PromptType = Annotated[Literal["messages", "plaintext"], _choice()]
+Durability = Annotated[Literal["fast", "safe"], _choice()]
 SyncStyle = Annotated[
     Literal["fixed", "trainer_driven", "explorer_driven", "fully_async"],
     _choice({"dynamic_by_explorer": "explorer_driven", "dynamic_by_trainer": "trainer_driven"}),
@@ -197,6 +198,13 @@ class ExperienceBufferConfig(StorageConfig):
     storage_type: str = Field("queue", description="A buffer storage plugin: queue, sql or file.")
     capacity: int = Field(10000, ge=1, description="Experiences a queue holds before writers wait.")
     max_read_timeout: float = Field(1800, gt=0, description="Seconds a reader waits for a batch before giving up.")
+    writer_timeout: float = Field(
+        60,
+        gt=0,
+        description="Seconds without a writer's heartbeat after which a reader with nothing to read counts it as "
+        "dead and stops (sql, file and durable queue buffers); writers beat 4 times per timeout.",
+    )
+    durability: Durability = derived("fast", "buffer.durability.")
     replay_buffer: ReplayBufferConfig = Field(
         default_factory=ReplayBufferConfig,
         description="Prioritised replay of experiences (queue; with a path it survives restarts).",
@@ -252,6 +260,11 @@ class BufferConfig(ConfigModel):
     default_workflow_type: str | None = Field(None, description="Deprecated: explorer_input.default_workflow_type.")
     default_reward_fn_type: str | None = Field(None, description="Deprecated: explorer_input.default_reward_fn_type.")
     seed: int = Field(42, description="Seed of data order (task selectors without a seed, SFT shuffling).")
+    durability: Durability = Field(
+        "fast",
+        description="fast: a power loss may roll back the last steps consistently (sqlite synchronous=NORMAL); "
+        "safe: every commit and metadata file is on disk when written (synchronous=FULL, fsync).",
+    )
     explorer_output: dict[str, Any] | None = derived(None, "The explorer's output buffer: the experience buffer.")
     tokenizer_path: str | None = derived(None, "Tokenizer of the buffers: model.model_path.")
     cache_dir: str | None = derived(None, "Folder of the run's buffer files: <job dir>/buffer.")

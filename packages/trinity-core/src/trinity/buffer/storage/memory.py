@@ -128,11 +128,16 @@ class MemoryWriter(ExperienceWriter):
 
     def __init__(self, queue: Any, writer: str | None = None):
         self.queue, self.writer = queue, writer or default_writer_name()
+        self._state: dict[str, Any] | None = None  # the queue itself ends with the run: so does this
         queue.open_writer(self.writer)
 
-    def write(self, experiences: list[Experience]) -> None:
+    def write(self, experiences: list[Experience], state: dict[str, Any] | None = None) -> None:
         if experiences:
             self.queue.put(experiences)
+        self._state = state if state is not None else self._state
+
+    def state(self) -> dict[str, Any] | None:
+        return self._state
 
     def finish(self) -> None:
         self.queue.finish_writer(self.writer)
