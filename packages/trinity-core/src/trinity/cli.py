@@ -179,6 +179,11 @@ def run(config_file: str, overrides: tuple[str, ...]) -> None:
         click.echo("stopped (SIGTERM): what was committed to the buffer and checkpointed stays", err=True)
         return
     print_summary(summaries)
+    from trinity.report import report_after_run
+
+    report = report_after_run(summaries)
+    if report:
+        click.echo(f"report: {report}")
 
 
 @main.command()
@@ -196,6 +201,49 @@ def studio(config_file: str | None, port: int, host: str) -> None:
 
     click.echo(f"trinity studio on http://{host}:{port}/ (Ctrl+C stops it)")
     serve(Path(config_file).resolve() if config_file else None, host, port)
+
+
+@main.command()
+@click.argument("job_dir", type=click.Path(exists=True, file_okay=False))
+@click.option("--open", "open_browser", is_flag=True, help="Open the report in the web browser.")
+def view(job_dir: str, open_browser: bool) -> None:
+    """Write JOB_DIR/report.html: plots of reward, loss, KL, entropy, length, staleness, throughput.
+
+    JOB_DIR is a run's job folder (<checkpoint_root_dir>/<project>/<name>), or the folder of its
+    stages. Also shows the resolved config and the run summary.
+    """
+    from trinity.report import NoRunFound, write_report
+
+    try:
+        report = write_report(job_dir)
+    except NoRunFound as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(2)
+    click.echo(f"report: {report}")
+    if open_browser:
+        import webbrowser
+
+        webbrowser.open(report.as_uri())
+
+
+@main.command()
+@click.argument("job_dir", type=click.Path(exists=True, file_okay=False))
+@click.option("-n", "--lines", default=20, show_default=True, help="Lines to show of each log and metrics file.")
+@click.option("-f", "--follow", is_flag=True, help="Keep printing new lines as the run writes them (Ctrl+C stops).")
+def log(job_dir: str, lines: int, follow: bool) -> None:
+    """Show the end of a run's logs and metrics (log/<role>.log, monitor/<role>.jsonl)."""
+    from pathlib import Path
+
+    from trinity.joblog import show_log
+    from trinity.report import NoRunFound
+
+    try:
+        show_log(Path(job_dir), lines, follow, click.echo)
+    except NoRunFound as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(2)
+    except KeyboardInterrupt:
+        pass
 
 
 @main.command("tiny-model")
