@@ -246,6 +246,30 @@ def log(job_dir: str, lines: int, follow: bool) -> None:
         pass
 
 
+@main.command()
+@click.argument("checkpoint", type=click.Path(exists=True, file_okay=False))
+@click.argument("out", type=click.Path(file_okay=False))
+@click.option("--engine", help="The training engine that saved it (trainer.trainer_type); default: the run's record.")
+def convert(checkpoint: str, out: str, engine: str | None) -> None:
+    """Write a checkpoint's actor as a Hugging Face model folder OUT (AutoModelForCausalLM loads it).
+
+    CHECKPOINT is a global_step_N folder or a job folder (its latest checkpoint), of any training
+    engine: the torch engine's HF weights are copied, a sharded one (verl FSDP) is merged.
+    """
+    from pathlib import Path
+
+    from trinity.convert import convert as export
+    from trinity.engine.base import ExportError
+    from trinity.plugins import PluginError
+
+    try:
+        source, how = export(Path(checkpoint), Path(out), engine)
+    except (ExportError, PluginError, ModuleNotFoundError) as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(2)
+    click.echo(f"{source} -> {Path(out).resolve()} (exported by {how})")
+
+
 @main.command("tiny-model")
 @click.argument("out_dir", type=click.Path(file_okay=False))
 @click.option("--hidden-size", default=128, show_default=True)
