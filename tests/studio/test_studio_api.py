@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+import time
+
+import httpx
 import yaml
 from fastapi.testclient import TestClient
 
+from ports import free_port
 from trinity.studio.app import create_app
 
 
@@ -64,3 +70,28 @@ def test_the_studio_opens_the_file_it_was_given(tmp_path):
     assert initial == {"config": {"project": "p", "buffer": {"batch_size": 4}}, "path": str(path)}
     page = client(path).get("/")
     assert page.status_code == 200 and "studio.js" in page.text
+
+
+def test_trinity_studio_serves_the_file_on_the_given_port(tmp_path):
+    path = tmp_path / "run.yaml"
+    path.write_text("project: p\n")
+    port = free_port()
+    server = subprocess.Popen(
+        [sys.executable, "-m", "trinity.cli", "studio", str(path), "--port", str(port)],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert server.stdout.readline().strip() == f"trinity studio on http://127.0.0.1:{port}/ (Ctrl+C stops it)"
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                initial = httpx.get(f"http://127.0.0.1:{port}/api/initial").json()
+                break
+            except httpx.TransportError:
+                assert time.monotonic() < deadline, "the studio did not answer in 60 s"
+                time.sleep(0.2)
+        assert initial == {"config": {"project": "p"}, "path": str(path)}
+    finally:
+        server.terminate()
+        server.wait(timeout=10)

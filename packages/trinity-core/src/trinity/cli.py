@@ -189,8 +189,7 @@ def run(config_file: str, overrides: tuple[str, ...]) -> None:
 @main.command()
 @click.argument("config_file", required=False, type=click.Path(dir_okay=False))
 @click.option("--port", default=8765, show_default=True, help="Port on 127.0.0.1.")
-@click.option("--host", default="127.0.0.1", show_default=True, help="Interface to listen on.")
-def studio(config_file: str | None, port: int, host: str) -> None:
+def studio(config_file: str | None, port: int) -> None:
     """Write and check a config in a web page: beginner and expert forms, live errors, save, run.
 
     Opens CONFIG_FILE when given (it is also where Save writes by default).
@@ -199,8 +198,8 @@ def studio(config_file: str | None, port: int, host: str) -> None:
 
     from trinity.studio.app import serve
 
-    click.echo(f"trinity studio on http://{host}:{port}/ (Ctrl+C stops it)")
-    serve(Path(config_file).resolve() if config_file else None, host, port)
+    click.echo(f"trinity studio on http://127.0.0.1:{port}/ (Ctrl+C stops it)")
+    serve(Path(config_file).resolve() if config_file else None, port)
 
 
 @main.command()

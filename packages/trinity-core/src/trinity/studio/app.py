@@ -228,8 +228,8 @@ def create_app(config_path: Path | None = None) -> FastAPI:
     return app
 
 
-def serve(config_path: Path | None, host: str, port: int) -> None:
-    """Serve the studio until interrupted."""
+def serve(config_path: Path | None, port: int) -> None:
+    """Serve the studio on 127.0.0.1 (a local tool: it writes files where the page asks) until interrupted."""
     import uvicorn
 
-    uvicorn.run(create_app(config_path), host=host, port=port, log_level="warning")
+    uvicorn.run(create_app(config_path), host="127.0.0.1", port=port, log_level="warning")
