@@ -163,7 +163,9 @@ function leaf(name, schema, path, showPath) {
   const label = el("label", { for: id }, name, showPath ? el("span", { class: "path", text: path }) : null);
   const box = el("div", { class: "field", "data-field": path }, label, input);
   if (choices) box.append(choices);
-  if (field.description || node.description) box.append(el("div", { class: "help", text: field.description || node.description }));
+  const effect = { inert: "No effect yet in trinity. ", derived: "Derived by trinity: a value set here is replaced. " };
+  const help = (effect[field["x-trinity-effect"]] || "") + (field.description || node.description || "");
+  if (help) box.append(el("div", { class: "help", text: help }));
   box.append(el("div", { class: "error" }));
   return box;
 }
