@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import time
@@ -15,7 +16,7 @@ from trinity.studio.app import create_app
 
 
 def client(config_path=None) -> TestClient:
-    return TestClient(create_app(config_path))
+    return TestClient(create_app(config_path), base_url="http://127.0.0.1")
 
 
 def test_check_reports_errors_by_dotted_key_as_config_check_does():
@@ -95,3 +96,12 @@ def test_trinity_studio_serves_the_file_on_the_given_port(tmp_path):
     finally:
         server.terminate()
         server.wait(timeout=10)
+
+
+def test_another_sites_page_cannot_make_it_write(tmp_path):
+    body = json.dumps({"config": {"project": "x"}, "path": str(tmp_path / "x.yaml")})
+    simple = client().post("/api/save", content=body, headers={"Content-Type": "text/plain"})
+    assert simple.status_code == 422  # the only cross-site POST a browser sends without asking
+    rebound = TestClient(create_app(), base_url="http://attacker.example").post("/api/save", content=body)
+    assert rebound.status_code == 400
+    assert not (tmp_path / "x.yaml").exists()

@@ -13,6 +13,7 @@ from typing import Any
 
 import yaml
 from fastapi import FastAPI, HTTPException
+from fastapi.middleware.trustedhost import TrustedHostMiddleware
 from fastapi.responses import FileResponse
 from fastapi.staticfiles import StaticFiles
 from omegaconf import OmegaConf
@@ -182,6 +183,9 @@ def read_tree(text: str) -> dict[str, Any]:
 def create_app(config_path: Path | None = None) -> FastAPI:
     """The studio; ``config_path`` is the file it opens with (and saves to by default)."""
     app = FastAPI(title="trinity studio", docs_url=None, redoc_url=None)
+    # It writes files: only pages served by itself may ask. Another site's page can send no JSON
+    # here (browsers ask first, and nothing answers), and a name that points elsewhere is refused.
+    app.add_middleware(TrustedHostMiddleware, allowed_hosts=["127.0.0.1", "localhost"])
     app.mount("/static", StaticFiles(directory=STATIC), name="static")
 
     @app.get("/")
