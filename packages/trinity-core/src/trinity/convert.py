@@ -14,14 +14,7 @@ import yaml
 
 from trinity.engine.base import ExportError, TrainingEngine
 from trinity.plugins import Kind, resolve
-from trinity.report import CONFIG_FILE
-
-STEP_PREFIX = "global_step_"
-
-
-def _step(folder: Path) -> int:
-    suffix = folder.name.removeprefix(STEP_PREFIX)
-    return int(suffix) if suffix.isdigit() else -1
+from trinity.report import CONFIG_FILE, STEP_PREFIX, checkpoint_step
 
 
 def find_checkpoint(path: Path) -> Path:
@@ -31,7 +24,8 @@ def find_checkpoint(path: Path) -> Path:
         path = path.parent
     if (path / "actor").is_dir():
         return path
-    steps = sorted((p for p in path.glob(f"{STEP_PREFIX}*") if _step(p) >= 0 and (p / "actor").is_dir()), key=_step)
+    steps = [p for p in path.glob(f"{STEP_PREFIX}*") if checkpoint_step(p) >= 0 and (p / "actor").is_dir()]
+    steps.sort(key=checkpoint_step)
     if not steps:
         raise ExportError(
             f"{path}: not a checkpoint (no actor/ folder) nor a job folder with global_step_N checkpoints"

@@ -29,6 +29,7 @@ PLOTS_DIR = "plots"
 SUMMARY_FILE = Path("meta") / "summary.json"
 CONFIG_FILE = "config.yaml"
 REWARD_KEY = "rollout/reward/mean"
+STEP_PREFIX = "global_step_"
 
 
 def read_records(path: Path) -> list[dict[str, Any]]:
@@ -144,6 +145,12 @@ def plot(series: list[Series], title: str, ylabel: str, path: Path) -> None:
     figure.savefig(path, dpi=100)
 
 
+def checkpoint_step(folder: Path) -> int:
+    """N of a ``global_step_N`` checkpoint folder; -1 for any other name."""
+    suffix = folder.name.removeprefix(STEP_PREFIX)
+    return int(suffix) if suffix.isdigit() else -1
+
+
 @dataclass
 class Job:
     """One job folder (a stage) and what its run left there."""
@@ -175,7 +182,9 @@ class Job:
                 tenth = max(1, len(rewards) // 10)
                 start, end = sum(rewards[:tenth]) / tenth, sum(rewards[-tenth:]) / tenth
                 rows[f"{role} reward"] = f"{start:.3f} at start → {end:.3f} at end ({end - start:+.3f})"
-        checkpoints = sorted(self.folder.glob("global_step_*"), key=lambda p: int(p.name.rpartition("_")[2] or 0))
+        checkpoints = sorted(
+            (p for p in self.folder.glob(f"{STEP_PREFIX}*") if checkpoint_step(p) >= 0), key=checkpoint_step
+        )
         if checkpoints:
             rows["last checkpoint"] = str(checkpoints[-1])
         if summary.get("model_path"):
