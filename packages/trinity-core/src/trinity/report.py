@@ -213,7 +213,7 @@ def _table(rows: dict[str, Any]) -> str:
 
 
 _STYLE = """
-body { font: 14px/1.45 system-ui, sans-serif; margin: 2em auto; max-width: 1400px; color: #1d2330; }
+body { font: 14px/1.45 system-ui, sans-serif; margin: 2em auto; padding: 0 1.5em; max-width: 1400px; color: #1d2330; }
 h1 { font-size: 1.4em; } h2 { border-bottom: 1px solid #dde1e8; padding-bottom: .2em; }
 table { border-collapse: collapse; margin: .5em 0 1em; } th, td { text-align: left; padding: .2em 1em .2em 0; }
 th { font-weight: 600; color: #5b6475; } .plots { display: flex; flex-wrap: wrap; gap: .5em; }

@@ -3,7 +3,7 @@
 // (the same pass as `trinity config check`) and its errors are shown next to their fields.
 "use strict";
 
-const state = { schema: null, beginner: {}, choices: {}, doc: {}, mode: "beginner", path: "", yaml: "" };
+const state = { schema: null, beginner: {}, choices: {}, doc: {}, mode: "beginner", yaml: "", result: null };
 let checkTimer = null;
 
 // --- paths: "buffer.explorer_input.tasksets[0].path" <-> ["buffer", "explorer_input", "tasksets", 0, "path"]
