@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import time
@@ -110,3 +111,19 @@ def test_log_follow_prints_lines_as_the_run_writes_them(tmp_path):
         follower.terminate()
         follower.wait(timeout=10)
     assert sorted(seen) == ["[trainer] step 2: actor/pg_loss 0.5", "trainer | a new line"]
+
+
+def test_view_open_hands_the_report_to_the_browser(tmp_path):
+    job = write_job(tmp_path / "job", steps=3)
+    opened = tmp_path / "opened.txt"
+    browser = f"{sys.executable} -c \"import sys; open('{opened}', 'w').write(sys.argv[1])\" %s"
+    subprocess.run(
+        [sys.executable, "-m", "trinity.cli", "view", "--open", str(job)],
+        env={**os.environ, "BROWSER": browser},
+        check=True,
+        capture_output=True,
+    )
+    deadline = time.monotonic() + 30
+    while not opened.is_file() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert opened.read_text() == (job / "report.html").as_uri()
