@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
+from seed_env import set_seed_env
 from trinity.config import ConfigError, load_config
 from trinity.config.check import trainer_gpu_num
 
@@ -17,12 +18,7 @@ SEEDS = Path(__file__).parent / "seeds"
 @pytest.fixture(autouse=True)
 def seed_env(monkeypatch, tmp_path):
     """The environment variables the seed configs read, and a scratch working directory."""
-    monkeypatch.chdir(tmp_path)
-    for var in ("TRINITY_TASKSET_PATH", "TRINITY_SFT_DATASET_PATH", "TRINITY_DATASET_PATH"):
-        monkeypatch.setenv(var, str(tmp_path / var.lower()))
-    monkeypatch.setenv("MODEL_PATH", str(tmp_path / "model"))
-    monkeypatch.delenv("TRINITY_CHECKPOINT_ROOT_DIR", raising=False)
-    monkeypatch.delenv("TRINITY_MODEL_PATH", raising=False)
+    set_seed_env(monkeypatch, tmp_path)
 
 
 def test_verl_grpo_example_derives_batch_sizes_kl_and_job_dir(tmp_path):

@@ -29,6 +29,7 @@ from trinity.config.load import read_yaml
 from trinity.config.schema import Config
 from trinity.plugins import Kind, resolve
 from trinity.progress import ProgressDisplay
+from trinity.report import record_config, record_summary
 from trinity.runtime import WORKER_NICENESS, default_threads, quiet_console
 
 logger = logging.getLogger(__name__)
@@ -173,6 +174,7 @@ def run_stage(config: Config, verbose: bool = True) -> dict[str, Any]:
     import ray
 
     started = time.time()
+    record_config(config)
     roles: dict[str, Any] = {}
     namespace = config.ray_namespace
     threads = default_threads(config, 2 if config.in_one_run else 1)
@@ -225,6 +227,7 @@ def run_stage(config: Config, verbose: bool = True) -> dict[str, Any]:
     if trainer_result and trainer_result.get("model_path"):
         summary["model_path"] = trainer_result["model_path"]
     summary["job_dir"] = config.checkpoint_job_dir
+    record_summary(summary)
     return summary
 
 
