@@ -160,7 +160,7 @@ class PassRateCalculator(ExperienceOperator):
 
 class DataJuicer(ExperienceOperator):
     """Run a Data-Juicer recipe on the step's experiences (Trinity-RFT ``data_juicer``; needs
-    ``trinity-core[data_juicer]``). Each experience goes in as a row with ``prompt_text``,
+    ``trinity-core[data-juicer]``). Each experience goes in as a row with ``prompt_text``,
     ``response_text`` (also as ``text``, Data-Juicer's default text key) and ``reward``. The rows
     the recipe's filters drop are dropped; each statistic it computes goes into the experience's
     ``info`` under its name (``reward_shaping_mapper`` reads them). Tokens stay as generated, so a

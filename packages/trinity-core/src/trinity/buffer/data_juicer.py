@@ -1,7 +1,7 @@
 """Data-Juicer recipes on rows: what the ``data_juicer`` experience operator and the task
 pipeline run.
 
-py-data-juicer is optional (``pip install "trinity-core[data_juicer]"``): without it a recipe
+py-data-juicer is optional (``pip install "trinity-core[data-juicer]"``): without it a recipe
 fails at its start with an error naming its config key and the install command. A recipe is
 Data-Juicer's own: a list of operators (``[{op_name: {args}}]``) run with ``num_process``
 workers, or a recipe file (``config_path``, which wins, as in Trinity-RFT). Its filters drop
@@ -21,7 +21,7 @@ from trinity.common.errors import PicklableError
 STATS_KEY = "__dj__stats__"
 """The column of Data-Juicer's per-row statistics (``data_juicer.utils.constant.Fields.stats``)."""
 
-INSTALL_HINT = 'pip install "trinity-core[data_juicer]" (or pip install py-data-juicer)'
+INSTALL_HINT = 'pip install "trinity-core[data-juicer]" (or pip install py-data-juicer)'
 
 
 class DataJuicerError(PicklableError, RuntimeError):
