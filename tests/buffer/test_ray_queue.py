@@ -41,3 +41,16 @@ def test_namespaces_keep_queues_apart(ray_session, tmp_path):
     assert rewards(open_experience_reader(storage, namespace="ns_a").read(5, timeout=0.2)) == [1]
     kill_queue_actor(storage, "ns_a")
     kill_queue_actor(storage, "ns_b")
+
+
+def test_replay_in_the_queue_actor_reads_by_priority(ray_session, tmp_path):
+    replay = {"enable": True, "priority_fn": "decay_limit_randomization", "priority_fn_args": {"use_count_limit": 1}}
+    storage = buffer_config("memory", tmp_path, replay_buffer=replay)
+    writer = open_experience_writer(storage, "explorer")
+    writer.write([make_experience(i, model_version=v) for i, v in enumerate([1, 3, 2])])
+    writer.finish()
+    reader = open_experience_reader(storage)
+    assert rewards(reader.read(3)) == [1, 2, 0]
+    with pytest.raises(EndOfBuffer):
+        reader.read(1)
+    kill_queue_actor(storage)

@@ -29,6 +29,7 @@ from trinity.buffer.storage.sql import (
     create_tables,
     lock_table_sql,
     shared_engine,
+    store_uncompressed,
     table_prefix,
     write_transaction,
 )
@@ -63,6 +64,7 @@ class ReplayTable:
             sa.Column("log", sa.String(255), primary_key=True),
             sa.Column("position", sa.String(40), nullable=False),
         )
+        store_uncompressed(self.items)
         create_tables(self.engine, meta, f"{prefix}_replay")
         self._lock_sql = lock_table_sql(self.engine, self.items)
 

@@ -110,6 +110,14 @@ def lock_table_sql(engine: sa.Engine, table: sa.Table) -> str | None:
     return f"LOCK TABLE {engine.dialect.identifier_preparer.format_table(table)} IN EXCLUSIVE MODE"
 
 
+def store_uncompressed(table: sa.Table, column: str = "data") -> None:
+    """On PostgreSQL, keep ``column`` out of line uncompressed (``STORAGE EXTERNAL``), set when the
+    table is created: compressing a 7 KB serialised experience costs the server more than the bytes
+    save (bench_buffer: 1.5x the write rate)."""
+    ddl = f"ALTER TABLE %(table)s ALTER COLUMN {column} SET STORAGE EXTERNAL"
+    sa.event.listen(table, "after_create", sa.DDL(ddl).execute_if(dialect="postgresql"))
+
+
 def create_tables(engine: sa.Engine, meta: sa.MetaData, name: str) -> None:
     """Create the missing tables of ``meta``; processes starting together take turns (sqlite: the
     write lock; PostgreSQL, where no table exists yet to lock: an advisory lock on ``name``)."""
@@ -171,6 +179,7 @@ class SqlLog(Log):
         self.cursors = table("cursors", reader_key, position=sa.Integer, progress=sa.Integer, generation=sa.Integer)
         self._leased = {"writer": (self.writers, self.writers.c.name), "reader": (self.cursors, self.cursors.c.reader)}
         self.postgres = self.engine.dialect.name == "postgresql"
+        store_uncompressed(self.exp)
         create_tables(self.engine, meta, prefix)
         self._lock_sql = lock_table_sql(self.engine, self.exp)
 
