@@ -18,8 +18,9 @@ from typing import ClassVar
 import numpy as np
 
 from trinity.plugin_api import Field, PluginArgs
+from trinity_workflows.base import require
 from trinity_workflows.conversation import MultiTurnWorkflow
-from trinity_workflows.envs.base import EnvironmentWorkflow, require
+from trinity_workflows.envs.base import EnvironmentWorkflow
 
 INSTALL = 'pip install "trinity-workflows[envs]" (gymnasium)'
 MOVES = {"left": 0, "down": 1, "right": 2, "up": 3}
