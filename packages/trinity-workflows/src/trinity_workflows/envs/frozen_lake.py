@@ -13,11 +13,11 @@ from __future__ import annotations
 
 import re
 from collections import deque
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import numpy as np
 
-from trinity.plugin_api import Field, PluginArgs
+from trinity.plugin_api import Field, PluginArgs, inert
 from trinity_workflows.base import require
 from trinity_workflows.conversation import MultiTurnWorkflow
 from trinity_workflows.envs.base import EnvironmentWorkflow
@@ -92,6 +92,11 @@ class FrozenLakeArgs(PluginArgs):
     agent_max_steps: int = Field(10, ge=1, description="most moves per episode")
     desc: list[str] | None = Field(None, description="the map, rows of S F H G; default: generated from the row")
     is_slippery: bool = Field(False, description="moves may slip sideways (gymnasium's is_slippery)")
+    reward_fn_type: str | None = inert(
+        None,
+        "an OpenJudge grader of the whole trajectory (Trinity-RFT's later examples); the environment's reward is used",
+    )
+    reward_fn_args: dict[str, Any] = inert({}, "the OpenJudge grader's arguments")
 
 
 class FrozenLakeEpisode:
