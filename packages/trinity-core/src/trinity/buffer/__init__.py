@@ -12,8 +12,10 @@ from trinity.buffer.errors import (
     BufferTimeout,
     EndOfBuffer,
     EndOfTaskset,
+    Fenced,
     SerializationError,
     TrinityBufferError,
+    WritersGone,
 )
 from trinity.buffer.storage.base import ExperienceReader, ExperienceWriter
 from trinity.buffer.taskset import TasksetReader, load_rows
@@ -48,11 +50,13 @@ __all__ = [
     "BufferTimeout",
     "EndOfBuffer",
     "EndOfTaskset",
+    "Fenced",
     "ExperienceReader",
     "ExperienceWriter",
     "SerializationError",
     "TasksetReader",
     "TrinityBufferError",
+    "WritersGone",
     "load_rows",
     "open_experience_reader",
     "open_experience_writer",

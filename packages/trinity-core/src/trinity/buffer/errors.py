@@ -20,6 +20,35 @@ class BufferTimeout(TrinityBufferError, TimeoutError):
         )
 
 
+class Fenced(TrinityBufferError):
+    """Another process opened this writer or reader name since this one did: this one is stale.
+
+    Raised by the write that would have gone through (an append, a cursor commit, a fenced
+    metadata or checkpoint write), so an orphan of a killed run, or a role started twice,
+    stops instead of writing next to its replacement.
+    """
+
+    def __init__(self, buffer: str, kind: str, name: str, held: int, current: int):
+        self.buffer, self.kind, self.name, self.held, self.current = buffer, kind, name, held, current
+        super().__init__(
+            f"buffer {buffer!r}: {kind} {name!r} was opened again by another process (generation "
+            f"{current}; this process holds {held}): this process is stale and stops writing"
+        )
+
+
+class WritersGone(TrinityBufferError):
+    """Nothing to read, and every writer that has not finished stopped its heartbeat."""
+
+    def __init__(self, buffer: str, silent: dict[str, float], waited: float, timeout: float):
+        self.buffer, self.silent, self.waited = buffer, silent, waited
+        names = ", ".join(f"{name!r} (last heartbeat {age:.0f} s ago)" for name, age in silent.items())
+        super().__init__(
+            f"buffer {buffer!r}: no writer is alive: {names}; none came back within writer_timeout "
+            f"({timeout:g} s) while the reader waited {waited:.1f} s for experiences. Restart the "
+            "explorer (it resumes where it stopped) or raise writer_timeout"
+        )
+
+
 class EndOfBuffer(TrinityBufferError):
     """Every writer that opened the buffer has finished and everything was read."""
 

@@ -87,7 +87,7 @@ def serialize_experience(exp: Experience) -> bytes:
         chunks.append(raw + b"\0" * _pad(len(raw)))
     e = exp.eid
     header: dict[str, Any] = {
-        "p": exp.prompt_length, "r": exp.reward, "e": [e.batch, e.task, e.run, e.step, e.suffix],
+        "p": exp.prompt_length, "r": exp.reward, "e": [e.batch, e.task, e.run, e.step, e.suffix, e.explorer],
         "v": exp.model_version, "ts": exp.truncate_status, "m": exp.messages, "mt": exp.metrics,
         "i": exp.info, "t": specs,
     }  # fmt: skip
@@ -175,7 +175,7 @@ def experience_to_dict(exp: Experience) -> dict[str, Any]:
     e = exp.eid
     out.update(
         prompt_length=exp.prompt_length, reward=exp.reward, model_version=exp.model_version,
-        eid={"batch": e.batch, "task": e.task, "run": e.run, "step": e.step, "suffix": e.suffix},
+        eid={"batch": e.batch, "task": e.task, "run": e.run, "step": e.step, "suffix": e.suffix, "explorer": e.explorer},
         truncate_status=exp.truncate_status, messages=exp.messages, metrics=exp.metrics, info=exp.info,
     )  # fmt: skip
     return out

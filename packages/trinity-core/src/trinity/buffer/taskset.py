@@ -23,12 +23,13 @@ from typing import Any
 from trinity.buffer.errors import BadDataError, EndOfTaskset
 from trinity.buffer.selector import Selector
 from trinity.common.experience import Task
+from trinity.common.files import DATA_FILE_BUILDERS
 from trinity.config.schema import FormatConfig, StorageConfig, TasksetConfig
 from trinity.plugins import Kind, PluginError, resolve
 
 logger = logging.getLogger(__name__)
 
-_BUILDERS = {".json": "json", ".parquet": "parquet", ".csv": "csv", ".arrow": "arrow"}
+_BUILDERS = {suffix: builder for suffix, builder in DATA_FILE_BUILDERS.items() if suffix != ".jsonl"}
 
 
 def _read_jsonl(path: str, skip_bad_rows: bool) -> tuple[list[dict[str, Any]], list[int]]:
@@ -167,6 +168,12 @@ class TasksetReader:
     def __len__(self) -> int:
         return len(self.rows)
 
+    def planned_steps(self) -> int:
+        """``total_steps``, else the batches of all epochs (batches run across epoch ends)."""
+        if self.total_steps is not None:
+            return self.total_steps
+        return -(-len(self.rows) * self.total_epochs // self.batch_size)
+
     def _task(self, position: int) -> Task:
         row, fmt = self.rows[position], self.storage.format
         return Task(
@@ -204,7 +211,7 @@ class TasksetReader:
         return batch
 
     def feedback(self, task_indices: Sequence[int], pass_rates: Sequence[float]) -> None:
-        """Pass rates of tasks (by ``Task.index``) for the ``difficulty_based`` selector."""
+        """Observed pass rates of tasks (by ``Task.index``), for the curriculum selectors."""
         self.selector.feedback(task_indices, pass_rates)
 
     def state_dict(self) -> dict[str, Any]:

@@ -16,10 +16,12 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class EID:
-    """Who an experience is: batch (explorer step or taskset name), task, run and step.
+    """Who an experience is: batch (explorer step or taskset name), task, run and step, and
+    the explorer that wrote it.
 
     ``task`` identifies the group of runs on one task (the GRPO group); ``run`` is the
-    repeat index; ``step`` the turn within a multi-step workflow.
+    repeat index; ``step`` the turn within a multi-step workflow. Two explorers feeding one
+    trainer count their steps apart: ``explorer`` keeps their groups and ids apart too.
     """
 
     batch: str = ""
@@ -27,14 +29,16 @@ class EID:
     run: int = 0
     step: int = 0
     suffix: str = ""
+    explorer: str = ""
 
     @property
     def group(self) -> str:
-        return f"{self.batch}/{self.task}"
+        group = f"{self.batch}/{self.task}"
+        return f"{self.explorer}:{group}" if self.explorer else group
 
     @property
     def uid(self) -> str:
-        text = f"{self.batch}/{self.task}/{self.run}/{self.step}"
+        text = f"{self.group}/{self.run}/{self.step}"
         return f"{text}/{self.suffix}" if self.suffix else text
 
 

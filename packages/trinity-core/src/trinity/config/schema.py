@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import BeforeValidator, Field
+from pydantic import BeforeValidator, Field, StringConstraints
 
 from trinity.config.base import ConfigModel, derived, inert
 
@@ -42,6 +42,7 @@ def _choice(aliases: dict[str, str] | None = None, case: str = "lower") -> Befor
 
 Mode = Annotated[Literal["both", "train", "explore", "bench", "serve", "colocate"], _choice()]
 PromptType = Annotated[Literal["messages", "plaintext"], _choice()]
+Durability = Annotated[Literal["fast", "safe"], _choice()]
 SyncStyle = Annotated[
     Literal["fixed", "trainer_driven", "explorer_driven", "fully_async"],
     _choice({"dynamic_by_explorer": "explorer_driven", "dynamic_by_trainer": "trainer_driven"}),
@@ -124,12 +125,14 @@ class ReplayBufferConfig(ConfigModel):
     """Prioritised replay on a queue buffer: experiences are read by priority and may be reused."""
 
     enable: bool = Field(False, description="Read by priority instead of first-in-first-out.")
-    priority_fn: str = Field("linear_decay", description="linear_decay or decay_limit_randomization.")
+    priority_fn: str = Field(
+        "linear_decay", description="A priority function plugin: linear_decay, decay_limit_randomization."
+    )
     reuse_cooldown_time: float | None = Field(
         None, ge=0, description="Seconds before a read experience may be read again; unset: never reused."
     )
     priority_fn_args: dict[str, Any] = Field(
-        default_factory=lambda: {"decay": 2.0}, description="Arguments of the priority function."
+        default_factory=lambda: {"decay": 2.0}, description="Arguments of the priority function (its Args)."
     )
 
 
@@ -162,7 +165,9 @@ class StorageConfig(ConfigModel):
     is_eval: bool = derived(False, "Whether this is an eval taskset.")
     tokenizer_path: str | None = derived(None, "Tokenizer of the data: model.model_path.")
     schema_type: str | None = Field(
-        None, description="Row schema (rollout, sft, dpo); the experience buffer's is the algorithm's."
+        None,
+        description="Row schema: rollout (Trinity-RFT: experience, task), sft, dpo or cpt; the experience buffer's "
+        "is the algorithm's. SFT/DPO rows: a message list (or plaintext columns), tools in tools_key.",
     )
 
 
@@ -171,6 +176,11 @@ class TasksetConfig(StorageConfig):
 
     repeat_times: int | None = Field(
         None, ge=1, description="Rollouts per task; train tasksets use algorithm.repeat_times, eval ones default 1."
+    )
+    task_dir: str | None = Field(
+        None,
+        description="A folder of tasksets instead of path: each data file (.jsonl, .json, .parquet, .csv, .arrow) "
+        "is a taskset with these settings, named <name>/<file stem>.",
     )
     default_workflow_type: str | None = Field(None, description="Workflow of the rows (a name or module.Class).")
     default_eval_workflow_type: str | None = Field(None, description="Workflow of the rows when evaluating.")
@@ -188,8 +198,16 @@ class ExperienceBufferConfig(StorageConfig):
     storage_type: str = Field("queue", description="A buffer storage plugin: queue, sql or file.")
     capacity: int = Field(10000, ge=1, description="Experiences a queue holds before writers wait.")
     max_read_timeout: float = Field(1800, gt=0, description="Seconds a reader waits for a batch before giving up.")
+    writer_timeout: float = Field(
+        60,
+        gt=0,
+        description="Seconds without a writer's heartbeat after which a reader with nothing to read counts it as "
+        "dead and stops (sql, file and durable queue buffers); writers beat 4 times per timeout.",
+    )
+    durability: Durability = derived("fast", "buffer.durability.")
     replay_buffer: ReplayBufferConfig = Field(
-        default_factory=ReplayBufferConfig, description="Prioritised replay of experiences (queue)."
+        default_factory=ReplayBufferConfig,
+        description="Prioritised replay of experiences (queue; with a path it survives restarts).",
     )
 
     renamed: ClassVar[dict[str, str]] = {
@@ -242,6 +260,11 @@ class BufferConfig(ConfigModel):
     default_workflow_type: str | None = Field(None, description="Deprecated: explorer_input.default_workflow_type.")
     default_reward_fn_type: str | None = Field(None, description="Deprecated: explorer_input.default_reward_fn_type.")
     seed: int = Field(42, description="Seed of data order (task selectors without a seed, SFT shuffling).")
+    durability: Durability = Field(
+        "fast",
+        description="fast: a power loss may roll back the last steps consistently (sqlite synchronous=NORMAL); "
+        "safe: every commit and metadata file is on disk when written (synchronous=FULL, fsync).",
+    )
     explorer_output: dict[str, Any] | None = derived(None, "The explorer's output buffer: the experience buffer.")
     tokenizer_path: str | None = derived(None, "Tokenizer of the buffers: model.model_path.")
     cache_dir: str | None = derived(None, "Folder of the run's buffer files: <job dir>/buffer.")
@@ -453,7 +476,8 @@ class InferenceModelConfig(ConfigModel):
     openai_api_host: str = Field("127.0.0.1", description="Address the OpenAI endpoint binds to.")
     enable_auto_tool_choice: bool = Field(False, description="Let the model call tools on its own (OpenAI endpoint).")
     tool_call_parser: str | None = Field(
-        None, description="Parser of tool calls in responses (vLLM's names, e.g. hermes)."
+        None,
+        description="Parser of tool calls in responses (vLLM's names; the transformers engine's endpoint: hermes).",
     )
     reasoning_parser: str | None = Field(None, description="Parser of reasoning text in responses (vLLM's names).")
     external_model_config: ExternalModelConfig = Field(
@@ -656,8 +680,16 @@ class MonitorConfig(ConfigModel):
     )
     monitor_args: dict[str, Any] | None = Field(None, description="Arguments of the monitors.")
     detailed_stats: bool = inert(False, "Mean, std, max and min of every evaluation metric.")
-    enable_ray_timeline: bool = inert(False, "Write Ray's timeline of the run to monitor/timeline.json.")
+    enable_ray_timeline: bool = Field(
+        False, description="Write Ray's timeline of each stage to <job dir>/monitor/timeline.json (Chrome trace)."
+    )
     cache_dir: str = derived("", "Folder of the monitors' files: <job dir>/monitor.")
+    console_interval: Annotated[int, Field(ge=1)] | Annotated[str, StringConstraints(pattern=r"^\d+(\.\d+)?s$")] = (
+        Field(
+            "30s",
+            description="How often `trinity run` prints a role's progress line: every N steps (10) or seconds ('30s').",
+        )
+    )
 
 
 class ClusterConfig(ConfigModel):

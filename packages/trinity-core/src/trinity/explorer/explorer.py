@@ -10,38 +10,38 @@ DAPO's dynamic sampling does) and are written to the experience buffer in step o
 their rollout metrics. Between intervals the explorer takes new weights from the
 synchronizer per ``sync_style`` (``fully_async``: whenever they are newer, up to
 ``max_inflight_batches`` batches in flight); it evaluates the eval tasksets every
-``eval_interval`` steps. Its position (step, taskset state as of that step's read) is saved
-after every step, so a restarted explorer continues where it stopped.
+``eval_interval`` steps. Its position (step, taskset state as of that step's read) commits
+with the step's experiences in one buffer transaction (a copy goes to ``meta/<name>.json``
+after), so a restarted explorer continues exactly after the last step the buffer holds.
+Opening the writer fences off an older process of the same name (it fails at its next write).
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import os
 import time
 from collections import deque
-from pathlib import Path
 from typing import Any
 
 from trinity.algorithm.experience_ops import ExperiencePipeline, by_group
 from trinity.buffer import EndOfTaskset, TasksetReader, open_experience_writer
-from trinity.common.experience import EID, Experience, Task
+from trinity.checkpoints import explorer_meta_path, saved_checkpoints, trainer_meta_path
+from trinity.common.crash import crash_point
+from trinity.common.experience import Experience, Task
 from trinity.common.files import read_json, write_json
 from trinity.config.schema import Config, InferenceModelConfig, TasksetConfig
 from trinity.engine.base import EngineStartError, RolloutEngine
 from trinity.engine.client import EngineClient
-from trinity.explorer.runner import BatchOutcome, TaskRunner, over_rollout_minimum
+from trinity.explorer.runner import BatchOutcome, TaskRunner, over_rollout_minimum, task_pass_rates
 from trinity.monitor.metrics import eval_at_k, gather, stats, timer
 from trinity.plugins import Kind, resolve
 from trinity.runtime import freeze_long_lived_objects, setup_role
 from trinity.synchronizer.methods import SyncMethod, WeightUpdate
 
 logger = logging.getLogger(__name__)
-
-
-def explorer_meta_path(config: Config, name: str) -> Path:
-    return Path(config.checkpoint_job_dir) / "meta" / f"{name}.json"
 
 
 class Explorer:
@@ -53,7 +53,12 @@ class Explorer:
         self.monitor = setup_role(config, self.name, threads)
         os.environ.update({k: str(v) for k, v in config.explorer.env_vars.items()})
         self.meta_path = explorer_meta_path(config, self.name)
-        meta = (read_json(self.meta_path) if config.continue_from_checkpoint else None) or {}
+        self.writer = (  # first: opening fences off an older process of this name
+            open_experience_writer(config.buffer.trainer_input.experience_buffer, self.name, config.ray_namespace)
+            if config.mode != "bench"
+            else None
+        )
+        meta = self._resume_position() if config.continue_from_checkpoint else {}
         self.step: int = meta.get("step", 0)
         models = config.explorer.inference_models()
         # every engine name before any engine starts: a typo in an auxiliary model's fails at once
@@ -70,11 +75,6 @@ class Explorer:
         self._ended = [False] * len(self.tasksets)
         self.sync: SyncMethod = resolve(Kind.SYNC_METHOD, config.synchronizer.sync_method)(config)
         self.sync.connect(self.engines)
-        self.writer = (
-            open_experience_writer(config.buffer.trainer_input.experience_buffer, self.name, config.ray_namespace)
-            if config.mode != "bench"
-            else None
-        )
         self.version = 0
         self._resume_weights()
         self.runner = TaskRunner(config, self.engines, self.auxiliary)
@@ -82,10 +82,14 @@ class Explorer:
         self._submitted = self.step
         self._first_step = self.step + 1  # after it, long-lived objects leave the cyclic GC
 
+    def _resume_position(self) -> dict[str, Any]:
+        """Where the last run stopped: the position committed with the buffer's last rows of
+        this explorer, else (a buffer that forgets, e.g. an in-memory queue) the meta file."""
+        committed = self.writer.state() if self.writer is not None else None
+        return committed or read_json(self.meta_path) or {}
+
     def _resume_weights(self) -> None:
         """A resumed run starts from the trainer's last checkpoint, which it republishes."""
-        from trinity.trainer.trainer import trainer_meta_path
-
         trainer_meta = read_json(trainer_meta_path(self.config)) if self.config.continue_from_checkpoint else None
         if trainer_meta and trainer_meta["step"] > 0:
             wait = self.config.synchronizer.sync_timeout if self.config.in_one_run else 0
@@ -108,6 +112,10 @@ class Explorer:
             raise EngineStartError(f"{key}: {cause}") from exc
 
     # --- the loop ---------------------------------------------------------------------------
+
+    def planned_steps(self) -> int:
+        """The steps of all tasksets (they take turns), for ``trinity run``'s progress display."""
+        return sum(taskset.planned_steps() for taskset in self.tasksets)
 
     def run(self) -> dict[str, Any]:
         """Explore until the tasksets end; returns a summary."""
@@ -161,9 +169,7 @@ class Explorer:
         if previous is not None:
             await previous  # in step order: a resume position never skips an unwritten batch
         with timer(metrics, "write_experiences"):
-            await asyncio.to_thread(self.writer.write, outcome.experiences)
-        self.step = step
-        self.save_meta(positions)
+            await asyncio.to_thread(self.write, step, outcome.experiences, positions)
         metrics.update(self.rollout_metrics(outcome, step - 1))
         self.monitor.log(metrics, step)
         if step == self._first_step:
@@ -220,17 +226,13 @@ class Explorer:
         """Mode serve: the scored experiences as the next step, durable in the buffer; the step."""
         step = self.step + 1
         for exp in experiences:
-            exp.eid = EID(batch=str(step), task=exp.eid.task, run=exp.eid.run, step=exp.eid.step, suffix=exp.eid.suffix)
-        self.writer.write(experiences)
-        self.step = step
-        self.save_meta([])
+            exp.eid = dataclasses.replace(exp.eid, batch=str(step))
+        self.write(step, experiences, [])
         self.monitor.log(self.rollout_metrics(BatchOutcome(experiences, 0, 0), self.version), step)
         return step
 
     def benchmark(self) -> dict[str, Any]:
         """Mode bench: evaluate every saved checkpoint (or the latest only) in step order."""
-        from trinity.trainer.trainer import saved_checkpoints
-
         checkpoints = saved_checkpoints(self.config) if self.engines[0].engine.takes_weights else []
         if self.config.explorer.bench_on_latest_checkpoint:
             checkpoints = checkpoints[-1:]
@@ -256,7 +258,9 @@ class Explorer:
         """
         minimum = over_rollout_minimum(self.config)
         outcome = await self.runner.run_batch(tasks, str(step), minimum)
+        ran = list(outcome.experiences)
         outcome.experiences, totals = self.pipeline(outcome.experiences)
+        self.feed_back(ran)
         rounds = 0
         while rounds < self.pipeline.refill_rounds and len(by_group(outcome.experiences)) < len(tasks):
             more = self.next_tasks(refill=True)
@@ -264,7 +268,9 @@ class Explorer:
                 break
             rounds += 1
             extra = await self.runner.run_batch(more, f"{step}.{rounds}", minimum)
+            ran = list(extra.experiences)
             extra.experiences, extra_metrics = self.pipeline(extra.experiences)
+            self.feed_back(ran)
             outcome = outcome.merged(extra)
             for key, value in extra_metrics.items():
                 totals[key] = totals.get(key, 0.0) + value
@@ -273,6 +279,14 @@ class Explorer:
             outcome.experiences = [exp for group in kept for exp in group]
             metrics.update({**totals, "pipeline/refill_rounds": float(rounds)})
         return outcome
+
+    def feed_back(self, experiences: list[Experience]) -> None:
+        """Each task's pass rate to its taskset's selector (the curriculum selectors use it), from
+        the experiences as the pipeline scored them, before its filters dropped any."""
+        rates = task_pass_rates(experiences)
+        for reader in self.tasksets:
+            if reader.storage.name in rates:
+                reader.feedback(*rates[reader.storage.name])
 
     def next_tasks(self, refill: bool = False) -> list[Task] | None:
         """The next batch: tasksets take turns by step, skipping those that ended. A ``refill``
@@ -288,9 +302,18 @@ class Explorer:
                     self._ended[index] = True
         return None
 
-    def save_meta(self, positions: list[dict]) -> None:
-        """The explorer's position after its step ``self.step``: tasksets read up to that batch."""
-        write_json(self.meta_path, {"step": self.step, "model_version": self.version, "tasksets": positions})
+    def write(self, step: int, experiences: list[Experience], positions: list[dict]) -> None:
+        """Step ``step``'s experiences, tagged with this explorer's name, and the position after
+        it (tasksets read up to that batch) in one buffer transaction; then the meta file."""
+        for exp in experiences:
+            exp.eid = dataclasses.replace(exp.eid, explorer=self.name)
+        position = {"step": step, "model_version": self.version, "tasksets": positions}
+        self.writer.write(experiences, state=position)
+        crash_point("explorer.after_append")
+        self.step = step
+        with self.writer.fenced():
+            write_json(self.meta_path, position, sync=self.config.buffer.durability == "safe")
+        crash_point("explorer.after_meta")
 
     # --- weights ----------------------------------------------------------------------------
 

@@ -23,6 +23,7 @@ class Kind(str, Enum):
     MONITOR = "monitor"
     BUFFER_STORAGE = "buffer_storage"
     TASK_SELECTOR = "task_selector"
+    PRIORITY_FN = "priority_fn"
     SYNC_METHOD = "sync_method"
     ROLLOUT_ENGINE = "rollout_engine"
     TRAINER_ENGINE = "trainer_engine"

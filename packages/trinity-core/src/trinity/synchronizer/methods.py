@@ -109,7 +109,7 @@ class CheckpointSync(SyncMethod):
 
     def fetch(self, min_version: int, timeout: float) -> WeightUpdate | None:
         deadline = time.monotonic() + timeout
-        waiting = self.root / "awaited.json"
+        waiting = self.root / "waiting" / f"{self.config.explorer.name}.json"  # this explorer's own marker
         try:
             while True:
                 latest = read_json(self.root / "latest.json")
@@ -128,8 +128,11 @@ class CheckpointSync(SyncMethod):
             waiting.unlink(missing_ok=True)
 
     def awaited(self) -> int | None:
-        found = read_json(self.root / "awaited.json")
-        return found["version"] if found else None
+        """The lowest version any explorer waits for: each keeps its own marker under
+        ``sync/waiting/`` while it waits, so explorers never clear each other's."""
+        markers = (read_json(path) for path in (self.root / "waiting").glob("*.json"))
+        versions = [marker["version"] for marker in markers if marker]
+        return min(versions, default=None)
 
 
 class MemorySync(SyncMethod):

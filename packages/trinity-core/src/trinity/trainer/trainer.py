@@ -8,16 +8,19 @@ every ``sync_interval`` steps; checkpoints are saved every ``save_interval`` ste
 the end, with the actor's HF weights in each (``trainer.save_hf_checkpoint: always``), in the
 last (``last``, the default: bench mode and the next stage read them) or in none (``never``).
 
-Resume contract: a checkpoint is written, then the metadata naming it together with the
-buffer reader's position, then the reader commits. A crash anywhere restarts from the
-last metadata, so no batch is lost and no step is trained twice.
+Resume contract: a checkpoint is written to a temp dir and renamed into place, then the
+metadata naming it together with the buffer reader's position, then the reader commits.
+A crash anywhere restarts from the last metadata, so no batch is lost and no step is
+trained twice. The rename and the metadata run fenced by the reader's generation: a
+trainer that another process has replaced (an orphan of a killed run) fails instead of
+writing. A trainer left without a live writer stops with ``WritersGone`` (non-zero) after
+saving what it trained.
 """
 
 from __future__ import annotations
 
 import fcntl
 import logging
-import shutil
 import threading
 import time
 from collections.abc import Iterator
@@ -25,8 +28,17 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from trinity.buffer import BufferTimeout, EndOfBuffer, open_experience_reader
+from trinity.buffer import BufferTimeout, EndOfBuffer, WritersGone, open_experience_reader
+from trinity.checkpoints import (
+    HF_WEIGHTS_SUBDIR,
+    checkpoint_dir,
+    has_hf_weights,
+    prune_checkpoints,
+    trainer_meta_path,
+    write_checkpoint,
+)
 from trinity.common.batch import Batch
+from trinity.common.crash import crash_point
 from trinity.common.experience import Experience
 from trinity.common.files import read_json, write_json
 from trinity.config.schema import Config, StorageConfig
@@ -39,47 +51,6 @@ logger = logging.getLogger(__name__)
 _THREAD_SAVE_LOCK = threading.Lock()
 _READ_SLICE = 1.0
 """Seconds of one wait on the buffer before checking whether an explorer waits on us."""
-HF_WEIGHTS_SUBDIR = "actor/huggingface"
-"""Where a checkpoint keeps the actor's weights in Hugging Face format (both engines)."""
-
-
-def trainer_meta_path(config: Config) -> Path:
-    return Path(config.checkpoint_job_dir) / "meta" / f"{config.trainer.name}.json"
-
-
-def checkpoint_dir(config: Config, step: int) -> Path:
-    return Path(config.checkpoint_job_dir) / f"global_step_{step}"
-
-
-def has_hf_weights(checkpoint: Path) -> bool:
-    """Whether a checkpoint holds the actor's HF weights (verl writes the config and tokenizer
-    there either way; ``trainer.save_hf_checkpoint`` decides about the weights)."""
-    return any((checkpoint / HF_WEIGHTS_SUBDIR).glob("*.safetensors"))
-
-
-def saved_checkpoints(config: Config) -> list[tuple[int, Path]]:
-    """``(step, HF weights dir)`` of every checkpoint of the experiment with HF weights, by step."""
-    found = []
-    for path in Path(config.checkpoint_job_dir).glob("global_step_*"):
-        step = path.name.removeprefix("global_step_")
-        if step.isdigit() and has_hf_weights(path):
-            found.append((int(step), path / HF_WEIGHTS_SUBDIR))
-    return sorted(found)
-
-
-def prune_checkpoints(config: Config, keep: int) -> None:
-    """Remove all but the ``keep`` newest checkpoints (``trainer.max_checkpoints_to_keep``; 0 keeps
-    all). Runs after the metadata names the newest, so a resume never points at a removed one."""
-    if keep <= 0:
-        return
-    steps = sorted(
-        int(path.name.removeprefix("global_step_"))
-        for path in Path(config.checkpoint_job_dir).glob("global_step_*")
-        if path.name.removeprefix("global_step_").isdigit()
-    )
-    for step in steps[:-keep]:
-        shutil.rmtree(checkpoint_dir(config, step), ignore_errors=True)
-        logger.info("removed checkpoint %s (trainer.max_checkpoints_to_keep %d)", checkpoint_dir(config, step), keep)
 
 
 @contextmanager
@@ -153,6 +124,17 @@ class Trainer:
         """The rollout reader and, with expert data, the expert reader."""
         return [r for r in (self.reader, self.expert_reader) if r is not None]
 
+    def planned_steps(self) -> int | None:
+        """``trainer.total_steps``; else the steps a supervised dataset makes; else None (until
+        the buffer ends). For ``trinity run``'s progress display."""
+        if self.config.trainer.total_steps is not None:
+            return self.config.trainer.total_steps
+        from trinity.trainer.supervised import SupervisedReader
+
+        if isinstance(self.reader, SupervisedReader):
+            return self.reader.planned_steps(self.config.buffer.train_batch_size - self.expert_rows)
+        return None
+
     def run(self) -> dict[str, Any]:
         """Train until ``total_steps`` or the end of the buffer; returns a summary."""
         total = self.config.trainer.total_steps
@@ -168,6 +150,10 @@ class Trainer:
             except BufferTimeout as exc:
                 logger.warning("%s: stopping: %s", self.name, exc)
                 break
+            except WritersGone:
+                if self.step != self.saved_step:
+                    self.save()  # what was trained stays: a restarted run goes on from here
+                raise
             with timer(metrics, "train_step"):
                 metrics.update(self.train_step(experiences))
             self.step += 1
@@ -200,15 +186,20 @@ class Trainer:
         e.g. failed tasks), so waiting longer would deadlock.
         """
         wanted = self.config.buffer.train_batch_size - self.expert_rows
-        deadline = time.monotonic() + self.config.buffer.trainer_input.experience_buffer.max_read_timeout
+        wait = self.config.buffer.trainer_input.experience_buffer.max_read_timeout
+        started, since = time.monotonic(), time.time()
+        deadline = started + wait
         got: list[Experience] = []
         while len(got) < wanted:
             remaining = deadline - time.monotonic()
             try:
                 got += self.reader.read(wanted - len(got), timeout=max(0.0, min(_READ_SLICE, remaining)))
-            except BufferTimeout:
+            except BufferTimeout as exc:
                 if remaining <= _READ_SLICE and not got:
-                    raise
+                    raise BufferTimeout(exc.buffer, wait) from None
+                dead = self.reader.dead_writers(since)
+                if dead:
+                    raise WritersGone(exc.buffer, dead, time.monotonic() - started, self._writer_timeout) from None
             except EndOfBuffer:
                 if not got:
                     raise
@@ -225,6 +216,10 @@ class Trainer:
         for exp in rows:
             exp.info["is_expert"] = True
         return rows
+
+    @property
+    def _writer_timeout(self) -> float:
+        return self.config.buffer.trainer_input.experience_buffer.writer_timeout
 
     def _explorer_blocked(self) -> bool:
         awaited = self.sync.awaited()
@@ -279,15 +274,20 @@ class Trainer:
     def save(self, final: bool = False) -> None:
         """Checkpoint, then the metadata naming it and the reader position, then commit."""
         target = checkpoint_dir(self.config, self.step)
+        hf_weights = self.hf_weights(final)
         with save_guard(self.config):
-            shutil.rmtree(target, ignore_errors=True)
-            self.engine.save_checkpoint(str(target), self.step, self.hf_weights(final))
+            write_checkpoint(
+                target, lambda tmp: self.engine.save_checkpoint(str(tmp), self.step, hf_weights), self.reader.fenced
+            )
         meta = {"step": self.step, "checkpoint": str(target), "reader": self.reader.state_dict()}
         if self.expert_reader is not None:
             meta["expert_reader"] = self.expert_reader.state_dict()
-        write_json(trainer_meta_path(self.config), meta)
+        with self.reader.fenced():
+            write_json(trainer_meta_path(self.config), meta, sync=self.config.buffer.durability == "safe")
+        crash_point("trainer.after_meta")
         for reader in self.readers:
             reader.commit()
+        crash_point("trainer.after_commit")
         self.saved_step, self.saved_hf = self.step, has_hf_weights(target)
         logger.info("%s: saved %s", self.name, target)
         prune_checkpoints(self.config, self.config.trainer.max_checkpoints_to_keep)

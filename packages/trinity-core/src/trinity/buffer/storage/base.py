@@ -16,28 +16,54 @@ Read semantics (the resume contract):
   reads, trains, saves its checkpoint together with ``state_dict()`` and then commits; on
   resume it calls ``load_state_dict`` with the checkpoint's state, so a crash anywhere
   neither loses a batch nor trains one twice. One live reader per name in this mode.
+
+Write semantics: a writer commits its rows together with its own ``state`` (the explorer's
+position after the step the rows belong to), so a restarted writer continues exactly after
+the last rows the buffer holds. Every open of a writer name, and of a reader name in
+``auto_commit=False`` mode, bumps that name's generation; each later write of the handle
+(append, heartbeat, finish, cursor commit, ``fenced()`` block) checks it in the same
+transaction and raises ``Fenced`` once a newer process holds the name. Writers send a
+heartbeat every ``writer_timeout / 4`` seconds; a reader with nothing to read tells a slow
+writer from a dead one with ``dead_writers``.
 """
 
 from __future__ import annotations
 
+import threading
 import time
 import uuid
 from abc import ABC, abstractmethod
+from contextlib import AbstractContextManager, nullcontext
+from dataclasses import dataclass
 from typing import Any
 
-from trinity.buffer.errors import BufferTimeout, EndOfBuffer
+from trinity.buffer.errors import BufferTimeout, EndOfBuffer, Fenced
 from trinity.common.experience import Experience
 from trinity.config.schema import StorageConfig
 
 _POLL_MIN, _POLL_MAX = 0.002, 0.05
+HEARTBEATS_PER_TIMEOUT = 4
+"""A writer sends this many heartbeats per ``writer_timeout``: one late beat is no death."""
 
 
 class ExperienceWriter(ABC):
     """Appends experiences to a buffer; one per producer (explorer)."""
 
     @abstractmethod
-    def write(self, experiences: list[Experience]) -> None:
-        """Append all of ``experiences`` at once (one transaction where the storage has them)."""
+    def write(self, experiences: list[Experience], state: dict[str, Any] | None = None) -> None:
+        """Append all of ``experiences`` at once and record ``state``, the writer's position after
+        them (one transaction where the storage has them; ``state()`` returns it)."""
+
+    def state(self) -> dict[str, Any] | None:
+        """The ``state`` of this writer name's last write, where the storage keeps it durably
+        (None: nothing written yet, or a storage that forgets on restart)."""
+        return None
+
+    def fenced(self) -> AbstractContextManager[None]:
+        """A block of writes that belong to this writer (its metadata files): it raises
+        ``Fenced`` if another process opened the name, and holds the buffer's write lock so
+        none can while it runs. No-op where the storage has no generations."""
+        return nullcontext()
 
     @abstractmethod
     def finish(self) -> None:
@@ -81,6 +107,18 @@ class ExperienceReader(ABC):
     def commit(self) -> None:  # noqa: B027 (optional hook)
         """Make the reads so far durable (no-op where reads consume at once)."""
 
+    def fenced(self) -> AbstractContextManager[None]:
+        """As ``ExperienceWriter.fenced``, for a reader that commits itself (the trainer's
+        checkpoint and metadata writes)."""
+        return nullcontext()
+
+    def dead_writers(self, since: float) -> dict[str, float]:
+        """The unfinished writers with the age of their last heartbeat (seconds), when not one
+        of them has sent a heartbeat within ``writer_timeout`` seconds, counted from
+        ``since`` (a ``time.time()``) at the earliest; else empty: someone may still write.
+        Empty as well for storages without heartbeats."""
+        return {}
+
     def state_dict(self) -> dict[str, Any]:
         return {}
 
@@ -102,6 +140,23 @@ def default_writer_name() -> str:
     return f"writer-{uuid.uuid4().hex[:12]}"
 
 
+@dataclass(frozen=True)
+class Lease:
+    """A process's hold on a writer or reader name: valid while the name's generation is this one."""
+
+    kind: str  # "writer" or "reader"
+    name: str
+    generation: int
+
+
+@dataclass(frozen=True)
+class WriterStatus:
+    name: str
+    finished: bool
+    updated: float
+    """``time.time()`` of the writer's last open, write or heartbeat."""
+
+
 class Log(ABC):
     """A durable, ordered log of experiences with named writers and reader cursors.
 
@@ -111,19 +166,40 @@ class Log(ABC):
     name: str
 
     @abstractmethod
-    def open_writer(self, writer: str) -> None:
-        """Register ``writer`` as writing (again, if it had finished)."""
+    def open_writer(self, writer: str) -> Lease:
+        """Register ``writer`` as writing (again, if it had finished) under a new generation."""
 
     @abstractmethod
-    def append(self, experiences: list[Experience]) -> None:
-        """Append in one transaction: all or nothing."""
+    def append(self, experiences: list[Experience], lease: Lease, state: dict[str, Any] | None) -> None:
+        """Append in one transaction with the writer's ``state``: all or nothing; ``Fenced`` if
+        ``lease`` is stale."""
 
     @abstractmethod
-    def finish_writer(self, writer: str) -> None: ...
+    def writer_state(self, writer: str) -> dict[str, Any] | None:
+        """The ``state`` committed with ``writer``'s last append."""
 
     @abstractmethod
+    def heartbeat(self, lease: Lease) -> None:
+        """Mark the writer alive now (``Fenced`` if stale)."""
+
+    @abstractmethod
+    def finish_writer(self, lease: Lease) -> None: ...
+
+    @abstractmethod
+    def writer_statuses(self) -> list[WriterStatus]: ...
+
     def writers_done(self) -> bool:
         """At least one writer registered and every registered writer finished."""
+        writers = self.writer_statuses()
+        return bool(writers) and all(w.finished for w in writers)
+
+    @abstractmethod
+    def open_reader(self, reader: str) -> Lease:
+        """Take ``reader``'s name for this process alone (exclusive readers): a new generation."""
+
+    @abstractmethod
+    def fence(self, lease: Lease) -> AbstractContextManager[None]:
+        """A block under the log's write lock that runs only while ``lease`` is current."""
 
     @abstractmethod
     def fetch(self, after: int, n: int) -> tuple[list[Experience], int]:
@@ -137,11 +213,11 @@ class Log(ABC):
     def cursor(self, reader: str) -> int: ...
 
     @abstractmethod
-    def set_cursor(self, reader: str, position: int) -> None:
-        """Set ``reader``'s durable cursor and its progress to ``position``."""
+    def set_cursor(self, reader: str, position: int, lease: Lease | None = None) -> None:
+        """Set ``reader``'s durable cursor and its progress to ``position`` (if ``lease`` is current)."""
 
     @abstractmethod
-    def set_progress(self, reader: str, position: int) -> None:
+    def set_progress(self, reader: str, position: int, lease: Lease | None = None) -> None:
         """Record how far ``reader`` has read (not committed): what ``unread`` counts from."""
 
     @abstractmethod
@@ -150,29 +226,60 @@ class Log(ABC):
 
 
 class LogWriter(ExperienceWriter):
-    """Writes to a ``Log``; with a ``capacity`` it waits while the slowest reader is that far behind."""
+    """Writes to a ``Log``; with a ``capacity`` it waits while the slowest reader is that far behind.
 
-    def __init__(self, log: Log, writer: str, capacity: int | None = None):
+    A daemon thread sends the heartbeat every ``heartbeat`` seconds until ``finish`` or
+    ``close``; a heartbeat that finds the name taken by another process ends the thread, and
+    the next write raises ``Fenced``.
+    """
+
+    def __init__(self, log: Log, writer: str, capacity: int | None = None, heartbeat: float | None = None):
         self.log, self.writer, self.capacity = log, writer, capacity
-        log.open_writer(writer)
+        self.lease = log.open_writer(writer)
+        self._stop = threading.Event()
+        self._beat: threading.Thread | None = None
+        if heartbeat:
+            self._beat = threading.Thread(target=self._heartbeat, args=(heartbeat,), daemon=True)
+            self._beat.start()
 
-    def write(self, experiences: list[Experience]) -> None:
-        if not experiences:
+    def _heartbeat(self, every: float) -> None:
+        while not self._stop.wait(every):
+            try:
+                self.log.heartbeat(self.lease)
+            except Fenced:
+                return
+
+    def write(self, experiences: list[Experience], state: dict[str, Any] | None = None) -> None:
+        if not experiences and state is None:
             return
-        if self.capacity:
+        if self.capacity and experiences:
             _poll(lambda: self.log.unread() == 0 or self.log.unread() + len(experiences) <= self.capacity)
-        self.log.append(experiences)
+        self.log.append(experiences, self.lease, state)
+
+    def state(self) -> dict[str, Any] | None:
+        return self.log.writer_state(self.writer)
+
+    def fenced(self) -> AbstractContextManager[None]:
+        return self.log.fence(self.lease)
 
     def finish(self) -> None:
-        self.log.finish_writer(self.writer)
+        self._stop.set()
+        self.log.finish_writer(self.lease)
+
+    def close(self) -> None:
+        self._stop.set()
 
 
 class LogReader(ExperienceReader):
     """Reads a ``Log`` by polling (2 ms doubling to 50 ms while idle)."""
 
-    def __init__(self, log: Log, reader: str, default_timeout: float, auto_commit: bool = True):
+    def __init__(
+        self, log: Log, reader: str, default_timeout: float, auto_commit: bool = True, writer_timeout: float = 0
+    ):
         super().__init__(log.name, default_timeout)
         self.log, self.reader, self.auto_commit = log, reader, auto_commit
+        self.writer_timeout = writer_timeout
+        self.lease = None if auto_commit else log.open_reader(reader)  # shared names: no fencing
         self.position = log.cursor(reader)
 
     def _take(self, n: int, deadline: float) -> tuple[list[Experience], bool]:
@@ -202,12 +309,24 @@ class LogReader(ExperienceReader):
         else:
             rows, self.position = self.log.fetch(self.position, n)
             if rows:
-                self.log.set_progress(self.reader, self.position)
+                self.log.set_progress(self.reader, self.position, self.lease)
         return rows
 
     def commit(self) -> None:
         if not self.auto_commit:
-            self.log.set_cursor(self.reader, self.position)
+            self.log.set_cursor(self.reader, self.position, self.lease)
+
+    def fenced(self) -> AbstractContextManager[None]:
+        return self.log.fence(self.lease) if self.lease else nullcontext()
+
+    def dead_writers(self, since: float) -> dict[str, float]:
+        if not self.writer_timeout:
+            return {}
+        now = time.time()
+        pending = [w for w in self.log.writer_statuses() if not w.finished]
+        if not pending or any(now - max(w.updated, since) < self.writer_timeout for w in pending):
+            return {}
+        return {w.name: now - w.updated for w in pending}
 
     def state_dict(self) -> dict[str, Any]:
         return {"position": self.position}
@@ -215,7 +334,7 @@ class LogReader(ExperienceReader):
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Continue after ``state["position"]``; the durable cursor moves there too."""
         self.position = int(state["position"])
-        self.log.set_cursor(self.reader, self.position)
+        self.log.set_cursor(self.reader, self.position, self.lease)
 
 
 class LogStorage(ABC):
@@ -232,11 +351,16 @@ class LogStorage(ABC):
     @abstractmethod
     def open_log(self) -> Log: ...
 
+    @property
+    def writer_timeout(self) -> float:
+        return getattr(self.storage, "writer_timeout", 0.0)
+
     def writer(self, name: str | None = None) -> LogWriter:
-        return LogWriter(self.open_log(), name or default_writer_name(), self.capacity)
+        heartbeat = self.writer_timeout / HEARTBEATS_PER_TIMEOUT
+        return LogWriter(self.open_log(), name or default_writer_name(), self.capacity, heartbeat)
 
     def reader(self, name: str = "trainer", auto_commit: bool = True) -> LogReader:
-        return LogReader(self.open_log(), name, self.storage.max_read_timeout, auto_commit)
+        return LogReader(self.open_log(), name, self.storage.max_read_timeout, auto_commit, self.writer_timeout)
 
 
 def _poll(ready: Any, pause: float = _POLL_MIN) -> None:

@@ -1,74 +1,161 @@
 """Experiences in a SQL database through SQLAlchemy Core: sqlite by default, any URL works.
 
 Three tables per buffer: ``<name>_exp`` (id, model_version, serialised experience),
-``<name>_writers`` and ``<name>_cursors``. sqlite runs in WAL mode with ``BEGIN
+``<name>_writers`` (generation, heartbeat, the state committed with the last append) and
+``<name>_cursors`` (position, progress, generation). sqlite runs in WAL mode with ``BEGIN
 IMMEDIATE`` write transactions, so several processes can write and read the same file: each
-``append`` is one transaction (executemany), each ``claim`` reads and moves a cursor
-under the write lock. On PostgreSQL, ``append`` locks the experience table so ids follow
-commit order (readers then never skip a row that commits late).
+``append`` is one transaction (executemany plus the writer's state, after its generation
+check), each ``claim`` reads and moves a cursor under the write lock. On PostgreSQL
+(``postgresql://`` URLs, driven by psycopg 3: the ``trinity-core[postgres]`` extra), ``append``
+locks the experience table so ids follow commit order (readers then never skip a row that
+commits late), a claim locks its cursor row, generation checks lock the name's row, and
+processes creating the tables together take turns on an advisory lock.
+
+Durability (``buffer.durability``): ``fast`` runs sqlite with ``synchronous=NORMAL`` (a power
+loss may roll back the last transactions, never tear one), ``safe`` with ``FULL`` (each
+commit is on disk when it returns).
 """
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
-from typing import Any
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
+from typing import Any, TypeVar
 
 import sqlalchemy as sa
+from sqlalchemy.dialects import postgresql
 
+from trinity.buffer.errors import Fenced
 from trinity.buffer.serialization import deserialize_experience, serialize_experience
-from trinity.buffer.storage.base import Log, LogStorage
+from trinity.buffer.storage.base import Lease, Log, LogStorage, WriterStatus
 from trinity.common.experience import Experience
 from trinity.config.schema import StorageConfig
 
 _ENGINES: dict[str, sa.Engine] = {}
 _SQLITE_PAGE_SIZE = 32768
 """Large pages keep a ~7 KB experience off overflow chains: twice the write rate of 4 KB pages."""
+_LOCK_WAIT = 120.0
+"""Seconds a sqlite connection waits on another process's lock before it fails."""
+_SYNCHRONOUS = {"fast": "NORMAL", "safe": "FULL"}
+_T = TypeVar("_T")
+
+
+_POSTGRES_SCHEMES = ("postgresql://", "postgres://")
 
 
 def database_url(path: str) -> str:
-    """A SQLAlchemy URL for ``path``: URLs pass through, a file path becomes ``sqlite:///<abs>``."""
+    """A SQLAlchemy URL for ``path``: a file path becomes ``sqlite:///<abs>``; a PostgreSQL URL
+    without a driver (Trinity-RFT's ``postgresql://...``) uses psycopg 3; other URLs pass through."""
+    if path.startswith(_POSTGRES_SCHEMES):
+        return "postgresql+psycopg://" + path.split("://", 1)[1]
     if "://" in path:
         return path
     return f"sqlite:///{os.path.abspath(path)}"
 
 
-def _engine(url: str) -> sa.Engine:
-    """One engine per URL and process (engines pool connections; never share across fork)."""
-    key = f"{os.getpid()}:{url}"
+def shared_engine(url: str, durability: str = "fast") -> sa.Engine:
+    """One engine per URL, durability and process (engines pool connections; never share across fork)."""
+    key = f"{os.getpid()}:{durability}:{url}"
     if key not in _ENGINES:
         if url.startswith("sqlite"):
             database = sa.engine.make_url(url).database
             if database and database != ":memory:":
                 os.makedirs(os.path.dirname(os.path.abspath(database)), exist_ok=True)
-            engine = sa.create_engine(url, connect_args={"timeout": 120, "check_same_thread": False})
+            engine = sa.create_engine(url, connect_args={"timeout": _LOCK_WAIT, "check_same_thread": False})
 
             @sa.event.listens_for(engine, "connect")
             def _connect(dbapi_conn: Any, _record: Any) -> None:
                 dbapi_conn.isolation_level = None  # SQLAlchemy's "begin" event issues BEGIN
-                dbapi_conn.execute(f"PRAGMA page_size={_SQLITE_PAGE_SIZE}")  # new files only
-                dbapi_conn.execute("PRAGMA journal_mode=WAL")
-                dbapi_conn.execute("PRAGMA synchronous=NORMAL")
+                dbapi_conn.execute(f"PRAGMA synchronous={_SYNCHRONOUS[durability]}")
 
             @sa.event.listens_for(engine, "begin")
             def _begin(conn: sa.Connection) -> None:  # writes take the lock up front: no upgrade deadlocks
                 conn.exec_driver_sql("BEGIN IMMEDIATE" if conn.get_execution_options().get("write") else "BEGIN")
+
+            _retry_busy(lambda: _use_wal(engine))
         else:
-            engine = sa.create_engine(url, pool_pre_ping=True)
+            try:
+                engine = sa.create_engine(url, pool_pre_ping=True)
+            except ModuleNotFoundError as exc:
+                raise ModuleNotFoundError(
+                    f"no database driver for {sa.engine.make_url(url).drivername}: {exc.msg}"
+                    " (PostgreSQL: pip install 'trinity-core[postgres]')"
+                ) from exc
         _ENGINES[key] = engine
     return _ENGINES[key]
+
+
+@contextmanager
+def write_transaction(engine: sa.Engine) -> Iterator[sa.Connection]:
+    """A write transaction (on sqlite ``BEGIN IMMEDIATE``; reads stay concurrent)."""
+    with engine.connect() as conn:
+        conn.execution_options(write=True)
+        with conn.begin():
+            yield conn
+
+
+def table_prefix(buffer: str) -> str:
+    """The start of the table names of ``buffer`` (``<prefix>_exp``...)."""
+    return re.sub(r"\W", "_", buffer) or "experience_buffer"
+
+
+def lock_table_sql(engine: sa.Engine, table: sa.Table) -> str | None:
+    """On PostgreSQL, the statement that makes ``table``'s writers take turns (sqlite: the write lock does)."""
+    if engine.dialect.name != "postgresql":
+        return None
+    return f"LOCK TABLE {engine.dialect.identifier_preparer.format_table(table)} IN EXCLUSIVE MODE"
+
+
+def create_tables(engine: sa.Engine, meta: sa.MetaData, name: str) -> None:
+    """Create the missing tables of ``meta``; processes starting together take turns (sqlite: the
+    write lock; PostgreSQL, where no table exists yet to lock: an advisory lock on ``name``)."""
+
+    def create() -> None:
+        with write_transaction(engine) as conn:
+            if engine.dialect.name == "postgresql":
+                conn.execute(sa.text("SELECT pg_advisory_xact_lock(hashtext(:name))"), {"name": name})
+            meta.create_all(conn)
+
+    _retry_busy(create)
+
+
+def _use_wal(engine: sa.Engine) -> None:
+    """Switch a sqlite file to WAL (persistent: once per file; large pages first, on a new file)."""
+    conn = engine.raw_connection()  # outside any transaction: sqlite switches modes only there
+    try:
+        if conn.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
+            conn.execute(f"PRAGMA page_size={_SQLITE_PAGE_SIZE}")
+            conn.execute("PRAGMA journal_mode=WAL")
+    finally:
+        conn.close()
+
+
+def _retry_busy(action: Callable[[], _T]) -> _T:
+    """``action()``, again while sqlite reports a lock (up to ``_LOCK_WAIT`` s): switching the
+    journal mode, or the first transaction on a file another process is setting up, can fail
+    at once with "database is locked" instead of waiting on the busy timeout."""
+    deadline, pause = time.monotonic() + _LOCK_WAIT, 0.005
+    while True:
+        try:
+            return action()
+        except sa.exc.OperationalError as exc:
+            if "locked" not in str(exc) and "busy" not in str(exc) or time.monotonic() > deadline:
+                raise
+        time.sleep(pause)
+        pause = min(pause * 2, 0.2)
 
 
 class SqlLog(Log):
     """A ``Log`` in the tables ``<name>_exp``, ``<name>_writers``, ``<name>_cursors``."""
 
-    def __init__(self, url: str, name: str):
+    def __init__(self, url: str, name: str, durability: str = "fast"):
         self.name = name
-        self.engine = _engine(url)
-        prefix = re.sub(r"\W", "_", name) or "experience_buffer"
+        self.engine = shared_engine(url, durability)
+        prefix = table_prefix(name)
         meta = sa.MetaData()
 
         def table(suffix: str, key: sa.Column, **columns: Any) -> sa.Table:
@@ -78,22 +165,17 @@ class SqlLog(Log):
         serial = sa.Column("id", sa.Integer, primary_key=True, autoincrement=True)
         self.exp = table("exp", serial, model_version=sa.Integer, data=sa.LargeBinary)
         name_key = sa.Column("name", sa.String(255), primary_key=True)
-        self.writers = table("writers", name_key, finished=sa.Boolean, updated=sa.Float)
+        self.writers = table("writers", name_key, finished=sa.Boolean, updated=sa.Float, generation=sa.Integer)
+        self.writers.append_column(sa.Column("state", sa.Text, nullable=True))
         reader_key = sa.Column("reader", sa.String(255), primary_key=True)
-        self.cursors = table("cursors", reader_key, position=sa.Integer, progress=sa.Integer)
-        with self._write() as conn:  # under the write lock: processes starting together cannot race
-            meta.create_all(conn)
-        self._lock_sql = (
-            f"LOCK TABLE {self.exp.name} IN EXCLUSIVE MODE" if self.engine.dialect.name == "postgresql" else None
-        )
+        self.cursors = table("cursors", reader_key, position=sa.Integer, progress=sa.Integer, generation=sa.Integer)
+        self._leased = {"writer": (self.writers, self.writers.c.name), "reader": (self.cursors, self.cursors.c.reader)}
+        self.postgres = self.engine.dialect.name == "postgresql"
+        create_tables(self.engine, meta, prefix)
+        self._lock_sql = lock_table_sql(self.engine, self.exp)
 
-    @contextmanager
-    def _write(self) -> Iterator[sa.Connection]:
-        """A write transaction (on sqlite ``BEGIN IMMEDIATE``; reads stay concurrent)."""
-        with self.engine.connect() as conn:
-            conn.execution_options(write=True)
-            with conn.begin():
-                yield conn
+    def _write(self) -> AbstractContextManager[sa.Connection]:
+        return write_transaction(self.engine)
 
     def _upsert(
         self, conn: sa.Connection, table: sa.Table, key: dict[str, Any], values: dict[str, Any], **defaults: Any
@@ -103,27 +185,70 @@ class SqlLog(Log):
         if conn.execute(table.update().where(table.c[column] == value).values(**values)).rowcount == 0:
             conn.execute(table.insert().values(**key, **defaults, **values))
 
-    def open_writer(self, writer: str) -> None:
-        with self._write() as conn:
-            self._upsert(conn, self.writers, {"name": writer}, {"finished": False, "updated": time.time()})
+    def _generation(self, conn: sa.Connection, kind: str, name: str) -> int:
+        table, key = self._leased[kind]
+        found = conn.execute(sa.select(table.c.generation).where(key == name).with_for_update()).scalar()
+        return int(found or 0)
 
-    def finish_writer(self, writer: str) -> None:
-        with self._write() as conn:
-            self._upsert(conn, self.writers, {"name": writer}, {"finished": True, "updated": time.time()})
+    def _check(self, conn: sa.Connection, lease: Lease) -> None:
+        """Raise ``Fenced`` unless ``lease`` is its name's current generation (inside a write)."""
+        current = self._generation(conn, lease.kind, lease.name)
+        if current != lease.generation:
+            raise Fenced(self.name, lease.kind, lease.name, lease.generation, current)
 
-    def writers_done(self) -> bool:
+    def _bump(self, kind: str, name: str, values: dict[str, Any], **defaults: Any) -> Lease:
+        table, key = self._leased[kind]
+        with self._write() as conn:
+            lease = Lease(kind, name, self._generation(conn, kind, name) + 1)
+            self._upsert(conn, table, {key.name: name}, {**values, "generation": lease.generation}, **defaults)
+        return lease
+
+    @contextmanager
+    def fence(self, lease: Lease) -> Iterator[None]:
+        with self._write() as conn:
+            self._check(conn, lease)
+            yield
+
+    def open_writer(self, writer: str) -> Lease:
+        return self._bump("writer", writer, {"finished": False, "updated": time.time()})
+
+    def open_reader(self, reader: str) -> Lease:
+        return self._bump("reader", reader, {}, position=0, progress=0)
+
+    def _mark_writer(self, lease: Lease, **values: Any) -> None:
+        with self._write() as conn:
+            self._check(conn, lease)
+            conn.execute(self.writers.update().where(self.writers.c.name == lease.name).values(**values))
+
+    def heartbeat(self, lease: Lease) -> None:
+        self._mark_writer(lease, updated=time.time())
+
+    def finish_writer(self, lease: Lease) -> None:
+        self._mark_writer(lease, finished=True, updated=time.time())
+
+    def writer_statuses(self) -> list[WriterStatus]:
+        columns = self.writers.c
         with self.engine.connect() as conn:
-            total, finished = conn.execute(
-                sa.select(sa.func.count(), sa.func.sum(sa.cast(self.writers.c.finished, sa.Integer)))
-            ).one()
-        return total > 0 and finished == total
+            rows = conn.execute(sa.select(columns.name, columns.finished, columns.updated)).all()
+        return [WriterStatus(name, bool(finished), updated) for name, finished, updated in rows]
 
-    def append(self, experiences: list[Experience]) -> None:
+    def writer_state(self, writer: str) -> dict[str, Any] | None:
+        with self.engine.connect() as conn:
+            found = conn.execute(sa.select(self.writers.c.state).where(self.writers.c.name == writer)).scalar()
+        return json.loads(found) if found else None
+
+    def append(self, experiences: list[Experience], lease: Lease, state: dict[str, Any] | None) -> None:
         rows = [{"model_version": e.model_version, "data": serialize_experience(e)} for e in experiences]
         with self._write() as conn:
             if self._lock_sql:
                 conn.exec_driver_sql(self._lock_sql)
-            conn.execute(self.exp.insert(), rows)
+            self._check(conn, lease)
+            if rows:
+                conn.execute(self.exp.insert(), rows)
+            values: dict[str, Any] = {"updated": time.time()}
+            if state is not None:
+                values["state"] = json.dumps(state)
+            conn.execute(self.writers.update().where(self.writers.c.name == lease.name).values(**values))
 
     def _fetch(self, conn: sa.Connection, after: int, n: int) -> tuple[list[Experience], int]:
         query = sa.select(self.exp.c.id, self.exp.c.data).where(self.exp.c.id > after).order_by(self.exp.c.id)
@@ -137,6 +262,9 @@ class SqlLog(Log):
             return self._fetch(conn, after, n)
 
     def _cursor(self, conn: sa.Connection, reader: str, lock: bool = False) -> int:
+        if lock and self.postgres:  # a row to lock, so that readers sharing the name take turns
+            new = {"reader": reader, "position": 0, "progress": 0, "generation": 0}
+            conn.execute(postgresql.insert(self.cursors).values(**new).on_conflict_do_nothing())
         query = sa.select(self.cursors.c.position).where(self.cursors.c.reader == reader)
         found = conn.execute(query.with_for_update() if lock else query).scalar()
         return int(found or 0)
@@ -146,26 +274,33 @@ class SqlLog(Log):
             after = self._cursor(conn, reader, lock=True)
             experiences, position = self._fetch(conn, after, n)
             if experiences:
-                self._upsert(conn, self.cursors, {"reader": reader}, {"position": position, "progress": position})
+                values = {"position": position, "progress": position}
+                self._upsert(conn, self.cursors, {"reader": reader}, values, generation=0)
         return experiences, position
 
     def cursor(self, reader: str) -> int:
         with self.engine.connect() as conn:
             return self._cursor(conn, reader)
 
-    def set_cursor(self, reader: str, position: int) -> None:
+    def set_cursor(self, reader: str, position: int, lease: Lease | None = None) -> None:
         with self._write() as conn:
-            self._upsert(conn, self.cursors, {"reader": reader}, {"position": position, "progress": position})
+            if lease:
+                self._check(conn, lease)
+            values = {"position": position, "progress": position}
+            self._upsert(conn, self.cursors, {"reader": reader}, values, generation=0)
 
-    def set_progress(self, reader: str, position: int) -> None:
+    def set_progress(self, reader: str, position: int, lease: Lease | None = None) -> None:
         with self._write() as conn:
-            self._upsert(conn, self.cursors, {"reader": reader}, {"progress": position}, position=0)
+            if lease:
+                self._check(conn, lease)
+            self._upsert(conn, self.cursors, {"reader": reader}, {"progress": position}, position=0, generation=0)
 
     def unread(self) -> int:
-        with self.engine.connect() as conn:
-            last = conn.execute(sa.select(sa.func.max(self.exp.c.id))).scalar() or 0
-            slowest = conn.execute(sa.select(sa.func.min(self.cursors.c.progress))).scalar() or 0
-        return last - slowest
+        last = sa.select(sa.func.max(self.exp.c.id)).scalar_subquery()
+        slowest = sa.select(sa.func.min(self.cursors.c.progress)).scalar_subquery()
+        with self.engine.connect() as conn:  # one statement: one round trip to a server
+            last, slowest = conn.execute(sa.select(last, slowest)).one()
+        return (last or 0) - (slowest or 0)
 
 
 class SQLStorage(LogStorage):
@@ -180,4 +315,4 @@ class SQLStorage(LogStorage):
         self.url = database_url(storage.path)
 
     def open_log(self) -> SqlLog:
-        return SqlLog(self.url, self.storage.name)
+        return SqlLog(self.url, self.storage.name, getattr(self.storage, "durability", "fast"))

@@ -1,0 +1,79 @@
+"""Durable buffers: a writer's state commits with its rows, a reopened name fences off the
+older handle, and a reader tells a dead writer from a slow one by its heartbeat."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from buffer_helpers import buffer_config, make_experience, rewards
+
+from trinity.buffer import Fenced, open_experience_reader, open_experience_writer
+
+KINDS = ["sqlite", "jsonl"]
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_the_writer_state_commits_with_its_rows_and_survives_a_restart(kind, tmp_path):
+    storage = buffer_config(kind, tmp_path)
+    writer = open_experience_writer(storage, "explorer")
+    assert writer.state() is None
+    writer.write([make_experience(0), make_experience(1)], state={"step": 1})
+    writer.write([make_experience(2)], state={"step": 2})
+    restarted = open_experience_writer(storage, "explorer")
+    assert restarted.state() == {"step": 2}
+    assert open_experience_writer(storage, "other").state() is None
+    assert rewards(open_experience_reader(storage).read(3)) == [0, 1, 2]
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_reopened_writer_name_fences_off_the_older_process(kind, tmp_path):
+    storage = buffer_config(kind, tmp_path)
+    orphan = open_experience_writer(storage, "explorer")
+    orphan.write([make_experience(0)], state={"step": 1})
+    replacement = open_experience_writer(storage, "explorer")
+    with pytest.raises(Fenced, match=r"writer 'explorer' was opened again by another process \(generation 2; "):
+        orphan.write([make_experience(1)], state={"step": 2})
+    with pytest.raises(Fenced), orphan.fenced():
+        pytest.fail("a stale writer's fenced block ran")
+    with pytest.raises(Fenced):
+        orphan.finish()
+    replacement.write([make_experience(2)], state={"step": 2})
+    with replacement.fenced():
+        pass
+    replacement.finish()
+    assert replacement.state() == {"step": 2}
+    assert rewards(open_experience_reader(storage).read(5)) == [0, 2]
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_reopened_exclusive_reader_fences_off_the_older_process(kind, tmp_path):
+    storage = buffer_config(kind, tmp_path)
+    open_experience_writer(storage).write([make_experience(i) for i in range(4)])
+    orphan = open_experience_reader(storage, auto_commit=False)
+    assert rewards(orphan.read(2)) == [0, 1]
+    replacement = open_experience_reader(storage, auto_commit=False)
+    with pytest.raises(Fenced, match="reader 'trainer'"):
+        orphan.commit()
+    with pytest.raises(Fenced), orphan.fenced():
+        pytest.fail("a stale reader's fenced block ran")
+    assert rewards(replacement.read(4)) == [0, 1, 2, 3]
+    replacement.commit()
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_writer_without_heartbeat_is_dead_after_writer_timeout(kind, tmp_path):
+    storage = buffer_config(kind, tmp_path, writer_timeout=0.4)
+    alive = open_experience_writer(storage, "alive")
+    reader = open_experience_reader(storage, auto_commit=False)
+    since = time.time()
+    time.sleep(0.8)
+    assert reader.dead_writers(since) == {}  # its heartbeat runs
+    alive.close()  # the heartbeat stops, as when the process dies
+    time.sleep(0.2)
+    assert reader.dead_writers(time.time()) == {}  # counted from when the reader began to wait
+    time.sleep(0.6)
+    dead = reader.dead_writers(since)
+    assert list(dead) == ["alive"] and dead["alive"] >= 0.4
+    open_experience_writer(storage, "alive").finish()
+    assert reader.dead_writers(since) == {}  # finished writers are not waited for
