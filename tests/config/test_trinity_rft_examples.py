@@ -20,9 +20,6 @@ EXAMPLES = Path(__file__).parent / "trinity_rft_examples"
 FILES = sorted(p.name for p in EXAMPLES.glob("*.yaml"))
 
 MISSING_PLUGINS: dict[str, dict[str, str]] = {
-    "alfworld_multi_step.yaml": {
-        "buffer.explorer_input.taskset.default_workflow_type": "step_wise_alfworld_workflow",
-    },
     "cod_mixed_multinode.yaml": {
         "algorithm.advantage_fn": "cod",
         "buffer.explorer_input.tasksets[0].default_workflow_type": "cod_frozenlake_obscure_workflow",
@@ -35,12 +32,7 @@ MISSING_PLUGINS: dict[str, dict[str, str]] = {
         "buffer.explorer_input.eval_tasksets[2].default_workflow_type": "async_math_workflow",
         "buffer.explorer_input.eval_tasksets[3].default_workflow_type": "async_math_workflow",
     },
-    "frozenlake_openjudge.yaml": {
-        "buffer.explorer_input.taskset.default_workflow_type": "frozen_lake_workflow",
-        "buffer.explorer_input.eval_tasksets[0].default_workflow_type": "frozen_lake_workflow",
-    },
     "tinker.yaml": {"explorer.rollout_model.engine_type": "tinker", "trainer.trainer_type": "tinker"},
-    "webshop.yaml": {"buffer.explorer_input.taskset.default_workflow_type": "webshop_workflow"},
 }
 """Plugins still missing (tinker: Trinity-RFT turns every engine into its Tinker backend)."""
 

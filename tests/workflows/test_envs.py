@@ -15,7 +15,7 @@ from trinity.config.load import IssueCollector
 from trinity.plugins import Kind, resolve
 from trinity_workflows.base import WorkflowError
 from trinity_workflows.envs.base import action_in_tags
-from trinity_workflows.envs.frozen_lake import FrozenLakeEpisode, generate_map, parse_move, shortest_path
+from trinity_workflows.envs.frozen_lake import FrozenLakeEpisode, generate_map, parse_move, shortest_moves
 from trinity_workflows.envs.sudoku import SudokuGame
 from trinity_workflows.envs.text_games import WebShopEpisode, check_webshop_action
 
@@ -56,7 +56,7 @@ def test_generated_maps_are_reproducible_and_solvable_within_the_step_limit():
         desc = generate_map(4, 0.6, seed, max_steps=3)
         assert desc == generate_map(4, 0.6, seed, max_steps=3)
         assert sum(row.count("S") for row in desc) == sum(row.count("G") for row in desc) == 1
-        assert shortest_path([list(row) for row in desc]) <= 3
+        assert len(shortest_moves(desc)) <= 3
     with pytest.raises(ValueError, match="size >= 2"):
         generate_map(1, 0.8, 0, 5)
 
@@ -67,6 +67,11 @@ def test_generated_maps_are_reproducible_and_solvable_within_the_step_limit():
 )
 def test_moves_are_read_from_the_last_code_span(reply, move):
     assert parse_move(reply) == move
+
+
+def test_shortest_moves_walk_around_holes():
+    assert shortest_moves(["SFH", "HFF", "HFG"]) == ["Right", "Down", "Down", "Right"]
+    assert shortest_moves(["SH", "HG"]) is None
 
 
 def test_the_frozen_lake_episode_pays_1_at_the_goal_and_0_in_a_hole():

@@ -16,8 +16,7 @@ from dataclasses import replace
 from typing import Any
 
 from trinity.plugin_api import Experience, Field, PluginArgs, set_reward
-from trinity_workflows.base import CatalogueWorkflow
-from trinity_workflows.envs.base import require
+from trinity_workflows.base import CatalogueWorkflow, require
 
 INSTALL = 'pip install "trinity-workflows[agentscope]"'
 REACT_SYSTEM_PROMPT = "You are a helpful assistant. Solve the task step by step and state the final answer clearly."

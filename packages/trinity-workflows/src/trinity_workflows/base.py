@@ -8,9 +8,11 @@ and also runnable synchronously (``run``). A failure inside a workflow surfaces 
 from __future__ import annotations
 
 import asyncio
+import importlib
 import inspect
 from collections.abc import Sequence
 from dataclasses import replace
+from types import ModuleType
 from typing import Any, ClassVar
 
 from trinity.plugin_api import Experience, ModelWrapper, PicklableError, Task, Workflow, set_reward
@@ -119,3 +121,12 @@ class CatalogueWorkflow(Workflow):
 def last_user_text(messages: Messages) -> str | None:
     """The content of the last user message (what reward functions get as ``prompt``)."""
     return next((m.get("content") for m in reversed(messages) if m.get("role") == "user"), None)
+
+
+def require(module: str, install: str) -> ModuleType:
+    """``module``, imported; if it cannot be, an ``ImportError`` that says ``install`` (for the
+    optional libraries of environments and agent frameworks, imported on first use)."""
+    try:
+        return importlib.import_module(module)
+    except ImportError as exc:
+        raise ImportError(f"cannot import {module} ({exc}): {install}") from exc

@@ -16,10 +16,8 @@ Environment libraries are imported when a run first needs them; a missing one is
 from __future__ import annotations
 
 import asyncio
-import importlib
 import re
 from dataclasses import dataclass, field
-from types import ModuleType
 from typing import Any, ClassVar, Protocol
 
 from trinity.plugin_api import Experience, Field, PluginArgs
@@ -33,14 +31,6 @@ def action_in_tags(reply: str) -> str:
     """The text of the reply's first ``<action>...</action>`` (empty without one)."""
     match = _ACTION.search(reply)
     return match.group(1).strip() if match else ""
-
-
-def require(module: str, install: str) -> ModuleType:
-    """``module``, imported; if it cannot be, an ``ImportError`` that says ``install``."""
-    try:
-        return importlib.import_module(module)
-    except ImportError as exc:
-        raise ImportError(f"cannot import {module} ({exc}): {install}") from exc
 
 
 class Episode(Protocol):

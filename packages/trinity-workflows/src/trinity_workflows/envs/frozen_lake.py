@@ -13,13 +13,14 @@ from __future__ import annotations
 
 import re
 from collections import deque
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import numpy as np
 
-from trinity.plugin_api import Field, PluginArgs
+from trinity.plugin_api import Field, PluginArgs, inert
+from trinity_workflows.base import require
 from trinity_workflows.conversation import MultiTurnWorkflow
-from trinity_workflows.envs.base import EnvironmentWorkflow, require
+from trinity_workflows.envs.base import EnvironmentWorkflow
 
 INSTALL = 'pip install "trinity-workflows[envs]" (gymnasium)'
 MOVES = {"left": 0, "down": 1, "right": 2, "up": 3}
@@ -46,18 +47,24 @@ def parse_move(reply: str) -> int | None:
     return MOVES.get(NUMBERED_MOVES.get(word, word))
 
 
-def shortest_path(board: list[list[str]]) -> int | None:
-    """Moves from ``S`` to ``G`` avoiding holes, or None when the goal cannot be reached."""
-    size = len(board)
-    start = next((r, c) for r in range(size) for c in range(size) if board[r][c] == "S")
-    distance, queue = {start: 0}, deque([start])
+def shortest_moves(desc: list[str]) -> list[str] | None:
+    """The fewest moves (``"Up"``...) from ``S`` to ``G`` avoiding holes, or None when the goal
+    cannot be reached: the expert a warm-up dataset imitates."""
+    size = len(desc)
+    start = next((r, c) for r in range(size) for c in range(size) if desc[r][c] == "S")
+    came_from: dict[tuple[int, int], tuple[tuple[int, int], str] | None] = {start: None}
+    queue = deque([start])
     while queue:
-        r, c = queue.popleft()
-        if board[r][c] == "G":
-            return distance[(r, c)]
-        for nr, nc in ((r + 1, c), (r - 1, c), (r, c + 1), (r, c - 1)):
-            if 0 <= nr < size and 0 <= nc < size and board[nr][nc] != "H" and (nr, nc) not in distance:
-                distance[(nr, nc)] = distance[(r, c)] + 1
+        r, c = cell = queue.popleft()
+        if desc[r][c] == "G":
+            moves = []
+            while came_from[cell] is not None:
+                cell, move = came_from[cell]
+                moves.append(move)
+            return moves[::-1]
+        for (nr, nc), move in (((r + 1, c), "Down"), ((r - 1, c), "Up"), ((r, c + 1), "Right"), ((r, c - 1), "Left")):
+            if 0 <= nr < size and 0 <= nc < size and desc[nr][nc] != "H" and (nr, nc) not in came_from:
+                came_from[(nr, nc)] = ((r, c), move)
                 queue.append((nr, nc))
     return None
 
@@ -72,9 +79,10 @@ def generate_map(size: int, p: float, seed: int, max_steps: int) -> list[str]:
         board = rng.choice(["F", "H"], (size, size), p=[min(p, 1.0), 1 - min(p, 1.0)]).tolist()
         start, goal = rng.choice(size * size, 2, replace=False)
         board[start // size][start % size], board[goal // size][goal % size] = "S", "G"
-        length = shortest_path(board)
-        if length is not None and length <= max_steps:
-            return ["".join(row) for row in board]
+        desc = ["".join(row) for row in board]
+        moves = shortest_moves(desc)
+        if moves is not None and len(moves) <= max_steps:
+            return desc
 
 
 class FrozenLakeArgs(PluginArgs):
@@ -84,6 +92,11 @@ class FrozenLakeArgs(PluginArgs):
     agent_max_steps: int = Field(10, ge=1, description="most moves per episode")
     desc: list[str] | None = Field(None, description="the map, rows of S F H G; default: generated from the row")
     is_slippery: bool = Field(False, description="moves may slip sideways (gymnasium's is_slippery)")
+    reward_fn_type: str | None = inert(
+        None,
+        "an OpenJudge grader of the whole trajectory (Trinity-RFT's later examples); the environment's reward is used",
+    )
+    reward_fn_args: dict[str, Any] = inert({}, "the OpenJudge grader's arguments")
 
 
 class FrozenLakeEpisode:

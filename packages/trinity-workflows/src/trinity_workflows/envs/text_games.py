@@ -26,8 +26,9 @@ import re
 from typing import Any, ClassVar
 
 from trinity.plugin_api import Experience, Field
+from trinity_workflows.base import require
 from trinity_workflows.conversation import MultiTurnWorkflow, StepWiseWorkflow
-from trinity_workflows.envs.base import EnvArgs, EnvironmentWorkflow, EpisodeRecord, require
+from trinity_workflows.envs.base import EnvArgs, EnvironmentWorkflow, EpisodeRecord
 
 ACT_FORMAT = """Each step, think first and then act: wrap your thinking in <think> </think> and \
 your one action in <action> </action>, e.g. <think>...</think><action>{example}</action>.
