@@ -129,8 +129,9 @@ class Trainer:
         total = self.config.trainer.total_steps
         start_step = self.step
         save_interval = self.config.trainer.save_interval
+        saved: dict[str, float] = {}  # the last save's time goes into the next step's line
         while total is None or self.step < total:
-            metrics: dict[str, float] = {}
+            metrics, saved = saved, {}
             try:
                 with timer(metrics, "read_experiences"):
                     experiences = self.read_batch() + self.read_expert()
@@ -149,10 +150,10 @@ class Trainer:
             if self.step % self.config.synchronizer.sync_interval == 0:
                 with timer(metrics, "sync_weights"):
                     self.publish()
+            self.monitor.log(metrics, self.step)  # before the save: a checkpointed step has its line
             if save_interval and self.step % save_interval == 0:
-                with timer(metrics, "save_checkpoint"):
+                with timer(saved, "save_checkpoint"):
                     self.save(final=self.step == total)
-            self.monitor.log(metrics, self.step)
             if self.step == start_step + 1:
                 freeze_long_lived_objects()
         if self.step % self.config.synchronizer.sync_interval:
