@@ -1,13 +1,16 @@
 """Experiences per second written and read by each buffer storage, and the serialisation cost.
 
 Experiences of 1024 tokens (256 prompt + 768 response, with response logprobs), written
-and read in batches of 64. Run: ``python benchmarks/bench_buffer.py [--n 6400] [--ray]``.
+and read in batches of 64 (one transaction each), each storage ``--rounds`` times, rounds
+interleaved; the median is printed. ``(safe)`` rows run with ``buffer.durability: safe``.
+Run: ``python benchmarks/bench_buffer.py [--n 6400] [--rounds 3] [--ray]``.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import statistics
 import tempfile
 import time
 
@@ -70,6 +73,7 @@ def bench_serialization(data: list[Experience], repeats: int = 3) -> tuple[float
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--n", type=int, default=6400, help="experiences per storage")
+    parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds per storage (median printed)")
     parser.add_argument("--ray", action="store_true", help="also the in-memory queue as a Ray actor")
     args = parser.parse_args()
     torch.set_num_threads(1)
@@ -78,24 +82,29 @@ def main() -> None:
     cases = {
         "queue (memory)": dict(storage_type="queue"),
         "queue (sqlite)": dict(storage_type="queue", path=os.path.join(tmp, "queue.db")),
+        "queue (sqlite, safe)": dict(storage_type="queue", path=os.path.join(tmp, "safe.db"), durability="safe"),
         "sql (sqlite)": dict(storage_type="sql", path=f"sqlite:///{tmp}/sql.db"),
         "queue (jsonl)": dict(storage_type="queue", path=os.path.join(tmp, "queue.jsonl")),
         "file (jsonl)": dict(storage_type="file", path=tmp),
     }
     if args.ray:
         cases["queue (Ray actor)"] = dict(storage_type="queue", name="bench_ray")
-    print(f"{args.n} experiences of {PROMPT}+{RESPONSE} tokens, batches of {BATCH}")
-    print(f"{'storage':<20} {'written/s':>10} {'read/s':>10}")
-    for label, fields in cases.items():
-        if label.endswith("(Ray actor)"):  # a queue without a path uses the actor once Ray runs
-            import ray
+    print(f"{args.n} experiences of {PROMPT}+{RESPONSE} tokens, batches of {BATCH}, median of {args.rounds} rounds")
+    print(f"{'storage':<22} {'written/s':>10} {'read/s':>10}")
+    figures: dict[str, list[tuple[float, float]]] = {label: [] for label in cases}
+    for round_ in range(args.rounds):
+        for label, fields in cases.items():
+            if label.endswith("(Ray actor)") and round_ == 0:  # a queue without a path uses the actor once Ray runs
+                import ray
 
-            ray.init(num_cpus=2, include_dashboard=False, namespace="bench")
-        storage = ExperienceBufferConfig(
-            name=fields.pop("name", label.split()[0] + "_bench"), capacity=10 * args.n, max_read_timeout=10, **fields
-        )
-        written, read = bench_storage(storage, data)
-        print(f"{label:<20} {written:>10,.0f} {read:>10,.0f}")
+                ray.init(num_cpus=2, include_dashboard=False, namespace="bench")
+            fields = dict(fields)
+            name = f"{fields.pop('name', label.split()[0] + '_bench')}_{round_}"
+            storage = ExperienceBufferConfig(name=name, capacity=10 * args.n, max_read_timeout=10, **fields)
+            figures[label].append(bench_storage(storage, data))
+    for label, runs in figures.items():
+        written, read = (statistics.median(run[i] for run in runs) for i in (0, 1))
+        print(f"{label:<22} {written:>10,.0f} {read:>10,.0f}")
     to_bytes, from_bytes, size = bench_serialization(data)
     print(
         f"serialisation round trip {to_bytes + from_bytes:.1f} µs ({to_bytes:.1f} + {from_bytes:.1f}), "
