@@ -104,6 +104,26 @@ def test_a_trainer_whose_explorer_died_for_good_exits_non_zero_naming_it(tmp_pat
     assert (job_dir(tmp_path) / "global_step_2").is_dir()
 
 
+def test_sigterm_saves_at_the_next_step_boundary_and_exits_0(tmp_path, tiny_model_dir):
+    """``trinity run`` in mode both with no checkpoint before the end: SIGTERM after the first
+    step makes the trainer save the step it is in, and the run exits 0 soon after."""
+    config = write_experiment(tmp_path, tiny_model_dir, "both")
+    command = [sys.executable, "-m", "trinity.cli", "run", "--config", str(config), "trainer.save_interval=100"]
+    run = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    trained = job_dir(tmp_path) / "monitor" / "trainer.jsonl"
+    deadline = time.monotonic() + 180
+    while not (trained.is_file() and trained.read_text().strip()):
+        assert run.poll() is None and time.monotonic() < deadline, "the trainer never finished a step"
+        time.sleep(0.05)
+    run.send_signal(signal.SIGTERM)
+    out, _ = run.communicate(timeout=90)
+    assert run.returncode == 0, out[-3000:]
+    assert "stopped (SIGTERM)" in out
+    saved = meta_step(tmp_path, "trainer")
+    assert 1 <= saved < STEPS
+    assert (job_dir(tmp_path) / f"global_step_{saved}").is_dir()
+
+
 def _actor_pids() -> list[int]:
     pids = []
     for pid in filter(str.isdigit, os.listdir("/proc")):
