@@ -1,6 +1,7 @@
 """Settings every test shares: no network, no Ray token auth, quiet tokenizers."""
 
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -17,3 +18,24 @@ def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     from trinity.common.tiny_model import build_tiny_model
 
     return build_tiny_model(tmp_path_factory.mktemp("tiny_model"))
+
+
+@pytest.fixture(scope="session")
+def tool_model_dir(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The tiny model taught to call the calculator (``tests/tool_model.py``), built once per session."""
+    from tool_model import teach_tool_use
+
+    return teach_tool_use(tiny_model_dir, tmp_path_factory.mktemp("tool_model") / "model")
+
+
+@pytest.fixture(scope="session")
+def postgres_url() -> Iterator[str]:
+    """A throwaway PostgreSQL cluster for the session (``tests/pg_cluster.py``), skipped with the
+    reason where it cannot start. Tests share its one database: name tables uniquely."""
+    from pg_cluster import missing_reason, throwaway_postgres
+
+    reason = missing_reason()
+    if reason:
+        pytest.skip(reason)
+    with throwaway_postgres(fsync="off") as url:
+        yield url

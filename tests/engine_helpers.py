@@ -13,7 +13,10 @@ from trinity.config.schema import Config
 def make_config(model_dir: Path, algorithm: str = "grpo", engine: str = "torch", **fields: Any) -> Config:
     """A checked-algorithm config; ``fields`` are dotted paths, e.g. ``trainer__grad_clip``."""
     config = Config(mode="train")
-    config.cluster.gpu_per_node = 0  # the trainer's process only; cluster__gpu_per_node=N asks for N ranks
+    config.cluster.node_num, config.cluster.gpu_per_node = (
+        1,
+        0,
+    )  # the trainer's process only; cluster__gpu_per_node=N asks for N ranks
     config.model.model_path = str(model_dir)
     config.algorithm.algorithm_type = algorithm
     config.algorithm.repeat_times = 4

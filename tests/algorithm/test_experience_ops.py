@@ -8,14 +8,20 @@ from pydantic import ValidationError
 
 from trinity.algorithm.experience_ops import (
     DAPODynamicSampling,
+    DataJuicer,
     ExperiencePipeline,
+    InvalidRewardFilter,
     MaskResponseTruncated,
+    OperatorStartError,
     OverlongRewardShaping,
+    PassRateCalculator,
     RewardFilter,
     RewardShapingMapper,
     RewardSTDFilter,
 )
+from trinity.buffer.data_juicer import DataJuicerError
 from trinity.common.experience import EID, Experience
+from trinity.config.schema import Config, ExperiencePipelineConfig, OperatorConfig
 
 
 def experience(task: str, reward: float, response: int = 3, accuracy: float | None = None, **fields) -> Experience:
@@ -108,3 +114,83 @@ def test_reward_shaping_mapper_applies_its_rules_in_order():
     assert metrics["reward_diff/max"] == pytest.approx(2.6) and metrics["reward_diff/min"] == 0.0
     with pytest.raises(ValidationError, match="op_type"):
         RewardShapingMapper(reward_shaping_configs=[{"stats_key": "x", "op_type": "POW"}])
+
+
+def test_invalid_reward_filter_drops_missing_nan_and_infinite_rewards():
+    missing = experience("a", 0.0)
+    missing.reward = None
+    kept, metrics = InvalidRewardFilter().process(
+        [
+            experience("a", 1.0),
+            missing,
+            experience("a", float("nan")),
+            experience("b", float("inf")),
+            experience("b", 0.0),
+        ]
+    )
+    assert [exp.reward for exp in kept] == [1.0, 0.0] and metrics == {"filtered_count": 3.0}
+
+
+def test_pass_rate_calculator_scores_each_task_and_counts_the_shares():
+    out, metrics = PassRateCalculator().process(groups())
+    assert len(out) == 9  # it drops nothing
+    assert {exp.eid.task: exp.info["pass_rate"] for exp in out} == {"a": 0.5, "b": 1.0, "c": -1.0, "d": 1.0, "e": 1.0}
+    assert metrics["valid_ratio"] == 0.2 and metrics["strict_valid_ratio"] == 0.2  # a only
+    assert metrics["<1_ratio"] == 0.4 and metrics[">0_ratio"] == 0.8  # a, c; a, b, d, e
+    assert metrics["pass_rate/mean"] == pytest.approx(2.5 / 5) and metrics["pass_rate/min"] == -1.0
+    assert PassRateCalculator().process([]) == ([], {})
+
+
+def texts(*responses: str) -> list[Experience]:
+    out = []
+    for i, response in enumerate(responses):
+        exp = experience(
+            str(i), 1.0, messages=[{"role": "user", "content": "q?"}, {"role": "assistant", "content": ""}]
+        )
+        exp.info["response_text"] = response
+        out.append(exp)
+    return out
+
+
+def test_data_juicer_filters_experiences_and_keeps_its_statistics():
+    """A real Data-Juicer recipe: drop short responses, score alphanumeric ratios; the mapper
+    then adds a statistic to the reward."""
+    recipe = [{"text_length_filter": {"min_len": 10}}, {"alphanumeric_filter": {"min_ratio": 0.5}}]
+    pipeline = ExperiencePipeline(
+        [
+            ("data_juicer", DataJuicer(operators=recipe, np=1)),
+            ("shape", RewardShapingMapper(reward_shaping_configs=[{"stats_key": "alnum_ratio", "weight": 1.0}])),
+        ]
+    )
+    kept, metrics = pipeline(texts("ok", "a perfectly fine answer", "!!!!!!!!!!!!!!!!!!!!", "forty two is it"))
+    assert [exp.eid.task for exp in kept] == ["1", "3"]
+    assert kept[0].info["text_len"] == 23 and 0.5 < kept[0].info["alnum_ratio"] < 1
+    assert kept[0].reward == pytest.approx(1.0 + kept[0].info["alnum_ratio"])
+    assert metrics["pipeline/data_juicer/filtered_count"] == 2.0
+    assert metrics["pipeline/data_juicer/rewritten_count"] == 0.0
+    assert metrics["pipeline/data_juicer/text_len/min"] == 15.0
+
+
+def test_data_juicer_errors_name_the_operator_and_what_is_wrong(tmp_path):
+    with pytest.raises(DataJuicerError, match="args: a Data-Juicer recipe needs operators or config_path"):
+        DataJuicer()
+    config = Config()
+    config.data_processor.experience_pipeline = ExperiencePipelineConfig(
+        operators=[OperatorConfig(name="data_juicer", args={"config_path": str(tmp_path / "none.yaml")})]
+    )
+    with pytest.raises(OperatorStartError, match=r"operators\[0\] \(data_juicer\): args.config_path: no Data-Juicer"):
+        ExperiencePipeline.from_config(config)
+    config.data_processor.experience_pipeline.operators[0].args = {"operators": [{"no_such_op": {}}]}
+    with pytest.raises(OperatorStartError, match="no_such_op"):
+        ExperiencePipeline.from_config(config)
+
+
+def test_data_juicer_missing_says_how_to_install(monkeypatch):
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "data_juicer" else real(name, *a))
+    with pytest.raises(
+        DataJuicerError, match=r"args: Data-Juicer is not installed: pip install \"trinity-core\[data_juicer\]\""
+    ):
+        DataJuicer(operators=[{"text_length_filter": {}}])

@@ -28,15 +28,23 @@ def rewards(experiences: list[Experience]) -> list[int]:
     return [int(e.reward) for e in experiences]
 
 
+POSTGRES = {"url": None}
+"""The session's PostgreSQL URL, set (by ``conftest.py``) for tests of the ``postgres*`` kinds."""
+
+
 def buffer_config(kind: str, tmp_path, **overrides) -> ExperienceBufferConfig:
-    """A buffer named uniquely per test: ``kind`` is memory | sqlite | jsonl | sql | file."""
+    """A buffer named uniquely per test: ``kind`` is memory | sqlite | jsonl | sql | file, or
+    postgres (a queue) | postgres_sql (sql) on the session's PostgreSQL server."""
     storage_type, path = {
         "memory": ("queue", None),
         "sqlite": ("queue", os.path.join(tmp_path, "buffer.db")),
         "jsonl": ("queue", os.path.join(tmp_path, "buffer.jsonl")),
         "sql": ("sql", f"sqlite:///{tmp_path}/sql.db"),
         "file": ("file", str(tmp_path)),
+        "postgres": ("queue", POSTGRES["url"]),
+        "postgres_sql": ("sql", POSTGRES["url"]),
     }[kind]
+    assert path or not kind.startswith("postgres"), "request the postgres_url fixture"
     values = {
         "name": f"buf_{uuid.uuid4().hex[:8]}",
         "storage_type": storage_type,
@@ -46,5 +54,5 @@ def buffer_config(kind: str, tmp_path, **overrides) -> ExperienceBufferConfig:
     return ExperienceBufferConfig(**{**values, **overrides})
 
 
-ALL_KINDS = ["memory", "sqlite", "jsonl", "sql", "file"]
-DURABLE_KINDS = ["sqlite", "jsonl", "sql", "file"]
+ALL_KINDS = ["memory", "sqlite", "jsonl", "sql", "file", "postgres", "postgres_sql"]
+DURABLE_KINDS = ["sqlite", "jsonl", "sql", "file", "postgres", "postgres_sql"]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from buffer_helpers import POSTGRES
 
 
 @pytest.fixture(scope="module")
@@ -14,3 +15,11 @@ def ray_session():
         ray.init(num_cpus=2, include_dashboard=False, namespace="trinity-buffer-tests")
     yield ray
     ray.shutdown()
+
+
+@pytest.fixture(autouse=True)
+def _postgres_for_postgres_kinds(request):
+    """Tests parametrised with a ``postgres*`` kind get the session's server (or skip)."""
+    callspec = getattr(request.node, "callspec", None)
+    if callspec and str(callspec.params.get("kind", "")).startswith("postgres"):
+        POSTGRES["url"] = request.getfixturevalue("postgres_url")

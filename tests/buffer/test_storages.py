@@ -51,7 +51,7 @@ def test_reader_waits_for_a_full_batch(kind, tmp_path):
     thread.join()
 
 
-@pytest.mark.parametrize("kind", ["memory", "sqlite", "jsonl"])
+@pytest.mark.parametrize("kind", ["memory", "sqlite", "jsonl", "postgres"])
 def test_queue_capacity_holds_writers_back(kind, tmp_path):
     storage = buffer_config(kind, tmp_path, capacity=4)
     writer, reader = open_experience_writer(storage), open_experience_reader(storage)
@@ -117,11 +117,6 @@ def test_sql_storage_needs_a_path():
 
     with pytest.raises(ValueError, match="storage_type sql needs a path"):
         open_experience_writer(StorageConfig(name="x", storage_type="sql"))
-
-
-def test_priority_queue_refuses_a_path(tmp_path):
-    with pytest.raises(ValueError, match="replay_buffer needs an in-memory queue"):
-        open_experience_writer(buffer_config("sqlite", tmp_path, replay_buffer={"enable": True}))
 
 
 def test_unknown_storage_type_names_the_choices(tmp_path):

@@ -222,6 +222,20 @@ def test_missing_prompt_key_names_file_and_row(tmp_path):
         TasksetReader(taskset(path))
 
 
+def test_workflows_that_read_no_prompt_take_rows_without_one(tmp_path):
+    """FrozenLake's rows are maps (``size``, ``p``, ``seed``); a row naming a workflow that does
+    read prompts (``format.workflow_key``) still needs one."""
+    rows = [{"size": 3, "seed": i} for i in range(3)]
+    path = write_jsonl(tmp_path / "lakes.jsonl", rows)
+    reader = TasksetReader(taskset(path, default_workflow_type="frozen_lake_workflow"))
+    assert [t.raw["seed"] for t in reader.read_batch()] == [0, 1]
+    rows[1]["workflow"] = "math_workflow"
+    path = write_jsonl(tmp_path / "mixed.jsonl", rows)
+    fmt = FormatConfig(prompt_key="question", workflow_key="workflow")
+    with pytest.raises(BadDataError, match=rf"{path}, row 2: no prompt: column 'question'"):
+        TasksetReader(taskset(path, default_workflow_type="frozen_lake_workflow", format=fmt))
+
+
 @pytest.mark.parametrize(
     ("name", "content", "problem"),
     [
@@ -267,3 +281,26 @@ def test_missing_path_or_hub_id_offline_names_it(tmp_path):
     missing = tmp_path / "no-such-dataset"
     with pytest.raises(BadDataError, match=re.escape(f"{missing}: cannot load")):
         load_rows(taskset(missing))
+
+
+def test_offline_easy2hard_reorders_later_epochs_by_the_observed_pass_rates(tmp_path):
+    """Epoch 1 goes by the difficulty column; the explorer's pass rates then say row 4 is the
+    easiest and row 0 the hardest: epoch 2 follows them; row 3, never observed, keeps its ease
+    from its place in the feature order (2nd of 5: 0.8)."""
+    storage = taskset(
+        write_jsonl(tmp_path / "t.jsonl", questions(5)),  # difficulty 0, 2, 4, 1, 3
+        batch_size=5,
+        total_epochs=3,
+        data_selector=DataSelectorConfig(selector_type="offline_easy2hard", feature_keys=["difficulty"]),
+    )
+    reader = TasksetReader(storage)
+    assert answers(reader.read_batch()) == [0, 3, 1, 4, 2]
+    reader.feedback([0, 1, 2, 4], [0.0, 0.5, 0.9, 1.0])
+    reader.feedback([0], [0.2])  # a running mean: row 0 at 0.1
+    assert answers(reader.read_batch()) == [4, 2, 3, 1, 0]
+    state = json.loads(json.dumps(reader.state_dict()))
+    reader.feedback([0, 0, 0], [1.0, 1.0, 1.0])  # row 0 now at 0.64
+    restored = TasksetReader(storage)
+    restored.load_state_dict(state)
+    restored.feedback([0, 0, 0], [1.0, 1.0, 1.0])
+    assert answers(restored.read_batch()) == answers(reader.read_batch()) == [4, 2, 3, 0, 1]

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from config_helpers import issues_of, write
 
-from trinity.config import ConfigError, load_config
+from trinity.config import ConfigError, load_config, load_stage_configs
 
 
 def test_base_config_is_valid_and_derives(tmp_path):
@@ -220,6 +221,17 @@ def test_missing_file_and_bad_yaml(tmp_path):
         load_config(write(tmp_path), ["buffer.batch_size"])
 
 
+def test_overrides_reach_list_items_and_a_bad_index_is_named(tmp_path):
+    quickstart = Path(__file__).resolve().parents[2] / "examples" / "quickstart" / "quickstart.yaml"
+    stages = load_stage_configs(quickstart, ["stages.0.buffer.total_epochs=6", "buffer.total_epochs=4"])
+    assert [stage.buffer.total_epochs for stage in stages] == [6, 4]
+    with pytest.raises(ConfigError) as caught:
+        load_stage_configs(quickstart, ["stages.7.mode=train"])
+    assert "stages.7.mode: cannot apply the override 'stages.7.mode=train': list index out of range" in str(
+        caught.value
+    )
+
+
 def test_global_loss_agg_mode_reaches_the_loss_functions(tmp_path):
     cfg = load_config(write(tmp_path), ["algorithm.loss_agg_mode=seq-mean-token-sum", "algorithm.kl_loss_fn=k2"])
     assert cfg.algorithm.policy_loss_fn_args["loss_agg_mode"] == "seq-mean-token-sum"
@@ -257,3 +269,33 @@ def test_mix_needs_its_expert_buffer(tmp_path):
     renamed = ["algorithm.algorithm_type=mix", "algorithm.sample_strategy_args={sft_dataset_name: experts}"]
     renamed.append("buffer.trainer_input.auxiliary_buffers={experts: {storage_type: file, path: /data/sft}}")
     assert load_config(path, renamed).algorithm.sample_strategy_args["sft_dataset_name"] == "experts"
+
+
+def test_an_experience_buffer_schema_type_other_than_the_algorithm_s_warns(tmp_path, caplog):
+    path = write(tmp_path)
+    buffer = "buffer.trainer_input.experience_buffer"
+    assert load_config(
+        path, [f"{buffer}.schema_type=experience"]
+    ).buffer.trainer_input.experience_buffer.schema_type == ("rollout")
+    assert "schema_type" not in caplog.text  # Trinity-RFT's name of the rollout schema
+    cfg = load_config(path, [f"{buffer}.schema_type=dpo"])
+    assert cfg.buffer.trainer_input.experience_buffer.schema_type == "rollout"
+    assert "algorithm 'grpo' trains on rollout data, not dpo: using rollout" in caplog.text
+
+
+def test_replay_buffer_priority_fn_and_its_args_are_checked(tmp_path):
+    key = "buffer.trainer_input.experience_buffer.replay_buffer"
+    found = issues_of(write(tmp_path), [f"{key}.enable=true", f"{key}.priority_fn=linear_decy"])
+    assert "did you mean 'linear_decay'" in found[f"{key}.priority_fn"]
+    bad_args = f"{key}.priority_fn_args={{sigma: -1, decai: 1}}"
+    found = issues_of(write(tmp_path), [f"{key}.enable=true", f"{key}.priority_fn=decay_limit_randomization", bad_args])
+    assert found[f"{key}.priority_fn_args.sigma"].startswith("must be >= 0")
+    assert found[f"{key}.priority_fn_args.decai"].startswith("unknown key; did you mean")
+    # replay on the sqlite queue of explorer and trainer apart: acted on, so --strict accepts it
+    cfg = load_config(write(tmp_path), [f"{key}.enable=true", "mode=explore"], strict=True)
+    experience = cfg.buffer.trainer_input.experience_buffer
+    assert experience.path.endswith("experience_buffer.db")
+    assert experience.replay_buffer.priority_fn_args == {"decay": 2.0}  # linear_decay's defaults filled in
+    # replay settings while replay is off do nothing: --strict refuses them, by name
+    found = issues_of(write(tmp_path), [f"{key}.reuse_cooldown_time=5"], strict=True)
+    assert found[f"{key}.reuse_cooldown_time"] == "replay_buffer.enable is false"

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
+from seed_env import set_seed_env
 from trinity.config import ConfigError, load_config
 from trinity.config.check import trainer_gpu_num
 
@@ -17,12 +18,7 @@ SEEDS = Path(__file__).parent / "seeds"
 @pytest.fixture(autouse=True)
 def seed_env(monkeypatch, tmp_path):
     """The environment variables the seed configs read, and a scratch working directory."""
-    monkeypatch.chdir(tmp_path)
-    for var in ("TRINITY_TASKSET_PATH", "TRINITY_SFT_DATASET_PATH", "TRINITY_DATASET_PATH"):
-        monkeypatch.setenv(var, str(tmp_path / var.lower()))
-    monkeypatch.setenv("MODEL_PATH", str(tmp_path / "model"))
-    monkeypatch.delenv("TRINITY_CHECKPOINT_ROOT_DIR", raising=False)
-    monkeypatch.delenv("TRINITY_MODEL_PATH", raising=False)
+    set_seed_env(monkeypatch, tmp_path)
 
 
 def test_verl_grpo_example_derives_batch_sizes_kl_and_job_dir(tmp_path):
@@ -112,17 +108,10 @@ def test_async_second_explorer_joins_under_its_own_name():
 
 
 def test_configuration_guide_sections(tmp_path):
-    # The guide's data_juicer operator needs the Data-Juicer service, not in trinity yet: the one error.
-    with pytest.raises(ConfigError) as err:
-        load_config(SEEDS / "configuration_guide.yaml")
-    assert [(i.path, i.message.split(" (")[0]) for i in err.value.issues] == [
-        ("data_processor.experience_pipeline.operators[0].name", "unknown experience operator 'data_juicer'")
-    ]
-    raw = OmegaConf.load(SEEDS / "configuration_guide.yaml")
-    del raw.data_processor.experience_pipeline.operators[0]
-    OmegaConf.save(raw, tmp_path / "guide.yaml")
-    cfg = load_config(tmp_path / "guide.yaml")
-    assert cfg.data_processor.experience_pipeline.operators[0].args["reward_shaping_configs"][0]["weight"] == 1.0
+    cfg = load_config(SEEDS / "configuration_guide.yaml")
+    operators = cfg.data_processor.experience_pipeline.operators
+    assert operators[0].name == "data_juicer" and operators[0].args["np"] == 4
+    assert operators[1].args["reward_shaping_configs"][0]["weight"] == 1.0
     assert cfg.checkpoint_job_dir == str(tmp_path / "checkpoints" / "Trinity-RFT" / "example")
     assert cfg.model.model_path == cfg.model.critic_model_path == str(tmp_path / "model")
     assert cfg.algorithm.kl_loss_fn == "k2" and cfg.algorithm.advantage_fn == "ppo"

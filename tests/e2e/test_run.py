@@ -42,6 +42,12 @@ def test_quickstart_stages_learn_arithmetic(tmp_path, tiny_model_dir, arithmetic
     start, end = reward_trend(tmp_path / grpo_job / "monitor" / "explorer.jsonl")
     assert end - start >= 0.3, (start, end)
     assert "reward:" in result.stdout and "final model:" in result.stdout
+    # Progress, not walls: a line per role every console_interval, no per-step log lines.
+    output = (result.stdout + result.stderr).splitlines()
+    assert len(output) < 60, "\n".join(output)
+    assert any(re.match(r"\[explorer\] step \d+/200 \(\d+%\)", line) for line in output), result.stdout
+    assert any(re.match(r"\[trainer\] step 60/60 \(100%\)", line) for line in output), result.stdout
+    assert "trinity.console" not in result.stdout + result.stderr
     # The GRPO stage started from the SFT stage's final weights.
     sft_final = read_json(tmp_path / sft_job / "meta" / "stage_done.json")["model_path"]
     assert Path(sft_final).is_dir()
@@ -207,9 +213,10 @@ def test_runs_join_the_ray_cluster_that_ray_address_names_and_leave_it_clean(tmp
     with ray_head() as address:
         changes = (f"cluster.ray_address={address}", "buffer.batch_size=4", "algorithm.repeat_times=2")
         first = trinity_run(
-            write_experiment(tmp_path, tiny_model_dir, arithmetic_data, *changes, "buffer.total_steps=1")
+            write_experiment(tmp_path, tiny_model_dir, arithmetic_data, *changes, "buffer.total_steps=1"), "--verbose"
         )
         assert_ok(first)
+        assert "[trainer] step:1 - " in first.stdout + first.stderr  # --verbose: the roles' own lines
         port = address.rsplit(":", 1)[1]  # Ray names the host by the node's IP
         assert re.search(rf"Connecting to existing Ray cluster at address: \S+:{port}\b", first.stderr)
         assert "Started a local Ray instance" not in first.stdout + first.stderr

@@ -1,12 +1,14 @@
 """The run-level settings of the configuration guide, as a run's files show them: logs per
 node and level, the explorer's environment variables, evaluation on start-up and every
-``eval_interval`` steps; and a run on a machine where a ``ray start`` cluster died unstopped."""
+``eval_interval`` steps, the Ray timeline, a replay buffer on a sqlite queue; and a run on a machine where a ``ray start`` cluster died unstopped."""
 
 from __future__ import annotations
 
 import ipaddress
+import json
 import os
 import shutil
+import sqlite3
 import tempfile
 import textwrap
 from pathlib import Path
@@ -79,6 +81,9 @@ def test_logs_env_vars_and_evaluation_follow_the_run_settings(
         "explorer.eval_on_startup=true",
         "explorer.eval_interval=1",
         f"buffer.explorer_input.eval_tasksets=[{eval_set}]",
+        "monitor.enable_ray_timeline=true",
+        f"buffer.trainer_input.experience_buffer.path={tmp_path / 'replay.db'}",
+        "buffer.trainer_input.experience_buffer.replay_buffer={enable: true, reuse_cooldown_time: 1.0}",
     )
     monkeypatch.setenv("TRINITY_PLUGIN_DIRS", str(plugins))
     result = trinity_run(config, timeout=300)
@@ -106,3 +111,17 @@ def test_logs_env_vars_and_evaluation_follow_the_run_settings(
     evals = [r for r in read_jsonl(tmp_path / JOB / "monitor" / "explorer.jsonl") if "time/eval/arith_eval" in r]
     assert [r["step"] for r in evals] == [0, 1, 2]
     assert all(0.0 <= r["eval/arith_eval/accuracy/mean@1"] <= 1.0 for r in evals), evals[0].keys()
+
+    # monitor.enable_ray_timeline: Chrome trace events of the run's actor calls, the roles' runs among them
+    events = json.loads((tmp_path / JOB / "monitor" / "timeline.json").read_text())
+    assert all({"name", "cat", "ph", "pid", "tid", "ts"} <= event.keys() for event in events)
+    roles = {event["cat"] for event in events if event["ph"] == "X" and event["dur"] > 0}
+    assert {"task::ExplorerRole.call", "task::TrainerRole.call"} <= roles, sorted(roles)
+
+    # the replay buffer: the explorer wrote 2 steps x 4 tasks x 2 runs; the trainer's 2 batches of 8
+    # were read through the replay table, which keeps each experience's use count. Its second batch
+    # is step 1's again (back after the 1 s cooldown) unless step 2's arrived first.
+    with sqlite3.connect(tmp_path / "replay.db") as db:
+        written = db.execute("SELECT count(*) FROM experience_buffer_exp").fetchone()[0]
+        replayed, reads = db.execute("SELECT count(*), sum(use_count) FROM experience_buffer_replay").fetchone()
+    assert written == 16 and reads == 16 and replayed in (8, 16), (written, replayed, reads)

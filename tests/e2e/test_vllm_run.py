@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 from e2e_helpers import EXPLORE_ONLY, trinity_run, trinity_start, write_experiment
 from test_run import JOB, assert_ok, metrics
+from test_tool_call_run import check_tool_call_run, tool_call_experiment
 
 pytest.importorskip("vllm")
 
@@ -144,3 +145,13 @@ def test_a_crashed_vllm_engine_stops_the_run_and_keeps_written_experiences(tmp_p
     steps = len(metrics(tmp_path, "explorer"))
     with sqlite3.connect(tmp_path / JOB / "buffer" / "experience_buffer.db") as db:
         assert db.execute("select count(*) from experience_buffer_exp").fetchone()[0] == 16 * steps
+
+
+@pytest.mark.slow
+def test_tool_call_workflow_trains_with_the_vllm_engine(tmp_path, tool_model_dir):
+    """``test_tool_call_run``'s multi-turn tool-calling run with ``engine_type: vllm``: the vLLM
+    engine renders the tools and re-tokenises the conversations with the same ``ChatTokenizer``,
+    so the experiences carry the same masks."""
+    config = tool_call_experiment(tmp_path, tool_model_dir, engine="vllm")
+    assert_ok(trinity_run(config, "explorer.rollout_model.enforce_eager=true", "synchronizer.sync_method=memory"))
+    check_tool_call_run(tmp_path, tool_model_dir, steps=2)

@@ -8,9 +8,11 @@ import httpx
 import openai
 import pytest
 
+from tool_model import CALCULATOR, QUESTIONS, answer, tool_call_text
 from trinity.config.schema import InferenceModelConfig, ModelConfig
-from trinity.engine.base import SamplingArgs
+from trinity.engine.base import EngineStartError, SamplingArgs
 from trinity.engine.client import EngineClient
+from trinity.engine.tokenization import TOOL_CALL_PARSERS
 from trinity.engine.transformers_rollout import TransformersRolloutEngine
 from trinity.explorer.model_wrapper import ModelWrapper
 
@@ -65,6 +67,22 @@ def test_a_bad_request_is_a_400_naming_the_field(endpoint):
         api.chat.completions.create(model="tiny", messages=[])
 
 
+def test_content_given_as_text_parts_is_served_as_its_text(endpoint):
+    """Agent frameworks (AgentScope, LangChain) send content as a list of parts."""
+    api = openai.OpenAI(base_url=endpoint.api_url, api_key="EMPTY", max_retries=0)
+    parts = [{"type": "text", "text": "What is "}, {"type": "text", "text": "1+1?"}]
+    as_parts = api.chat.completions.create(
+        model="tiny", messages=[{"role": "user", "content": parts}], max_tokens=1, extra_body={"return_token_ids": True}
+    )
+    as_text = api.chat.completions.create(
+        model="tiny", messages=MESSAGES, max_tokens=1, extra_body={"return_token_ids": True}
+    )
+    assert as_parts.model_extra["prompt_token_ids"] == as_text.model_extra["prompt_token_ids"]
+    image = {"type": "image_url", "image_url": {"url": "http://example.com/a.png"}}
+    with pytest.raises(openai.BadRequestError, match=r"messages\[0\].content: only text parts are served"):
+        api.chat.completions.create(model="tiny", messages=[{"role": "user", "content": [image]}])
+
+
 def test_workflow_openai_client_records_its_calls_as_experiences(endpoint):
     """``enable_history``: what a workflow asks through the OpenAI client becomes training data."""
     model = ModelWrapper(endpoint, SamplingArgs(n=1), enable_history=True)
@@ -88,19 +106,76 @@ def test_reasoning_and_tool_calls_are_parsed_when_configured(tiny_model_dir):
     request = ChatRequest(messages=MESSAGES, tools=[{"type": "function", "function": {"name": "add"}}])
     reply = Completion([1], [2, 3], [-0.1, -0.2], '<think>sum it</think>Let me add.\n<tool_call>\n{"name": "add", '
                        '"arguments": {"a": 1, "b": 1}}\n</tool_call>', "stop")  # fmt: skip
-    choice = _chat_choice(0, reply, request, reasoning=True, tools=True)
+    hermes = TOOL_CALL_PARSERS["hermes"]
+    choice = _chat_choice(0, reply, request, reasoning=True, tools=hermes)
     assert choice["message"]["reasoning_content"] == "sum it"
     assert choice["message"]["content"] == "Let me add."
     (call,) = choice["message"]["tool_calls"]
     assert (
         call["function"] == {"name": "add", "arguments": '{"a": 1, "b": 1}'} and choice["finish_reason"] == "tool_calls"
     )
-    plain = _chat_choice(0, Completion([1], [2], [-0.1], "just text", "length"), request, reasoning=False, tools=True)
+    plain = _chat_choice(0, Completion([1], [2], [-0.1], "just text", "length"), request, reasoning=False, tools=hermes)
     assert plain["message"] == {"role": "assistant", "content": "just text"} and plain["finish_reason"] == "length"
     client = serve(tiny_model_dir, enable_auto_tool_choice=True, tool_call_parser="hermes", reasoning_parser="qwen3")
     try:
         api = openai.OpenAI(base_url=client.api_url, api_key="EMPTY")
         response = api.chat.completions.create(model="tiny", messages=MESSAGES, tools=request.tools, max_tokens=4)
         assert response.choices[0].message.tool_calls is None  # the tiny model calls no tool
+    finally:
+        client.close()
+
+
+def test_tools_are_rendered_by_the_chat_template(endpoint):
+    """A request's tools reach the prompt through the engine's template; a conversation that
+    carries tool calls and tool results (as agents send them back) renders too."""
+    api = openai.OpenAI(base_url=endpoint.api_url, api_key="EMPTY", max_retries=0)
+    tokenizer = endpoint.engine.tokenizer
+    ask = {"model": "tiny", "max_tokens": 2, "extra_body": {"return_token_ids": True}}
+    response = api.chat.completions.create(messages=MESSAGES, tools=[CALCULATOR], **ask)
+    prompt = tokenizer.decode(response.model_extra["prompt_token_ids"])
+    assert prompt.startswith('<|im_start|>system\n# Tools\n\n<tools>\n{"type": "function"')
+    call = {"id": "c1", "type": "function", "function": {"name": "calculator", "arguments": '{"expression": "1+1"}'}}
+    follow_up = [
+        *MESSAGES,
+        {"role": "assistant", "content": None, "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": "c1", "content": "2"},
+    ]
+    response = api.chat.completions.create(messages=follow_up, tools=[CALCULATOR], **ask)
+    prompt = tokenizer.decode(response.model_extra["prompt_token_ids"])
+    assert prompt.endswith(
+        '<|im_start|>assistant\n\n<tool_call>\n{"name": "calculator", "arguments": {"expression": "1+1"}}\n'
+        "</tool_call><|im_end|>\n<|im_start|>user\n<tool_response>\n2\n</tool_response><|im_end|>\n"
+        "<|im_start|>assistant\n"
+    )
+    with pytest.raises(openai.BadRequestError, match="tool schemas must be a list of objects"):
+        api.chat.completions.create(messages=MESSAGES, tools=["calculator"], **ask)
+
+
+def test_an_unknown_tool_call_parser_fails_at_start(tiny_model_dir):
+    with pytest.raises(EngineStartError, match="tool_call_parser 'mistral': this endpoint parses hermes"):
+        serve(tiny_model_dir, enable_auto_tool_choice=True, tool_call_parser="mistral")
+
+
+def test_a_model_that_calls_tools_gets_openai_tool_calls(tool_model_dir):
+    """The model taught to call the calculator, through the official client: its call comes back
+    parsed (hermes), and ``tool_choice: none`` leaves the text alone."""
+    client = serve(tool_model_dir, enable_auto_tool_choice=True, tool_call_parser="hermes")
+    try:
+        api = openai.OpenAI(base_url=client.api_url, api_key="EMPTY")
+        question, expression = next(iter(QUESTIONS.items()))
+        messages = [{"role": "user", "content": question}]
+        ask = {"model": "tiny", "messages": messages, "tools": [CALCULATOR], "max_tokens": 96, "temperature": 0.0}
+        choice = api.chat.completions.create(**ask).choices[0]
+        assert choice.finish_reason == "tool_calls" and choice.message.content is None
+        (call,) = choice.message.tool_calls
+        assert call.function.name == "calculator" and call.function.arguments == f'{{"expression": "{expression}"}}'
+        untouched = api.chat.completions.create(**ask, tool_choice="none").choices[0]
+        assert untouched.message.tool_calls is None and untouched.message.content == tool_call_text(expression)
+        messages += [
+            {"role": "assistant", "content": None, "tool_calls": [call.model_dump()]},
+            {"role": "tool", "tool_call_id": call.id, "content": answer(expression)},
+        ]
+        final = api.chat.completions.create(**{**ask, "messages": messages}).choices[0]
+        assert final.message.content == answer(expression) and final.finish_reason == "stop"
     finally:
         client.close()

@@ -17,7 +17,6 @@ from trinity.engine.transformers_rollout import TransformersRolloutEngine
 from trinity.explorer.model_wrapper import ModelWrapper
 from trinity.plugins import Kind, resolve
 from trinity_workflows.base import WorkflowError
-from trinity_workflows.conversation import tokenize_conversation
 from trinity_workflows.rewards import math_reward
 from trinity_workflows.tools import (
     ToolCall,
@@ -39,42 +38,6 @@ def tokenizer(tiny_model_dir):
 def masked_text(tokenizer, exp) -> str:
     response = exp.response_tokens[exp.action_mask.bool()]
     return tokenizer.decode(response)
-
-
-# --- tokenize_conversation --------------------------------------------------------------
-
-
-@pytest.mark.parametrize(
-    "replies",
-    [
-        ["four", "yes, 4"],
-        ["\n\nleading newlines", " leading space"],  # text that merges with the template's "\n"
-        ["", "x"],  # an empty reply still ends with the end-of-turn token
-    ],
-)
-def test_mask_covers_exactly_the_assistant_turns(tokenizer, replies):
-    messages = [
-        {"role": "system", "content": "S"},
-        {"role": "user", "content": "q1"},
-        {"role": "assistant", "content": replies[0]},
-        {"role": "user", "content": "q2"},
-        {"role": "assistant", "content": replies[1]},
-    ]
-    tokens, prompt_length, mask = tokenize_conversation(tokenizer, messages)
-    assert len(mask) == len(tokens) - prompt_length and mask[0] == 1
-    picked = [t for t, m in zip(tokens[prompt_length:], mask, strict=True) if m]
-    assert tokenizer.decode(picked) == f"{replies[0]}<|im_end|>{replies[1]}<|im_end|>"
-
-
-def test_thinking_template_masks_past_turns_rendered_without_the_think_prefix(tokenizer):
-    messages = [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}]
-    tokens, prompt_length, mask = tokenize_conversation(tokenizer, messages, enable_thinking=False)
-    assert tokenizer.decode([t for t, m in zip(tokens[prompt_length:], mask, strict=True) if m]) == "a<|im_end|>"
-
-
-def test_a_conversation_without_assistant_turns_is_refused(tokenizer):
-    with pytest.raises(ValueError, match="no assistant turn"):
-        tokenize_conversation(tokenizer, [{"role": "user", "content": "q"}])
 
 
 # --- multi-turn and step-wise against the tiny model ---------------------------------------
@@ -227,15 +190,17 @@ def test_tool_call_workflow_offers_the_tools_and_records_the_conversation(make_w
         "tool_call_workflow", row, reward_fn_type="math_reward", format={"system_prompt": "Be exact."}
     )
     (exp,) = workflow.run()
-    system = exp.messages[0]
-    assert system["role"] == "system" and system["content"].startswith("Be exact.\n\n# Tools")
-    assert '"name": "calculator"' in system["content"]
+    assert exp.messages[0] == {"role": "system", "content": "Be exact."}
+    # the tools reach the model through the chat template: the experience's prompt offers them
+    prompt = tokenizer.decode(exp.tokens[: exp.prompt_length])
+    assert prompt.startswith("<|im_start|>system\nBe exact.\n\n# Tools\n\n<tools>\n")
+    assert '"name": "calculator"' in prompt
     assert exp.metrics["tool_calls"] == 0.0  # a random model writes no well-formed call
     assert exp.reward == math_reward(exp.info["response_text"], "391")["accuracy"]
     assert masked_text(tokenizer, exp) == exp.messages[-1]["content"] + "<|im_end|>"
 
 
-def test_tool_call_workflow_feeds_results_back_masked(make_workflow, tokenizer):
+def test_tool_call_workflow_feeds_results_back_masked(make_workflow, model):
     """The workflow's environment step on a written model turn: the calls run, results come back
     as tool turns, and the tool turns are context (mask 0) in the experience."""
     row = {"prompt": "What is 17*23?", "response": "391", "tools": [CALC_SCHEMA]}
@@ -253,9 +218,16 @@ def test_tool_call_workflow_feeds_results_back_masked(make_workflow, tokenizer):
         *follow_up,
         {"role": "assistant", "content": "391"},
     ]
-    tokens, prompt_length, mask = tokenize_conversation(tokenizer, conversation)
-    picked = tokenizer.decode([t for t, m in zip(tokens[prompt_length:], mask, strict=True) if m])
-    assert picked == f"{reply}<|im_end|>391<|im_end|>"
+    tokenized = model.tokenize_conversation(conversation, workflow.tools)
+    response = tokenized.tokens[tokenized.prompt_length :]
+    tokenizer = model.client.engine.tokenizer
+    assert tokenizer.decode([t for t, m in zip(response, tokenized.action_mask, strict=True) if m]) == (
+        f"{reply}<|im_end|>391<|im_end|>"
+    )
+    context = tokenizer.decode([t for t, m in zip(response, tokenized.action_mask, strict=True) if not m])
+    assert context == "\n<|im_start|>user\n<tool_response>\n391\n</tool_response>\n<tool_response>\n" + (
+        "error: unknown tool 'x' (available: calculator)\n</tool_response><|im_end|>\n<|im_start|>assistant\n\n"
+    )
 
 
 def test_tool_call_workflow_without_a_tool_function_fails_with_the_task_id(make_workflow):

@@ -156,11 +156,16 @@ def config_docs(out: str, check: bool) -> None:
 @click.option(
     "--config", "config_file", required=True, type=click.Path(dir_okay=False), help="The experiment's YAML file."
 )
+@click.option(
+    "--verbose", "-v", is_flag=True, help="Every role's log lines (a metrics line per step) instead of progress."
+)
 @click.argument("overrides", nargs=-1)
-def run(config_file: str, overrides: tuple[str, ...]) -> None:
+def run(config_file: str, overrides: tuple[str, ...], verbose: bool) -> None:
     """Run an experiment: every stage, in its mode (both, train, explore, bench, serve).
 
-    OVERRIDES are dotlist settings applied over the file, e.g. buffer.batch_size=8.
+    OVERRIDES are dotlist settings applied over the file, e.g. buffer.batch_size=8. The
+    roles' progress shows every monitor.console_interval; their full logs are in the job
+    folder (log/) and their metrics in monitor/.
     """
     from trinity.config import ConfigError
     from trinity.launcher import RunFailed, Stopped
@@ -168,7 +173,7 @@ def run(config_file: str, overrides: tuple[str, ...]) -> None:
     from trinity.summary import print_summary
 
     try:
-        summaries = run_experiment(config_file, list(overrides))
+        summaries = run_experiment(config_file, list(overrides), verbose)
     except ConfigError as exc:
         click.echo(str(exc), err=True)
         sys.exit(2)
@@ -179,6 +184,94 @@ def run(config_file: str, overrides: tuple[str, ...]) -> None:
         click.echo("stopped (SIGTERM): what was committed to the buffer and checkpointed stays", err=True)
         return
     print_summary(summaries)
+    from trinity.report import report_after_run
+
+    report = report_after_run(summaries)
+    if report:
+        click.echo(f"report: {report}")
+
+
+@main.command()
+@click.argument("config_file", required=False, type=click.Path(dir_okay=False))
+@click.option("--port", default=8765, show_default=True, help="Port on 127.0.0.1.")
+def studio(config_file: str | None, port: int) -> None:
+    """Write and check a config in a web page: beginner and expert forms, live errors, save, run.
+
+    Opens CONFIG_FILE when given (it is also where Save writes by default).
+    """
+    from pathlib import Path
+
+    from trinity.studio.app import serve
+
+    click.echo(f"trinity studio on http://127.0.0.1:{port}/ (Ctrl+C stops it)")
+    serve(Path(config_file).resolve() if config_file else None, port)
+
+
+@main.command()
+@click.argument("job_dir", type=click.Path(exists=True, file_okay=False))
+@click.option("--open", "open_browser", is_flag=True, help="Open the report in the web browser.")
+def view(job_dir: str, open_browser: bool) -> None:
+    """Write JOB_DIR/report.html: plots of reward, loss, KL, entropy, length, staleness, throughput.
+
+    JOB_DIR is a run's job folder (<checkpoint_root_dir>/<project>/<name>), or the folder of its
+    stages. Also shows the resolved config and the run summary.
+    """
+    from trinity.report import NoRunFound, write_report
+
+    try:
+        report = write_report(job_dir)
+    except NoRunFound as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(2)
+    click.echo(f"report: {report}")
+    if open_browser:
+        import webbrowser
+
+        webbrowser.open(report.as_uri())
+
+
+@main.command()
+@click.argument("job_dir", type=click.Path(exists=True, file_okay=False))
+@click.option("-n", "--lines", default=20, show_default=True, help="Lines to show of each log and metrics file.")
+@click.option("-f", "--follow", is_flag=True, help="Keep printing new lines as the run writes them (Ctrl+C stops).")
+def log(job_dir: str, lines: int, follow: bool) -> None:
+    """Show the end of a run's logs and metrics (log/<role>.log, monitor/<role>.jsonl)."""
+    from pathlib import Path
+
+    from trinity.joblog import show_log
+    from trinity.report import NoRunFound
+
+    try:
+        show_log(Path(job_dir), lines, follow, click.echo)
+    except NoRunFound as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(2)
+    except KeyboardInterrupt:
+        pass
+
+
+@main.command()
+@click.argument("checkpoint", type=click.Path(exists=True, file_okay=False))
+@click.argument("out", type=click.Path(file_okay=False))
+@click.option("--engine", help="The training engine that saved it (trainer.trainer_type); default: the run's record.")
+def convert(checkpoint: str, out: str, engine: str | None) -> None:
+    """Write a checkpoint's actor as a Hugging Face model folder OUT (AutoModelForCausalLM loads it).
+
+    CHECKPOINT is a global_step_N folder or a job folder (its latest checkpoint), of any training
+    engine: the torch engine's HF weights are copied, a sharded one (verl FSDP) is merged.
+    """
+    from pathlib import Path
+
+    from trinity.convert import convert as export
+    from trinity.engine.base import ExportError
+    from trinity.plugins import PluginError
+
+    try:
+        source, how = export(Path(checkpoint), Path(out), engine)
+    except (ExportError, PluginError, ModuleNotFoundError) as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(2)
+    click.echo(f"{source} -> {Path(out).resolve()} (exported by {how})")
 
 
 @main.command("tiny-model")

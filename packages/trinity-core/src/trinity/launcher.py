@@ -28,7 +28,9 @@ from trinity.config import load_stage_configs
 from trinity.config.load import read_yaml
 from trinity.config.schema import Config
 from trinity.plugins import Kind, resolve
-from trinity.runtime import WORKER_NICENESS, default_threads
+from trinity.progress import ProgressDisplay
+from trinity.report import record_config, record_summary
+from trinity.runtime import WORKER_NICENESS, default_threads, quiet_console
 
 logger = logging.getLogger(__name__)
 
@@ -53,14 +55,15 @@ _TERMINATED = threading.Event()
 Ray's wait would leave Ray's C++ call in an error state)."""
 
 
-def run(config_path: str, overrides: list[str] | None = None) -> list[dict[str, Any]]:
+def run(config_path: str, overrides: list[str] | None = None, verbose: bool = False) -> list[dict[str, Any]]:
     """Run every stage of the experiment; returns one summary per stage run.
 
     The whole config is checked before Ray starts, so that every issue is reported at once
     and nothing is started for a config that cannot run. The check imports no torch (0.05 s
     for the quickstart; see ``trinity.common.lazy_import``). The driver joins Ray before it
     knows the experiment's namespace: its own job namespace is Ray's anonymous one, and
-    every named actor of the run carries ``ray_namespace`` explicitly. ``cluster.node_num`` /
+    every named actor of the run carries ``ray_namespace`` explicitly. Unless ``verbose``, the
+    roles print only warnings and errors, and the driver shows their progress. ``cluster.node_num`` /
     ``gpu_per_node`` left at 0 are then read from the cluster (as Trinity-RFT does), and the
     config is derived again with them when the cluster has GPUs.
     """
@@ -70,7 +73,12 @@ def run(config_path: str, overrides: list[str] | None = None) -> list[dict[str, 
     started_ray = not ray.is_initialized()
     if started_ray:
         os.environ.setdefault(WORKER_NICENESS, "0")  # a Ray it starts runs the roles at its own priority
-        ray.init(address=ray_address(read_yaml(config_path, overrides)), include_dashboard=False, log_to_driver=True)
+        ray.init(
+            address=ray_address(read_yaml(config_path, overrides)),
+            include_dashboard=False,
+            log_to_driver=True,
+            logging_level=logging.INFO if verbose else logging.WARNING,
+        )
     signal.signal(signal.SIGTERM, lambda *_: _TERMINATED.set())  # after ray.init, whose handler dumps stacks
     detected = detected_cluster(stages[0])
     if detected:
@@ -87,7 +95,7 @@ def run(config_path: str, overrides: list[str] | None = None) -> list[dict[str, 
             if model_path:  # a later stage starts from the previous stage's final weights
                 config.model.model_path = config.model.critic_model_path = model_path
                 config.explorer.rollout_model.model_path = model_path
-            summary = run_stage(config)
+            summary = run_stage(config, verbose)
             summaries.append(summary)
             model_path = summary.get("model_path") or model_path
             if len(stages) > 1:
@@ -167,28 +175,36 @@ def _cluster_answers(address: str, timeout: float = 3.0) -> bool:
         return False
 
 
-def run_stage(config: Config) -> dict[str, Any]:
-    """One stage: the actors its mode needs, until they finish."""
+def run_stage(config: Config, verbose: bool = True) -> dict[str, Any]:
+    """One stage: the actors its mode needs, until they finish; with a progress display of
+    them unless ``verbose`` (every role prints a line per step then)."""
     import ray
 
     started = time.time()
+    record_config(config)
     roles: dict[str, Any] = {}
     namespace = config.ray_namespace
     threads = default_threads(config, 2 if config.in_one_run else 1)
     start_shared = _shared_actors(config)
     if config.mode != "train":  # first: the explorer's start-up is the longer
-        roles[config.explorer.name] = _actor(ExplorerRole, config.explorer.name, namespace).remote(config, threads)
+        roles[config.explorer.name] = _actor(ExplorerRole, config.explorer.name, namespace).remote(
+            config, threads, verbose
+        )
     if config.in_one_run or config.mode == "train":
         trainer = _actor(TrainerRole, config.trainer.name, namespace, concurrency=2)  # stop() while it runs
-        roles[config.trainer.name] = trainer.remote(config, threads)
+        roles[config.trainer.name] = trainer.remote(config, threads, verbose)
     shared: list = []
     results: dict[str, Any] = {}
+    display: ProgressDisplay | None = None
     try:
         shared = start_shared()
         method = {"bench": "benchmark", "serve": "serve"}.get(config.mode, "run")
         if config.mode == "serve":
             explorer = config.explorer
             print(f"serving on http://{explorer.listen_address}:{explorer.proxy_port}/v1", flush=True)
+        if not verbose:
+            display = ProgressDisplay(config, list(roles))
+            planned = {actor.planned_steps.remote(): name for name, actor in roles.items()}
         pending = {actor.call.remote(method): name for name, actor in roles.items()}
         stop_by = None
         while pending:
@@ -200,6 +216,9 @@ def run_stage(config: Config) -> dict[str, Any]:
                     roles[config.trainer.name].stop.remote()
                 if not training or time.monotonic() > stop_by:
                     raise Stopped
+            if display:
+                _take_planned_steps(planned, display)
+                display.update()
             if not ready:
                 continue
             (ref,) = ready
@@ -209,6 +228,10 @@ def run_stage(config: Config) -> dict[str, Any]:
             except ray.exceptions.RayError as exc:
                 raise RunFailed(f"{name} failed: {_cause(exc)}") from exc
     finally:
+        if display:
+            display.close()
+        if config.monitor.enable_ray_timeline:  # before the kill: the actors' last events; a failed run's too
+            _write_timeline(config)
         for actor in [*roles.values(), *shared]:
             ray.kill(actor)
     summary = {"stage": config.name, "mode": config.mode, "seconds": time.time() - started, "roles": results}
@@ -216,7 +239,38 @@ def run_stage(config: Config) -> dict[str, Any]:
     if trainer_result and trainer_result.get("model_path"):
         summary["model_path"] = trainer_result["model_path"]
     summary["job_dir"] = config.checkpoint_job_dir
+    record_summary(summary)
     return summary
+
+
+def _take_planned_steps(planned: dict, display: ProgressDisplay) -> None:
+    """Hand the display each role's planned steps as the role answers (after its start-up)."""
+    import ray
+
+    ready, _ = ray.wait(list(planned), num_returns=len(planned), timeout=0)
+    for ref in ready:
+        name = planned.pop(ref)
+        try:
+            display.set_total(name, ray.get(ref))
+        except ray.exceptions.RayError:  # a role that did not start: its call reports why
+            pass
+
+
+_TASK_EVENTS_FLUSH_S = 1.5
+"""Ray workers report their task events to the GCS once a second: the wait before a timeline."""
+
+
+def _write_timeline(config: Config) -> None:
+    """``monitor.enable_ray_timeline``: the stage's Ray timeline, once the workers reported their events."""
+    from trinity.monitor.timeline import export_ray_timeline
+
+    time.sleep(_TASK_EVENTS_FLUSH_S)
+    try:
+        path = export_ray_timeline(config.checkpoint_job_dir)
+    except Exception as exc:  # the run's outcome matters more than its trace
+        logger.warning("monitor.enable_ray_timeline: could not write the timeline: %s", exc)
+    else:
+        logger.info("Ray timeline written to %s", path)
 
 
 def _shared_actors(config: Config) -> Callable[[], list]:
@@ -260,7 +314,9 @@ class Role:
     Process lists show the subclass (``ray::ExplorerRole.call``).
     """
 
-    def __init__(self, config: Config, threads: int | None) -> None:
+    def __init__(self, config: Config, threads: int | None, verbose: bool = True) -> None:
+        if not verbose:
+            quiet_console()
         self.role = self.build(config, threads)
 
     @staticmethod
@@ -269,6 +325,10 @@ class Role:
 
     def call(self, method: str) -> Any:
         return getattr(self.role, method)()
+
+    def planned_steps(self) -> int | None:
+        """The steps the role will run; None when it runs to the end of its data."""
+        return self.role.planned_steps()
 
 
 class ExplorerRole(Role):

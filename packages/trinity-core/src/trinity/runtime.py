@@ -7,6 +7,7 @@ import logging
 import os
 import socket
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 from trinity.config.schema import Config
@@ -49,15 +50,8 @@ def setup_role(config: Config, role: str, threads: int | None) -> MonitorGroup:
     root = logging.getLogger()
     root.setLevel(config.log.level.upper())
     logging.getLogger("httpx").setLevel(logging.WARNING)  # a line per HTTP request of the OpenAI clients
-    formatter = logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s")
-    wanted = {f"trinity-file:{path}": lambda: logging.FileHandler(path), "trinity-console": logging.StreamHandler}
-    present = {h.get_name() for h in root.handlers}  # Ray workers bring handlers of their own
-    for name, make in wanted.items():
-        if name not in present:
-            handler = make()
-            handler.set_name(name)
-            handler.setFormatter(formatter)
-            root.addHandler(handler)
+    _root_handler(f"trinity-file:{path}", lambda: logging.FileHandler(path))
+    _root_handler(CONSOLE_HANDLER, logging.StreamHandler)
     keep_cluster_priority(role)
     if threads:
         import torch
@@ -72,6 +66,36 @@ def setup_role(config: Config, role: str, threads: int | None) -> MonitorGroup:
         config.monitor.monitor_args,
         config.model_dump(mode="json"),
     )
+
+
+CONSOLE_HANDLER = "trinity-console"
+
+
+def _root_handler(name: str, make: Callable[[], logging.Handler]) -> logging.Handler:
+    """The root logger's handler of that name, added with trinity's format if missing (Ray
+    workers bring handlers of their own)."""
+    root = logging.getLogger()
+    for handler in root.handlers:
+        if handler.get_name() == name:
+            return handler
+    handler = make()
+    handler.set_name(name)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    root.addHandler(handler)
+    return handler
+
+
+def quiet_console() -> None:
+    """Only warnings and errors of this process reach the console; its log file keeps every line.
+
+    ``trinity run`` calls it in its role actors unless ``--verbose``: the driver shows their
+    progress instead of a line per step (``trinity.progress``). Also silences the progress bars
+    of transformers and Hugging Face Hub (loading and saving weights).
+    """
+    _root_handler(CONSOLE_HANDLER, logging.StreamHandler).setLevel(logging.WARNING)
+    os.environ["HF_HUB_DISABLE_PROGRESS_BARS"] = "1"
+    if "transformers" in sys.modules:
+        sys.modules["transformers"].utils.logging.disable_progress_bar()
 
 
 def keep_cluster_priority(role: str) -> None:

@@ -106,6 +106,27 @@ class VerlTrainingEngine(TrainingEngine):
 
     # -- checkpoints and sync -------------------------------------------------------------
 
+    @classmethod
+    def export_hf(cls, checkpoint: Path, out: Path) -> None:
+        """The actor's HF export where the checkpoint holds one, else its FSDP shards merged by
+        verl's model merger (bfloat16, as verl writes it) with the config and tokenizer of
+        ``actor/huggingface``."""
+        actor = checkpoint / "actor"
+        if any((actor / "huggingface").glob("*.safetensors")):
+            super().export_hf(checkpoint, out)
+            return
+        from verl.model_merger.base_model_merger import ModelMergerConfig
+        from verl.model_merger.fsdp_model_merger import FSDPModelMerger
+
+        merge = ModelMergerConfig(
+            operation="merge",
+            backend="fsdp",
+            local_dir=str(actor),
+            target_dir=str(out),
+            hf_model_config_path=str(actor / "huggingface"),
+        )
+        FSDPModelMerger(merge).merge_and_save()
+
     def save_checkpoint(self, directory: str, step: int, hf_weights: bool = True) -> None:
         self.ranks.call("save_checkpoint", directory, step, hf_weights)
         state = {"step": step, "global_step": self.global_step}

@@ -4,7 +4,8 @@ The explorer builds one per ``engine_num``, as it does any rollout engine; each 
 own Ray actor (``VLLMServer``) holding vLLM with ``tensor_parallel_size`` GPUs where the
 cluster has GPUs (none on a CPU), so that vLLM's processes and memory stay out of the
 explorer's. This side applies the chat template and prompt limits with the same
-``PromptFormatter`` as the reference engine, then forwards token ids.
+``PromptFormatter`` (``trinity.engine.tokenization``) as the reference engine, then forwards
+token ids; multi-turn workflows re-tokenise their conversations with the same.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from typing import Any
 
 import ray
 import torch
-from transformers import AutoTokenizer
+from transformers import AutoTokenizer, GenerationConfig
 
 from trinity.plugin_api import (
     Completion,
@@ -49,7 +50,7 @@ class VLLMRolloutEngine(RolloutEngine):
             raise EngineStartError(
                 f"{self.name}: cannot load a tokenizer from model_path {path!r}: {type(exc).__name__}: {exc}"
             ) from None
-        self.prompts = PromptFormatter(tokenizer, config, model)
+        self.prompts = PromptFormatter(tokenizer, config, model, end_of_turn_ids=_eos_ids(path))
         gpus = config.tensor_parallel_size if ray.cluster_resources().get("GPU", 0) else 0
         # vLLM reads its settings (VLLM_CPU_KVCACHE_SPACE, ...) from the environment, which
         # explorer.env_vars sets in this process, not in the new actor's.
@@ -57,13 +58,13 @@ class VLLMRolloutEngine(RolloutEngine):
         actor = ray.remote(num_cpus=0, num_gpus=gpus, max_restarts=0)(VLLMServer)
         self.server = actor.options(runtime_env={"env_vars": env}).remote(config, model, self.name)
         self.model_version = 0
-        self.api_url = self._call("start", self.prompts.chat_template)
+        self.api_url = self._call("start", self.prompts.chat.template, self.prompts.chat.template_kwargs)
 
     def generate(self, prompts: list[str], args: SamplingArgs) -> list[list[Completion]]:
         return self._call("generate", self._text_prompts(prompts), args)
 
     def chat(self, conversations: list[list[dict[str, Any]]], args: SamplingArgs) -> list[list[Completion]]:
-        return self._call("generate", self._chat_prompts(conversations), args)
+        return self._call("generate", self._chat_prompts(conversations, args.tools), args)
 
     def logprobs(self, token_ids: list[list[int]]) -> list[list[float]]:
         return self._call("logprobs", token_ids)
@@ -72,7 +73,7 @@ class VLLMRolloutEngine(RolloutEngine):
         return await self._call_async("generate", self._text_prompts(prompts), args)
 
     async def chat_async(self, conversations: list[list[dict[str, Any]]], args: SamplingArgs) -> list[list[Completion]]:
-        return await self._call_async("generate", self._chat_prompts(conversations), args)
+        return await self._call_async("generate", self._chat_prompts(conversations, args.tools), args)
 
     async def logprobs_async(self, token_ids: list[list[int]]) -> list[list[float]]:
         return await self._call_async("logprobs", token_ids)
@@ -80,8 +81,8 @@ class VLLMRolloutEngine(RolloutEngine):
     def _text_prompts(self, prompts: list[str]) -> list[tuple[list[int], bool]]:
         return [self.prompts.fit(ids) for ids in self.prompts.text_ids(prompts)]
 
-    def _chat_prompts(self, conversations: list[list[dict[str, Any]]]) -> list[tuple[list[int], bool]]:
-        return [self.prompts.fit(self.prompts.chat_ids(c)) for c in conversations]
+    def _chat_prompts(self, conversations: list[list[dict[str, Any]]], tools: Any) -> list[tuple[list[int], bool]]:
+        return [self.prompts.fit(self.prompts.chat_ids(c, tools)) for c in conversations]
 
     def update_weights(
         self,
@@ -126,3 +127,13 @@ class VLLMRolloutEngine(RolloutEngine):
             raise exc.cause from None
         except ray.exceptions.RayActorError as exc:
             raise EngineCrashed(f"{self.name}: its Ray actor died ({method}): {exc}") from None
+
+
+def _eos_ids(path: str) -> list[int]:
+    """The checkpoint's end-of-sequence ids (``generation_config.json``; none without one):
+    what ends an assistant turn besides the tokenizer's EOS."""
+    try:
+        eos = GenerationConfig.from_pretrained(path).eos_token_id
+    except OSError:
+        return []
+    return eos if isinstance(eos, list) else [] if eos is None else [eos]

@@ -52,9 +52,10 @@ class VLLMServer:
         self.api_url: str | None = None
         self._api_server: asyncio.Task | None = None
 
-    async def start(self, chat_template: str | None = None) -> str | None:
+    async def start(self, chat_template: str | None = None, template_kwargs: dict | None = None) -> str | None:
         """Start vLLM (and its OpenAI endpoint with ``enable_openai_api``, applying
-        ``chat_template`` over the tokenizer's); returns the endpoint's base URL, or None."""
+        ``chat_template`` over the tokenizer's and ``template_kwargs`` by default: the engine's
+        ``ChatTokenizer`` settings); returns the endpoint's base URL, or None."""
         from vllm.engine.arg_utils import AsyncEngineArgs
         from vllm.v1.engine.async_llm import AsyncLLM
 
@@ -68,10 +69,10 @@ class VLLMServer:
                 "GPU memory, max_model_len too long for the KV cache)"
             ) from None
         if self.config.enable_openai_api:
-            self.api_url = await self._serve_openai(chat_template)
+            self.api_url = await self._serve_openai(chat_template, template_kwargs or {})
         return self.api_url
 
-    async def _serve_openai(self, chat_template: str | None) -> str:
+    async def _serve_openai(self, chat_template: str | None, template_kwargs: dict) -> str:
         """vLLM's own OpenAI server over this engine, on a free port of ``openai_api_host``, in
         this actor's event loop: its requests join the explorer's in one scheduler."""
         import uvicorn
@@ -88,9 +89,8 @@ class VLLMServer:
         argv = ["--model", self.path]
         if chat_template is not None:
             argv += ["--chat-template", chat_template]
-        thinking = first(config.enable_thinking, self.model_config.enable_thinking)
-        if thinking is not None:
-            argv += ["--default-chat-template-kwargs", json.dumps({"enable_thinking": thinking})]
+        if template_kwargs:
+            argv += ["--default-chat-template-kwargs", json.dumps(template_kwargs)]
         if config.enable_auto_tool_choice:
             argv += ["--enable-auto-tool-choice"]
         if config.tool_call_parser:

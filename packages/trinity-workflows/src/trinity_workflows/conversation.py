@@ -11,7 +11,9 @@ model turns. The final reply is scored against the truth. What the loop becomes:
 - ``tool_call_workflow``: like ``multi_turn_workflow``, the environment executing the
   model's tool calls (``trinity_workflows.tools``).
 
-To write an environment, subclass either and override ``respond``.
+To write an environment, subclass either and override ``respond`` (and ``tools`` to offer the
+model tools). Conversations are tokenised by the rollout engine's own chat template
+(``ModelWrapper.tokenize_conversation``), so the action mask is the engine's, whichever it is.
 """
 
 from __future__ import annotations
@@ -28,65 +30,7 @@ import torch
 
 from trinity.plugin_api import Experience, ModelWrapper, Task, set_reward
 from trinity_workflows.base import CatalogueWorkflow, Messages, last_user_text
-from trinity_workflows.tools import (
-    ToolFunction,
-    execute,
-    parse_tool_calls,
-    resolve_tools,
-    tool_schemas,
-    tools_prompt,
-)
-
-
-def chat_template_of(model: ModelWrapper) -> tuple[Any, dict[str, Any]]:
-    """The rollout engine's tokenizer and the template arguments its ``chat`` renders with."""
-    engine = model.client.engine
-    tokenizer = getattr(engine, "tokenizer", None)
-    if tokenizer is None:
-        raise TypeError(f"{type(engine).__name__} exposes no tokenizer; a multi-turn experience needs one")
-    return tokenizer, {
-        "chat_template": getattr(engine, "chat_template", None),
-        "enable_thinking": getattr(engine, "enable_thinking", None),
-    }
-
-
-def tokenize_conversation(tokenizer: Any, messages: Messages, **template_args: Any) -> tuple[list[int], int, list[int]]:
-    """Token ids of a conversation through the chat template, the prompt length (up to the
-    first assistant turn) and the action mask over the rest: 1 on the assistant turns'
-    text and the end-of-turn token the model emitted, 0 on template, user and tool tokens.
-
-    Turns are located in characters (each assistant text is searched for after the
-    rendering of the conversation before it) and mapped onto tokens through the
-    tokenizer's offsets, so the mask does not depend on how text tokenizes at a turn
-    boundary, nor on a generation prompt that rendered past turns lack (thinking templates).
-    """
-
-    def render(conversation: Messages) -> str:
-        return tokenizer.apply_chat_template(conversation, tokenize=False, **template_args) if conversation else ""
-
-    text = render(messages)
-    eos = tokenizer.eos_token or ""
-    spans: list[tuple[int, int]] = []
-    for i, message in enumerate(messages):
-        if message["role"] != "assistant":
-            continue
-        before, content = render(messages[:i]), message["content"]
-        if not text.startswith(before):
-            raise ValueError(f"the chat template renders the turns before assistant turn {i} differently")
-        start = text.find(content + eos, len(before)) if eos else -1  # with the end-of-turn token
-        end = start + len(content) + len(eos)
-        if start < 0:
-            start = text.find(content, len(before))
-            end = start + len(content)
-        if start < 0 or end == start:
-            raise ValueError(f"the chat template does not render assistant turn {i} verbatim")
-        spans.append((start, end))
-    if not spans:
-        raise ValueError("the conversation has no assistant turn")
-    encoded = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
-    mask = [int(any(s < hi and e > lo for lo, hi in spans)) for s, e in encoded["offset_mapping"]]
-    prompt_length = mask.index(1)
-    return list(encoded["input_ids"]), prompt_length, mask[prompt_length:]
+from trinity_workflows.tools import ToolFunction, execute, parse_tool_calls, resolve_tools, tool_schemas
 
 
 class ConversationWorkflow(CatalogueWorkflow):
@@ -103,6 +47,11 @@ class ConversationWorkflow(CatalogueWorkflow):
     def max_turns(self) -> int:
         return int(self.task.workflow_args.get("max_turns", self.default_max_turns))
 
+    @property
+    def tools(self) -> list[dict[str, Any]] | None:
+        """OpenAI tool schemas the chat template offers the model on every turn (default: none)."""
+        return None
+
     async def respond(self, messages: Messages, turn: int) -> Messages | None:
         """The messages that answer the model's reply of ``turn`` (0-based), or None to stop.
 
@@ -117,7 +66,7 @@ class ConversationWorkflow(CatalogueWorkflow):
         prompt = last_user_text(messages)
         turns: list[Experience] = []
         for turn in range(self.max_turns):
-            (reply,) = await self.model.chat_async(messages, n=1)
+            (reply,) = await self.model.chat_async(messages, n=1, tools=self.tools)
             prompt_truncated = reply.truncate_status == "prompt_truncated"
             if prompt_truncated and turns:
                 break  # the conversation outgrew max_prompt_tokens: it ends with the turns so far
@@ -146,14 +95,14 @@ class MultiTurnWorkflow(ConversationWorkflow):
     async def experiences(
         self, messages: Messages, turns: list[Experience], components: dict[str, float]
     ) -> list[Experience]:
-        tokenizer, template_args = chat_template_of(self.model)
-        tokens, prompt_length, mask = tokenize_conversation(tokenizer, messages, **template_args)
-        logprobs = await asyncio.to_thread(self.model.logprobs, tokens)
+        conversation = self.model.tokenize_conversation(messages, self.tools)
+        tokens, prompt_length = conversation.tokens, conversation.prompt_length
+        logprobs = await self.model.logprobs_async(tokens)
         experience = Experience(
             tokens=torch.tensor(tokens, dtype=torch.long),
             prompt_length=prompt_length,
             logprobs=torch.tensor(logprobs[prompt_length:], dtype=torch.float32),
-            action_mask=torch.tensor(mask, dtype=torch.bool),
+            action_mask=torch.tensor(conversation.action_mask, dtype=torch.bool),
             model_version=turns[-1].model_version,
             truncate_status=next((t.truncate_status for t in turns if t.truncate_status), None),
             messages=messages,
@@ -185,8 +134,10 @@ class ToolCallWorkflow(MultiTurnWorkflow):
     """Tool use: the model calls the task's tools until it answers without a call.
 
     Tool schemas come from the row's ``format.tools_key`` column (default ``tools``) or
-    ``workflow_args.tools``, and are offered in the system prompt; the functions are those
-    registered with ``register_tool`` or mapped in ``workflow_args.tool_functions``. Each
+    ``workflow_args.tools``; the functions are those
+    registered with ``register_tool`` or mapped in ``workflow_args.tool_functions``. The
+    schemas go to the chat template as ``tools`` (a template that renders none gets them in
+    the system prompt, as Qwen2.5's renders them). Each
     call runs with ``workflow_args.tool_timeout`` seconds (default 10) and its result is a
     ``tool`` turn. The whole conversation is one experience, masked to the model's turns;
     the last reply is scored. Metrics ``tool_calls`` and ``tool_errors`` count the calls.
@@ -197,28 +148,19 @@ class ToolCallWorkflow(MultiTurnWorkflow):
         self.calls = self.errors = 0
 
     @cached_property
-    def schemas(self) -> list[dict[str, Any]]:
+    def tools(self) -> list[dict[str, Any]]:
         tools_key = self.task.format.get("tools_key") or "tools"
         return tool_schemas(self.task.raw.get(tools_key) or self.task.workflow_args.get("tools"))
 
     @cached_property
     def functions(self) -> dict[str, ToolFunction]:
-        return resolve_tools(self.schemas, self.task.workflow_args.get("tool_functions", {}))
+        return resolve_tools(self.tools, self.task.workflow_args.get("tool_functions", {}))
 
     async def rollout(self) -> list[Experience]:
         self.functions  # noqa: B018 -- a tool without a function fails before any model call
         experiences = await super().rollout()
         experiences[0].metrics.update(tool_calls=float(self.calls), tool_errors=float(self.errors))
         return experiences
-
-    def messages(self) -> Messages:
-        messages = super().messages()
-        section = tools_prompt(self.schemas)
-        if messages[0]["role"] == "system":
-            messages[0] = {**messages[0], "content": f"{messages[0]['content']}\n\n{section}"}
-        else:
-            messages.insert(0, {"role": "system", "content": section})
-        return messages
 
     async def respond(self, messages: Messages, turn: int) -> Messages | None:
         calls = parse_tool_calls(messages[-1]["content"])

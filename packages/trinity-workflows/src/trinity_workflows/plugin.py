@@ -13,6 +13,16 @@ _WORKFLOWS = {
     "step_wise_workflow": "conversation:StepWiseWorkflow",
     "tool_call_workflow": "conversation:ToolCallWorkflow",
     "rubric_judge_workflow": "judge:RubricJudgeWorkflow",
+    "math_rm_workflow": "judge:MathRMWorkflow",
+    "math_ruler_workflow": "judge:MathRULERWorkflow",
+    "agentscope_react_workflow": "agents:AgentScopeReActWorkflow",
+    "as_react_workflow": "agents:AgentScopeReActWorkflow",
+    "frozen_lake_workflow": "envs.frozen_lake:FrozenLakeWorkflow",
+    "sudoku_workflow": "envs.sudoku:SudokuWorkflow",
+    "alfworld_workflow": "envs.text_games:AlfworldWorkflow",
+    "step_wise_alfworld_workflow": "envs.text_games:StepWiseAlfworldWorkflow",
+    "sciworld_workflow": "envs.text_games:SciWorldWorkflow",
+    "webshop_workflow": "envs.text_games:WebShopWorkflow",
 }
 _REWARDS = {
     "math_reward": "math_reward",

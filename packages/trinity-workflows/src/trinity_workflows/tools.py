@@ -1,8 +1,9 @@
 """Tool calling: OpenAI-style tool schemas in, Hermes-style ``<tool_call>`` blocks out.
 
-The model sees the task's tool schemas in its system prompt (the format Qwen2.5 and
-Hermes chat templates render) and calls a tool by writing
-``<tool_call>{"name": ..., "arguments": {...}}</tool_call>``. A call runs the Python
+The model is offered the task's tool schemas by the rollout engine's chat template (or, for a
+template that renders no tools, in its system prompt: ``trinity.engine.tokenization``) and
+calls a tool by writing ``<tool_call>{"name": ..., "arguments": {...}}</tool_call>``
+(``parse_tool_calls``, the engines' Hermes parser). A call runs the Python
 function registered under that name, in a thread, with a timeout; its result (or the
 error: unknown tool, malformed call, bad arguments, timeout, exception) goes back to the
 model as a ``tool`` message, so a bad call is a turn the model learns from, never a crash.
@@ -16,34 +17,19 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import re
 import threading
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from typing import Any
 
-from trinity.plugin_api import import_target
+from trinity.plugin_api import ToolCall, import_target, tool_schemas
+from trinity.plugin_api import parse_hermes_tool_calls as parse_tool_calls
 from trinity_workflows.arithmetic import evaluate
 
 ToolFunction = Callable[..., Any]
 TOOLS: dict[str, ToolFunction] = {}
 """Tools any ``tool_call_workflow`` task may name in its schemas."""
 
-_TOOL_CALL = re.compile(r"<tool_call>(.*?)</tool_call>", re.DOTALL)
-
-TOOLS_PROMPT = """# Tools
-
-You may call one or more functions to assist with the user query.
-
-You are provided with function signatures within <tools></tools> XML tags:
-<tools>
-{schemas}
-</tools>
-
-For each function call, return a json object with function name and arguments within <tool_call></tool_call> XML tags:
-<tool_call>
-{{"name": <function-name>, "arguments": <args-json-object>}}
-</tool_call>"""
+__all__ = ["TOOLS", "ToolCall", "execute", "parse_tool_calls", "register_tool", "resolve_tools", "tool_schemas"]
 
 
 def register_tool(function: ToolFunction | None = None, *, name: str | None = None) -> Any:
@@ -60,49 +46,6 @@ def register_tool(function: ToolFunction | None = None, *, name: str | None = No
 def calculator(expression: str) -> float:
     """Evaluate an arithmetic expression of numbers, + - * / and parentheses."""
     return evaluate(expression)[0]
-
-
-@dataclass
-class ToolCall:
-    """One ``<tool_call>`` block: the call, or why it could not be read (``error``)."""
-
-    name: str = ""
-    arguments: Mapping[str, Any] | None = None
-    error: str | None = None
-
-
-def parse_tool_calls(text: str) -> list[ToolCall]:
-    """Every ``<tool_call>`` block of ``text``, in order; malformed ones carry an ``error``."""
-    calls = []
-    for block in _TOOL_CALL.findall(text):
-        try:
-            payload = json.loads(block)
-        except json.JSONDecodeError as exc:
-            calls.append(ToolCall(error=f"the tool call is not valid JSON ({exc.msg})"))
-            continue
-        name = payload.get("name") if isinstance(payload, dict) else None
-        arguments = payload.get("arguments", {}) if isinstance(payload, dict) else None
-        if isinstance(arguments, str):  # some models JSON-encode the arguments twice
-            try:
-                arguments = json.loads(arguments)
-            except json.JSONDecodeError:
-                arguments = None
-        if not isinstance(name, str) or not isinstance(arguments, dict):
-            calls.append(ToolCall(error='a tool call needs {"name": <string>, "arguments": <object>}'))
-        else:
-            calls.append(ToolCall(name=name, arguments=arguments))
-    return calls
-
-
-def tool_schemas(raw: Any) -> list[dict[str, Any]]:
-    """The task's tool schemas: a list of OpenAI tool dicts, or its JSON text."""
-    schemas = json.loads(raw) if isinstance(raw, str) else list(raw or [])
-    return [s if "function" in s else {"type": "function", "function": s} for s in schemas]
-
-
-def tools_prompt(schemas: list[dict[str, Any]]) -> str:
-    """The system-prompt section that offers ``schemas`` to the model."""
-    return TOOLS_PROMPT.format(schemas="\n".join(json.dumps(s, ensure_ascii=False) for s in schemas))
 
 
 def resolve_tools(schemas: list[dict[str, Any]], paths: Mapping[str, str]) -> dict[str, ToolFunction]:

@@ -1,15 +1,19 @@
 """Experience operators: what the explorer does to a step's experiences before writing them.
 
 ``data_processor.experience_pipeline.operators`` lists them by name, with ``args``; they run in
-order. DAPO's experience-side steps (Yu et al. 2025, arXiv:2503.14476) are here: dynamic
+order. Each reports what it dropped or changed as metrics. DAPO's experience-side steps (Yu et al. 2025, arXiv:2503.14476) are here: dynamic
 sampling (``dapo_dynamic_sampling``: drop the task groups whose samples are all right or all
 wrong, and sample more tasks until the step has its batch again) and overlong reward shaping
 (``overlong_reward_shaping``; ``mask_response_truncated`` is the paper's overlong filtering).
+``pass_rate_calculator`` scores each task's runs, which the explorer feeds back to the task
+selectors (curriculum); ``data_juicer`` runs a Data-Juicer recipe (``trinity.buffer.data_juicer``).
 The names and arguments are Trinity-RFT's (``trinity/buffer/operators``).
 """
 
 from __future__ import annotations
 
+import logging
+import math
 import statistics
 from abc import abstractmethod
 from collections.abc import Sequence
@@ -18,6 +22,8 @@ from typing import Any, Literal
 from pydantic import Field, field_validator, model_validator
 
 from trinity.algorithm.base import ExperienceOperator, Metrics
+from trinity.buffer.data_juicer import STATS_KEY, DataJuicerError, RecipeRunner
+from trinity.common.errors import PicklableError
 from trinity.common.experience import Experience
 from trinity.common.lazy_import import lazy_module
 from trinity.config.base import PluginArgs
@@ -26,6 +32,7 @@ from trinity.monitor.metrics import stats
 from trinity.plugins import Kind, resolve
 
 torch = lazy_module("torch")
+logger = logging.getLogger(__name__)
 
 
 def by_group(experiences: Sequence[Experience]) -> dict[str, list[Experience]]:
@@ -106,6 +113,111 @@ class RewardFilter(ExperienceOperator):
     def process(self, experiences: list[Experience]) -> tuple[list[Experience], Metrics]:
         kept = [exp for exp in experiences if (exp.reward or 0.0) >= self.args.threshold]
         return kept, {"filtered_count": float(len(experiences) - len(kept))}
+
+
+class InvalidRewardFilter(ExperienceOperator):
+    """Drop the experiences without a usable reward: none, NaN or infinite (Trinity-RFT
+    ``invalid_reward_filter``; it keeps infinities, which poison every advantage of the group)."""
+
+    def process(self, experiences: list[Experience]) -> tuple[list[Experience], Metrics]:
+        kept = [exp for exp in experiences if exp.reward is not None and math.isfinite(exp.reward)]
+        return kept, {"filtered_count": float(len(experiences) - len(kept))}
+
+
+PASS_RATE = "pass_rate"
+"""``Experience.info`` key of its task's pass rate in the step (``pass_rate_calculator``)."""
+
+
+class PassRateCalculator(ExperienceOperator):
+    """Each task's pass rate: the mean reward of its runs in the step (Trinity-RFT
+    ``pass_rate_calculator``), kept in every experience's ``info["pass_rate"]``; the explorer
+    feeds these back to the taskset's selector (``difficulty_based``, ``offline_easy2hard``).
+    Metrics: ``pass_rate/mean`` and the shares of tasks whose rate is in (0, 1) (``valid_ratio``;
+    ``strict_valid_ratio``: in (1/16, 15/16)), below 1, above 0, below 15/16 and above 1/16.
+    Place it before the filters so that it scores the groups they drop too."""
+
+    def process(self, experiences: list[Experience]) -> tuple[list[Experience], Metrics]:
+        rates = []
+        for group in by_group(experiences).values():
+            rate = statistics.fmean(exp.reward or 0.0 for exp in group)
+            rates.append(rate)
+            for exp in group:
+                exp.info[PASS_RATE] = rate
+        if not rates:
+            return experiences, {}
+        low, high = 1 / 16 + 1e-3, 15 / 16 - 1e-3
+        shares = {
+            "valid_ratio": lambda p: 0 < p < 1,
+            "strict_valid_ratio": lambda p: low < p < high,
+            "<1_ratio": lambda p: p < 1,
+            ">0_ratio": lambda p: p > 0,
+            "<15_16_ratio": lambda p: p < high,
+            ">1_16_ratio": lambda p: p > low,
+        }
+        metrics = {name: sum(map(test, rates)) / len(rates) for name, test in shares.items()}
+        return experiences, {**metrics, **stats("pass_rate", rates)}
+
+
+class DataJuicer(ExperienceOperator):
+    """Run a Data-Juicer recipe on the step's experiences (Trinity-RFT ``data_juicer``; needs
+    ``trinity-core[data-juicer]``). Each experience goes in as a row with ``prompt_text``,
+    ``response_text`` (also as ``text``, Data-Juicer's default text key) and ``reward``. The rows
+    the recipe's filters drop are dropped; each statistic it computes goes into the experience's
+    ``info`` under its name (``reward_shaping_mapper`` reads them). Tokens stay as generated, so a
+    mapper that rewrites text changes nothing trained: those rows are counted (``rewritten_count``)
+    and logged. Metrics: ``filtered_count`` and ``<statistic>/mean|min|max``."""
+
+    class Args(PluginArgs):
+        operators: list[dict[str, dict[str, Any] | None]] | None = Field(
+            None, description="Data-Juicer operators in order, each {op_name: {args}}"
+        )
+        config_path: str | None = Field(None, description="a Data-Juicer recipe file; wins over operators")
+        np: int = Field(4, ge=1, description="Data-Juicer worker processes")
+
+    def __init__(self, **args: Any) -> None:
+        super().__init__(**args)
+        operators = [{name: op_args or {}} for op in self.args.operators or () for name, op_args in op.items()]
+        self.runner = RecipeRunner("args", operators, self.args.config_path, self.args.np)
+
+    def process(self, experiences: list[Experience]) -> tuple[list[Experience], Metrics]:
+        rows = [{_ROW: i, **_texts(exp), "reward": exp.reward} for i, exp in enumerate(experiences)]
+        kept, values, rewritten = [], {}, 0
+        for row in self.runner.run(rows):
+            exp = experiences[row[_ROW]]
+            rewritten += row.get("response_text") != _texts(exp)["response_text"]
+            for name, value in (row.get(STATS_KEY) or {}).items():
+                exp.info[name] = value
+                if isinstance(value, (int, float)):
+                    values.setdefault(name, []).append(value)
+            kept.append(exp)
+        if rewritten:
+            logger.warning("data_juicer rewrote the text of %d experience(s): tokens are kept as generated", rewritten)
+        metrics = {"filtered_count": float(len(experiences) - len(kept)), "rewritten_count": float(rewritten)}
+        for name, column in values.items():
+            metrics.update(stats(name, column))
+        return kept, metrics
+
+
+_ROW = "__trinity_row__"
+
+
+def _texts(exp: Experience) -> dict[str, str]:
+    """The prompt and response of an experience as text (from its messages and response text)."""
+    messages = exp.messages or []
+    if messages and messages[-1].get("role") == "assistant":
+        *prompt, last = messages
+        response = exp.info.get("response_text") or _content(last)
+    else:
+        prompt, response = messages, exp.info.get("response_text") or ""
+    prompt_text = "\n".join(_content(m) for m in prompt)
+    return {"prompt_text": prompt_text, "response_text": response, "text": response}
+
+
+def _content(message: dict[str, Any]) -> str:
+    content = message.get("content")
+    if isinstance(content, list):  # multimodal: the text parts
+        return "".join(part.get("text", "") for part in content if isinstance(part, dict))
+    return content or ""
 
 
 class OverlongRewardShaping(ExperienceOperator):
@@ -214,6 +326,10 @@ class MaskResponseTruncated(ExperienceOperator):
         return experiences, {"masked_truncated_count": float(masked)}
 
 
+class OperatorStartError(PicklableError, RuntimeError):
+    """An operator of the pipeline cannot start; the message names its config key."""
+
+
 class ExperiencePipeline:
     """The configured operators, in order; metrics come prefixed ``pipeline/<operator>/``."""
 
@@ -227,8 +343,12 @@ class ExperiencePipeline:
             return cls()
         operators = []
         for i, op in enumerate(pipeline.operators):
-            key = f"data_processor.experience_pipeline.operators[{i}].name"
-            operators.append((op.name, resolve(Kind.EXPERIENCE_OPERATOR, op.name, key)(**op.args)))
+            key = f"data_processor.experience_pipeline.operators[{i}]"
+            operator_cls = resolve(Kind.EXPERIENCE_OPERATOR, op.name, f"{key}.name")
+            try:
+                operators.append((op.name, operator_cls(**op.args)))
+            except (DataJuicerError, ValueError) as exc:  # a recipe that cannot load, args the check missed
+                raise OperatorStartError(f"{key} ({op.name}): {exc}") from exc
         return cls(operators)
 
     @property

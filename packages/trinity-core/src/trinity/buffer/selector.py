@@ -1,14 +1,18 @@
 """Task selectors: which taskset rows the explorer gets, in which order.
 
-A selector maps ``(epoch, position in the epoch)`` to row positions. All but
-``difficulty_based`` are pure functions of the seed and the epoch, so a taskset resumes
-from ``(epoch, index)`` alone; ``difficulty_based`` also saves its pass-rate estimates.
+A selector maps ``(epoch, position in the epoch)`` to row positions. The explorer feeds
+each task's pass rate back (``feedback``: the ``pass_rate_calculator`` operator's, else the
+mean reward of the task's runs); the two curriculum selectors use it, the others ignore it.
+Those are pure functions of the seed and the epoch, so a taskset resumes from
+``(epoch, index)`` alone; the curriculum selectors also save what they learnt.
 
 - ``sequential``: file order.
 - ``shuffle``: a fresh seeded permutation every epoch.
 - ``random``: rows drawn with replacement, seeded per epoch.
-- ``offline_easy2hard``: sorted by ``feature_keys`` (ascending; ``kwargs.descending: true``
-  where a larger value means easier, e.g. a pass rate), ties in file order.
+- ``offline_easy2hard``: easy to hard. The first epoch is sorted by ``feature_keys``
+  (ascending; ``kwargs.descending: true`` where a larger value means easier, e.g. a pass
+  rate), ties in file order; each later epoch by the pass rates observed so far (higher
+  first; a row not yet observed counts its place in the feature order as its ease).
 - ``difficulty_based``: rows whose estimated pass rate is near ``kwargs.target`` (0.5) are
   more likely: weight ``exp(-|p - target| / tau)`` (``kwargs.tau``, 0.1). Estimates start
   from ``feature_keys[0]`` when given (else 0.5) and average in the explorer's feedback.
@@ -89,9 +93,48 @@ class OfflineEasy2HardSelector(Selector):
         features = _features(rows, config.feature_keys, "offline_easy2hard")
         sign = -1 if config.kwargs.get("descending", False) else 1
         self._sorted = sorted(range(self.size), key=lambda i: tuple(sign * v for v in features[i]))
+        self.observed = _PassRates(self.size)
 
     def order(self, epoch: int) -> list[int]:
-        return self._sorted
+        if epoch == 0 or not self.observed.count.any():
+            return self._sorted
+        rank = np.empty(self.size)
+        rank[self._sorted] = np.arange(self.size)
+        ease = np.where(self.observed.count > 0, self.observed.mean, 1 - rank / self.size)
+        return sorted(range(self.size), key=lambda i: (-ease[i], rank[i]))
+
+    def feedback(self, indices: Sequence[int], pass_rates: Sequence[float]) -> None:
+        self.observed.add(indices, pass_rates)
+
+    def state_dict(self) -> dict[str, Any]:
+        """The observed rates, and the order of the epoch being read (feedback during an epoch
+        changes only the next one's order, so a resume must not recompute it)."""
+        return {"observed": self.observed.state_dict(), "epoch_order": self._epoch_order}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.observed.load_state_dict(state["observed"])
+        self._epoch_order = tuple(state["epoch_order"]) if state.get("epoch_order") else None
+
+
+class _PassRates:
+    """The running mean pass rate of each row, and how many observations it has."""
+
+    def __init__(self, size: int, prior: Sequence[float] | None = None):
+        self.mean = np.asarray(prior if prior is not None else [0.0] * size, dtype=np.float64)
+        self.count = np.full(size, 0.0 if prior is None else 1.0)  # a prior weighs as one observation
+
+    def add(self, indices: Sequence[int], pass_rates: Sequence[float]) -> None:
+        for i, rate in zip(indices, pass_rates, strict=True):
+            if not math.isnan(rate):
+                self.count[i] += 1
+                self.mean[i] += (rate - self.mean[i]) / self.count[i]
+
+    def state_dict(self) -> dict[str, list[float]]:
+        return {"mean": self.mean.tolist(), "count": self.count.tolist()}
+
+    def load_state_dict(self, state: dict[str, list[float]]) -> None:
+        self.mean = np.asarray(state["mean"], dtype=np.float64)
+        self.count = np.asarray(state["count"], dtype=np.float64)
 
 
 class DifficultyBasedSelector(Selector):
@@ -103,23 +146,19 @@ class DifficultyBasedSelector(Selector):
             prior = [f[0] for f in _features(rows, config.feature_keys[:1], "difficulty_based")]
         else:
             prior = [0.5] * self.size
-        self.estimate = np.asarray(prior, dtype=np.float64)
-        self.count = np.ones(self.size, dtype=np.float64)  # the prior weighs as one observation
+        self.estimate = _PassRates(self.size, prior)
 
     def select(self, epoch: int, start: int, n: int) -> list[int]:
-        weights = np.exp(-np.abs(self.estimate - self.target) / self.tau)
+        weights = np.exp(-np.abs(self.estimate.mean - self.target) / self.tau)
         n = min(n, self.size)
         return self._rng(epoch, start).choice(self.size, size=n, replace=False, p=weights / weights.sum()).tolist()
 
     def feedback(self, indices: Sequence[int], pass_rates: Sequence[float]) -> None:
-        for i, rate in zip(indices, pass_rates, strict=True):
-            if not math.isnan(rate):
-                self.count[i] += 1
-                self.estimate[i] += (rate - self.estimate[i]) / self.count[i]
+        self.estimate.add(indices, pass_rates)
 
     def state_dict(self) -> dict[str, Any]:
-        return {"estimate": self.estimate.tolist(), "count": self.count.tolist()}
+        state = self.estimate.state_dict()
+        return {"estimate": state["mean"], "count": state["count"]}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.estimate = np.asarray(state["estimate"], dtype=np.float64)
-        self.count = np.asarray(state["count"], dtype=np.float64)
+        self.estimate.load_state_dict({"mean": state["estimate"], "count": state["count"]})

@@ -23,12 +23,13 @@ from typing import Any
 from trinity.buffer.errors import BadDataError, EndOfTaskset
 from trinity.buffer.selector import Selector
 from trinity.common.experience import Task
+from trinity.common.files import DATA_FILE_BUILDERS
 from trinity.config.schema import FormatConfig, StorageConfig, TasksetConfig
-from trinity.plugins import Kind, resolve
+from trinity.plugins import Kind, PluginError, resolve
 
 logger = logging.getLogger(__name__)
 
-_BUILDERS = {".json": "json", ".parquet": "parquet", ".csv": "csv", ".arrow": "arrow"}
+_BUILDERS = {suffix: builder for suffix, builder in DATA_FILE_BUILDERS.items() if suffix != ".jsonl"}
 
 
 def _read_jsonl(path: str, skip_bad_rows: bool) -> tuple[list[dict[str, Any]], list[int]]:
@@ -85,14 +86,26 @@ def _load(storage: StorageConfig) -> tuple[Sequence[dict[str, Any]], list[int] |
         raise BadDataError(path, None, f"cannot load ({type(cause).__name__}: {cause})") from exc
 
 
-def _row_problem(row: dict[str, Any], fmt: FormatConfig) -> str | None:
-    """Why ``row`` cannot make a task under ``fmt``, or None."""
+def _reads_prompt(workflow: str | None) -> bool:
+    """Whether ``workflow`` needs the row's prompt column (environment workflows such as
+    FrozenLake build theirs from other columns); unknown names are the config check's to report."""
+    try:
+        return bool(getattr(resolve(Kind.WORKFLOW, workflow), "reads_prompt", True)) if workflow else True
+    except PluginError:
+        return True
+
+
+def _row_problem(row: dict[str, Any], fmt: FormatConfig, reads_prompt: bool = True) -> str | None:
+    """Why ``row`` cannot make a task under ``fmt`` for a workflow that does or does not
+    ``reads_prompt``, or None."""
     if fmt.prompt_type == "messages":
         messages = row.get(fmt.messages_key)
         if not isinstance(messages, list) or not all(isinstance(m, dict) and "role" in m for m in messages):
             return f"column {fmt.messages_key!r} (messages_key) must be a list of messages with a role"
     elif fmt.prompt_type in (None, "plaintext"):  # tasksets default to plaintext
         if row.get(fmt.prompt_key) is None:
+            if not reads_prompt:
+                return None
             return f"no prompt: column {fmt.prompt_key!r} (prompt_key) is missing or null; columns: {sorted(row)}"
         if not isinstance(row[fmt.prompt_key], str):
             return f"column {fmt.prompt_key!r} (prompt_key) must be text, got {type(row[fmt.prompt_key]).__name__}"
@@ -111,6 +124,8 @@ class TasksetReader:
         if storage.storage_type != "file":
             raise ValueError(f"taskset {storage.name!r}: storage_type {storage.storage_type!r}; tasksets read files")
         self.storage = storage
+        default = storage.default_eval_workflow_type if storage.is_eval else None
+        self._workflow = default or storage.default_workflow_type
         rows, numbers = _load(storage)
         self.rows = self._checked(rows, numbers)
         self.batch_size = storage.batch_size or 1
@@ -126,15 +141,17 @@ class TasksetReader:
         fmt = storage.format
         self._format = fmt.model_dump()
         self._rollout_args = {k: v for k, v in storage.rollout_args.model_dump().items() if v is not None}
-        default = storage.default_eval_workflow_type if storage.is_eval else None
-        self._workflow = default or storage.default_workflow_type
 
     def _checked(self, rows: Sequence[dict[str, Any]], numbers: list[int] | None) -> list[dict[str, Any]]:
         """The rows that fit the format (``numbers``: their 1-based rows in the file)."""
         numbers = numbers or list(range(1, len(rows) + 1))
-        kept, skipped = [], 0
+        kept, skipped, fmt = [], 0, self.storage.format
+        reads_prompt = {self._workflow: _reads_prompt(self._workflow)}
         for row, number in zip(rows, numbers, strict=True):
-            problem = _row_problem(row, self.storage.format)
+            workflow = (fmt.workflow_key and row.get(fmt.workflow_key)) or self._workflow
+            if workflow not in reads_prompt:
+                reads_prompt[workflow] = _reads_prompt(workflow)
+            problem = _row_problem(row, fmt, reads_prompt[workflow])
             if problem is None:
                 kept.append(row)
             elif self.storage.format.skip_bad_rows:
@@ -150,6 +167,12 @@ class TasksetReader:
 
     def __len__(self) -> int:
         return len(self.rows)
+
+    def planned_steps(self) -> int:
+        """``total_steps``, else the batches of all epochs (batches run across epoch ends)."""
+        if self.total_steps is not None:
+            return self.total_steps
+        return -(-len(self.rows) * self.total_epochs // self.batch_size)
 
     def _task(self, position: int) -> Task:
         row, fmt = self.rows[position], self.storage.format
@@ -188,7 +211,7 @@ class TasksetReader:
         return batch
 
     def feedback(self, task_indices: Sequence[int], pass_rates: Sequence[float]) -> None:
-        """Pass rates of tasks (by ``Task.index``) for the ``difficulty_based`` selector."""
+        """Observed pass rates of tasks (by ``Task.index``), for the curriculum selectors."""
         self.selector.feedback(task_indices, pass_rates)
 
     def state_dict(self) -> dict[str, Any]:

@@ -35,3 +35,7 @@ def read_json(path: str | Path) -> Any | None:
         return json.loads(Path(path).read_text())
     except FileNotFoundError:
         return None
+
+
+DATA_FILE_BUILDERS = {".jsonl": "json", ".json": "json", ".parquet": "parquet", ".csv": "csv", ".arrow": "arrow"}
+"""The data files a taskset or dataset may be, by suffix, and the ``datasets`` builder of each."""

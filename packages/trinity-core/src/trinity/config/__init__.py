@@ -5,7 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import yaml
-from omegaconf import OmegaConf
+from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
 
 from trinity.config.check import check_config
 from trinity.config.load import ConfigError, ConfigIssue, IssueCollector, parse_config, read_yaml
@@ -18,11 +19,26 @@ def load_config(path: str | Path, overrides: list[str] | None = None, strict: bo
     Warnings (deprecated keys, adjusted values, keys with no effect yet) are logged once;
     ``strict`` turns the keys with no effect yet into errors.
     """
-    issues = IssueCollector()
-    config = check_config(parse_config(read_yaml(path, overrides), issues), issues)
+    config, issues = check_tree(read_yaml(path, overrides))
     issues.raise_if_any(str(path), strict)
     issues.emit_warnings()
     return config
+
+
+def check_tree(raw: DictConfig | dict) -> tuple[Config, IssueCollector]:
+    """Type, validate and derive a config tree (a file's or the studio's), raising nothing.
+
+    The one pass behind ``load_config`` and ``trinity config check``: the config (defaults where
+    a value was bad) and every error and warning, each under its dotted key.
+    """
+    issues = IssueCollector()
+    if not isinstance(raw, DictConfig):
+        try:
+            raw = OmegaConf.create(raw)
+        except OmegaConfBaseException as exc:
+            issues.add("", f"not a config tree: {str(exc).splitlines()[0]}")
+            return Config(), issues
+    return check_config(parse_config(raw, issues), issues), issues
 
 
 def load_stage_configs(
@@ -77,4 +93,4 @@ def to_yaml(config: Config) -> str:
     return yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False, allow_unicode=True)
 
 
-__all__ = ["Config", "ConfigError", "ConfigIssue", "load_config", "load_stage_configs", "to_yaml"]
+__all__ = ["Config", "ConfigError", "ConfigIssue", "check_tree", "load_config", "load_stage_configs", "to_yaml"]

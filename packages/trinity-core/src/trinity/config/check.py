@@ -20,6 +20,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from trinity.common.files import DATA_FILE_BUILDERS
 from trinity.config.base import PluginArgs
 from trinity.config.load import IssueCollector, report_effects, validate_section
 from trinity.config.schema import (
@@ -417,6 +418,8 @@ def check_buffer(config: Config, issues: IssueCollector) -> None:
             issues.add("buffer.explorer_input.taskset", "give either taskset or tasksets, not both")
         inputs.tasksets = [inputs.taskset]
         inputs.taskset = None
+    inputs.tasksets = _task_dirs_expanded(inputs.tasksets, "tasksets" if not single else None, issues)
+    inputs.eval_tasksets = _task_dirs_expanded(inputs.eval_tasksets, "eval_tasksets", issues)
     if _explorer_runs(config) and config.mode not in ("bench", "serve") and not inputs.tasksets:
         issues.add("buffer.explorer_input.tasksets", f"mode '{config.mode}' explores: give a taskset")
     groups = [("tasksets", inputs.tasksets, False), ("eval_tasksets", inputs.eval_tasksets, True)]
@@ -432,6 +435,36 @@ def check_buffer(config: Config, issues: IssueCollector) -> None:
             seen[taskset.name] = path
             _fill_taskset(config, taskset, is_eval, path, issues)
     _check_experience_buffer(config, issues)
+
+
+def _task_dirs_expanded(
+    tasksets: list[TasksetConfig], group: str | None, issues: IssueCollector
+) -> list[TasksetConfig]:
+    """Each taskset with a ``task_dir`` becomes one taskset per data file of the folder (sorted
+    by name), with its settings and the name ``<name>/<file stem>`` (the stem alone unnamed)."""
+    expanded = []
+    for i, taskset in enumerate(tasksets):
+        if taskset.task_dir is None:
+            expanded.append(taskset)
+            continue
+        key = f"buffer.explorer_input.{group}[{i}].task_dir" if group else "buffer.explorer_input.taskset.task_dir"
+        folder = Path(taskset.task_dir)
+        files = sorted(f for f in folder.iterdir() if f.suffix in DATA_FILE_BUILDERS) if folder.is_dir() else []
+        if taskset.path:
+            issues.add(key, "give either path or task_dir, not both")
+        elif not folder.is_dir():
+            issues.add(key, f"{str(folder)!r} is not a folder")
+        elif not files:
+            issues.add(key, f"{str(folder)!r} holds no data file ({', '.join(DATA_FILE_BUILDERS)})")
+        else:
+            for file in files:
+                name = f"{taskset.name}/{file.stem}" if taskset.name else file.stem
+                expanded.append(
+                    taskset.model_copy(deep=True, update={"path": str(file), "task_dir": None, "name": name})
+                )
+            continue
+        expanded.append(taskset)  # as given: the error above is the one to fix
+    return expanded
 
 
 def _fill_taskset(config: Config, taskset: TasksetConfig, is_eval: bool, path: str, issues: IssueCollector) -> None:
@@ -466,8 +499,8 @@ def _fill_taskset(config: Config, taskset: TasksetConfig, is_eval: bool, path: s
     plugin_ok(issues, Kind.TASK_SELECTOR, selector, f"{path}.data_selector.selector_type")
     if not _explorer_runs(config):
         return
-    if not taskset.path:
-        issues.add(f"{path}.path", "required: the file, folder or dataset of the tasks")
+    if not (taskset.path or taskset.task_dir):  # a task_dir in error is reported as such
+        issues.add(f"{path}.path", "required: the file, folder or dataset of the tasks (or a task_dir)")
     if taskset.default_workflow_type is None and not taskset.format.workflow_key:
         issues.add(
             f"{path}.default_workflow_type",
@@ -521,10 +554,18 @@ def _check_experience_buffer(config: Config, issues: IssueCollector) -> None:
     plugin_ok(
         issues, Kind.BUFFER_STORAGE, experience.storage_type, "buffer.trainer_input.experience_buffer.storage_type"
     )
+    _check_replay_buffer(experience, "buffer.trainer_input.experience_buffer", issues)
     experience.batch_size = buffer.train_batch_size
     experience.total_epochs, experience.total_steps = buffer.total_epochs, buffer.total_steps
     experience.tokenizer_path = config.model.model_path
-    experience.schema_type = _data_schema(config)
+    schema = _data_schema(config)
+    if experience.schema_type not in (None, schema, *(("experience", "task") if schema == "rollout" else ())):
+        issues.warn(
+            "buffer.trainer_input.experience_buffer.schema_type",
+            f"algorithm '{config.algorithm.algorithm_type}' trains on {schema} data, not {experience.schema_type}: "
+            f"using {schema}",
+        )
+    experience.schema_type = schema
     experience.ray_namespace = experience.ray_namespace or config.ray_namespace
     experience.durability = buffer.durability
     experience.format.chat_template = experience.format.chat_template or config.model.custom_chat_template
@@ -544,6 +585,21 @@ def _check_experience_buffer(config: Config, issues: IssueCollector) -> None:
             issues.no_effect(f"{path}.schema_type", f"auxiliary buffers are read as SFT data, not {aux.schema_type}")
         plugin_ok(issues, Kind.BUFFER_STORAGE, aux.storage_type, f"{path}.storage_type")
     config.data_processor.experience_pipeline.output = experience
+
+
+def _check_replay_buffer(experience: ExperienceBufferConfig, path: str, issues: IssueCollector) -> None:
+    """The priority function is installed and its args fit its ``Args``; replay needs a queue."""
+    replay, path = experience.replay_buffer, f"{path}.replay_buffer"
+    if not replay.enable:
+        for key in sorted(replay.model_fields_set - {"enable"}):
+            issues.no_effect(f"{path}.{key}", "replay_buffer.enable is false")
+        return
+    if experience.storage_type != "queue":
+        issues.no_effect(f"{path}.enable", f"priority replay needs storage_type queue, not {experience.storage_type}")
+        return
+    priority_fn = _plugin(issues, Kind.PRIORITY_FN, replay.priority_fn, f"{path}.priority_fn")
+    if priority_fn is not None:
+        replay.priority_fn_args = plugin_args(priority_fn, replay.priority_fn_args, f"{path}.priority_fn_args", issues)
 
 
 def check_trainer(config: Config, issues: IssueCollector) -> None:

@@ -124,11 +124,21 @@ def read_yaml(path: str | Path, overrides: list[str] | None = None) -> DictConfi
         bad = [item for item in overrides if "=" not in item]
         if bad:
             raise ConfigError([ConfigIssue("", f"override '{item}' is not key=value") for item in bad], str(path))
-        try:
-            raw = OmegaConf.merge(raw, OmegaConf.from_dotlist(list(overrides)))
-        except OmegaConfBaseException as exc:
-            raise ConfigError([ConfigIssue("", f"cannot apply the overrides: {_short(exc)}")], str(path)) from None
+        issues = [issue for item in overrides if (issue := _apply_override(raw, item))]
+        if issues:
+            raise ConfigError(issues, str(path))
     return raw
+
+
+def _apply_override(raw: DictConfig, item: str) -> ConfigIssue | None:
+    """Set one ``key=value`` (YAML value; list items by index: ``stages.0.mode=train``)."""
+    key, text = (part.strip() for part in item.split("=", 1))
+    try:
+        value = OmegaConf.to_container(OmegaConf.from_dotlist([f"value={text}"]), resolve=False)["value"]
+        OmegaConf.update(raw, key, value, merge=True, force_add=True)
+    except (OmegaConfBaseException, TypeError, ValueError, IndexError) as exc:
+        return ConfigIssue(key, f"cannot apply the override '{item}': {_short(exc)}")
+    return None
 
 
 def resolve_tree(raw: DictConfig, issues: IssueCollector, keep_unresolved: tuple[str, ...] = ()) -> dict:

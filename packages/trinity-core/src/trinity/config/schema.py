@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import BeforeValidator, Field
+from pydantic import BeforeValidator, Field, StringConstraints
 
 from trinity.config.base import ConfigModel, derived, inert
 
@@ -125,12 +125,14 @@ class ReplayBufferConfig(ConfigModel):
     """Prioritised replay on a queue buffer: experiences are read by priority and may be reused."""
 
     enable: bool = Field(False, description="Read by priority instead of first-in-first-out.")
-    priority_fn: str = Field("linear_decay", description="linear_decay or decay_limit_randomization.")
+    priority_fn: str = Field(
+        "linear_decay", description="A priority function plugin: linear_decay, decay_limit_randomization."
+    )
     reuse_cooldown_time: float | None = Field(
         None, ge=0, description="Seconds before a read experience may be read again; unset: never reused."
     )
     priority_fn_args: dict[str, Any] = Field(
-        default_factory=lambda: {"decay": 2.0}, description="Arguments of the priority function."
+        default_factory=lambda: {"decay": 2.0}, description="Arguments of the priority function (its Args)."
     )
 
 
@@ -163,7 +165,9 @@ class StorageConfig(ConfigModel):
     is_eval: bool = derived(False, "Whether this is an eval taskset.")
     tokenizer_path: str | None = derived(None, "Tokenizer of the data: model.model_path.")
     schema_type: str | None = Field(
-        None, description="Row schema (rollout, sft, dpo); the experience buffer's is the algorithm's."
+        None,
+        description="Row schema: rollout (Trinity-RFT: experience, task), sft, dpo or cpt; the experience buffer's "
+        "is the algorithm's. SFT/DPO rows: a message list (or plaintext columns), tools in tools_key.",
     )
 
 
@@ -172,6 +176,11 @@ class TasksetConfig(StorageConfig):
 
     repeat_times: int | None = Field(
         None, ge=1, description="Rollouts per task; train tasksets use algorithm.repeat_times, eval ones default 1."
+    )
+    task_dir: str | None = Field(
+        None,
+        description="A folder of tasksets instead of path: each data file (.jsonl, .json, .parquet, .csv, .arrow) "
+        "is a taskset with these settings, named <name>/<file stem>.",
     )
     default_workflow_type: str | None = Field(None, description="Workflow of the rows (a name or module.Class).")
     default_eval_workflow_type: str | None = Field(None, description="Workflow of the rows when evaluating.")
@@ -197,7 +206,8 @@ class ExperienceBufferConfig(StorageConfig):
     )
     durability: Durability = derived("fast", "buffer.durability.")
     replay_buffer: ReplayBufferConfig = Field(
-        default_factory=ReplayBufferConfig, description="Prioritised replay of experiences (queue)."
+        default_factory=ReplayBufferConfig,
+        description="Prioritised replay of experiences (queue; with a path it survives restarts).",
     )
 
     renamed: ClassVar[dict[str, str]] = {
@@ -466,7 +476,8 @@ class InferenceModelConfig(ConfigModel):
     openai_api_host: str = Field("127.0.0.1", description="Address the OpenAI endpoint binds to.")
     enable_auto_tool_choice: bool = Field(False, description="Let the model call tools on its own (OpenAI endpoint).")
     tool_call_parser: str | None = Field(
-        None, description="Parser of tool calls in responses (vLLM's names, e.g. hermes)."
+        None,
+        description="Parser of tool calls in responses (vLLM's names; the transformers engine's endpoint: hermes).",
     )
     reasoning_parser: str | None = Field(None, description="Parser of reasoning text in responses (vLLM's names).")
     external_model_config: ExternalModelConfig = Field(
@@ -669,8 +680,16 @@ class MonitorConfig(ConfigModel):
     )
     monitor_args: dict[str, Any] | None = Field(None, description="Arguments of the monitors.")
     detailed_stats: bool = inert(False, "Mean, std, max and min of every evaluation metric.")
-    enable_ray_timeline: bool = inert(False, "Write Ray's timeline of the run to monitor/timeline.json.")
+    enable_ray_timeline: bool = Field(
+        False, description="Write Ray's timeline of each stage to <job dir>/monitor/timeline.json (Chrome trace)."
+    )
     cache_dir: str = derived("", "Folder of the monitors' files: <job dir>/monitor.")
+    console_interval: Annotated[int, Field(ge=1)] | Annotated[str, StringConstraints(pattern=r"^\d+(\.\d+)?s$")] = (
+        Field(
+            "30s",
+            description="How often `trinity run` prints a role's progress line: every N steps (10) or seconds ('30s').",
+        )
+    )
 
 
 class ClusterConfig(ConfigModel):

@@ -9,8 +9,10 @@ section plus the global model limits and chat settings); a training engine is
 
 from __future__ import annotations
 
+import shutil
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from trinity.common.batch import Batch
@@ -18,6 +20,8 @@ from trinity.config.schema import Config
 
 if TYPE_CHECKING:
     import torch
+
+    from trinity.engine.prompts import PromptFormatter
 
 Metrics = dict[str, float]
 
@@ -35,6 +39,8 @@ class SamplingArgs:
     stop: list[str] = field(default_factory=list)
     logprobs: bool = True
     seed: int | None = None
+    tools: list[dict[str, Any]] | None = None
+    """OpenAI tool schemas the chat template offers the model (``chat`` only)."""
 
 
 @dataclass
@@ -70,6 +76,9 @@ class RolloutEngine(ABC):
     """
 
     model_version: int = 0
+    prompts: PromptFormatter | None = None
+    """The engine's tokenisation (chat template, prompt limits); workflows re-tokenise their
+    conversations with its ``chat``. None for an engine that sees no tokens (external)."""
     api_url: str | None = None
     """Base URL of the engine's OpenAI-compatible endpoint (``enable_openai_api``); None
     where it serves none."""
@@ -84,7 +93,7 @@ class RolloutEngine(ABC):
 
     @abstractmethod
     def chat(self, conversations: list[list[dict[str, Any]]], args: SamplingArgs) -> list[list[Completion]]:
-        """``args.n`` completions for each conversation, through the chat template."""
+        """``args.n`` completions for each conversation, through the chat template (offering ``args.tools``)."""
 
     @abstractmethod
     def logprobs(self, token_ids: list[list[int]]) -> list[list[float]]:
@@ -112,6 +121,10 @@ class RolloutEngine(ABC):
         """Release the engine's resources."""
 
 
+class ExportError(ValueError):
+    """A checkpoint that cannot become a Hugging Face folder (what is missing is named)."""
+
+
 class TrainingEngine(ABC):
     """Runs the updates of the actor (and critic) with the configured algorithm functions."""
 
@@ -119,6 +132,20 @@ class TrainingEngine(ABC):
     """The engine's reference model, or None when the algorithm needs none."""
     critic: Any = None
     """The engine's critic, or None when the algorithm has none."""
+
+    @classmethod
+    def export_hf(cls, checkpoint: Path, out: Path) -> None:
+        """Write the actor of ``checkpoint`` (a ``global_step_N`` folder this engine saved) as a
+        Hugging Face model folder ``out`` (``trinity convert``). The default copies the actor's HF
+        weights, which the torch engine always saves; an engine with a sharded format of its own
+        overrides it to merge the shards where the checkpoint holds no HF weights."""
+        source = checkpoint / "actor" / "huggingface"
+        if not any(source.glob("*.safetensors")):
+            raise ExportError(
+                f"{source} holds no Hugging Face weights; a checkpoint in an engine's own sharded format is "
+                "converted by that engine: name it with --engine (the run's trainer.trainer_type)"
+            )
+        shutil.copytree(source, out, dirs_exist_ok=True)
 
     @classmethod
     def native_config(cls, config: Config) -> dict[str, Any] | None:

@@ -6,6 +6,11 @@ model's ``external_model_config``: the environment variables ``base_url_env`` (t
 ``.../v1``) and ``api_key_env``, and ``model_name``. Such an engine takes no weights (no sync)
 and gives no token ids unless the server returns them (vLLM's ``return_token_ids``): its
 experiences carry text, rewards and logprobs, enough to evaluate, not to train on.
+
+The server applies its own chat template; a request offers it the call's ``tools`` and, when
+the model section sets them, the template and ``enable_thinking`` that
+``trinity.engine.tokenization`` resolves for every engine (vLLM's ``chat_template`` and
+``chat_template_kwargs`` request fields).
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ from typing import Any
 
 from trinity.config.schema import InferenceModelConfig, ModelConfig
 from trinity.engine.base import Completion, EngineStartError, RolloutEngine, SamplingArgs
+from trinity.engine.tokenization import template_settings
 
 
 class ExternalEngine(RolloutEngine):
@@ -42,6 +48,8 @@ class ExternalEngine(RolloutEngine):
         self.model_name = external.model_name or config.name or config.model_path or "default"
         self.client = openai.AsyncOpenAI(base_url=url, api_key=os.environ.get(external.api_key_env) or "EMPTY")
         self.max_tokens = config.max_response_tokens or model.max_response_tokens
+        template, kwargs = template_settings(config.chat_template, config.enable_thinking, model)
+        self.template_fields = {"chat_template": template, "chat_template_kwargs": kwargs or None}
 
     def generate(self, prompts: list[str], args: SamplingArgs) -> list[list[Completion]]:
         raise NotImplementedError("the external engine is concurrent: the client sends generate_async")
@@ -56,7 +64,11 @@ class ExternalEngine(RolloutEngine):
         results = []
         for messages in conversations:
             response = await self.client.chat.completions.create(
-                model=self.model_name, messages=messages, logprobs=True, **self._sampling(args)
+                model=self.model_name,
+                messages=messages,
+                logprobs=True,
+                **self._sampling(args),
+                **self._chat_fields(args),
             )
             results.append(
                 [_completion(c.message.content or "", c.finish_reason, c.logprobs) for c in response.choices]
@@ -74,6 +86,12 @@ class ExternalEngine(RolloutEngine):
 
     def update_weights(self, state_dict: Any = None, checkpoint_path: str | None = None, version: int = 0) -> None:
         raise NotImplementedError("an external engine takes no weights: its server owns the model")
+
+    def _chat_fields(self, args: SamplingArgs) -> dict[str, Any]:
+        """The call's tools and the configured template settings, where there are any."""
+        fields: dict[str, Any] = {"tools": args.tools} if args.tools else {}
+        extra = {key: value for key, value in self.template_fields.items() if value is not None}
+        return {**fields, "extra_body": extra} if extra else fields
 
     def _sampling(self, args: SamplingArgs) -> dict[str, Any]:
         sampling = {"n": args.n, "temperature": args.temperature, "top_p": args.top_p, "seed": args.seed}

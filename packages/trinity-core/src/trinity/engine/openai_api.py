@@ -6,14 +6,15 @@ on the engine client's event loop: ``/v1/chat/completions``, ``/v1/completions``
 port. Requests become the client's requests, batched with the workflows' own. As vLLM's
 server does, a request with ``return_token_ids`` gets the prompt's and each choice's token ids
 (what an experience needs), ``logprobs: true`` gets the sampled tokens' logprobs,
-``reasoning_parser`` splits ``<think>`` text into ``reasoning_content`` and, with
-``enable_auto_tool_choice`` and a ``tool_call_parser``, ``<tool_call>`` blocks become
-``tool_calls``. A malformed request is a 400 whose message names the field.
+``reasoning_parser`` splits ``<think>`` text into ``reasoning_content``. A request's ``tools``
+are rendered by the engine's chat template (``trinity.engine.tokenization``) and, with
+``enable_auto_tool_choice`` and a ``tool_call_parser`` (``hermes``), the reply's tool calls
+become ``tool_calls`` unless ``tool_choice`` is ``none``. A malformed request is a 400 whose
+message names the field.
 """
 
 from __future__ import annotations
 
-import json
 import re
 import time
 import uuid
@@ -21,9 +22,10 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from trinity.engine.base import Completion, SamplingArgs
+from trinity.engine.base import Completion, EngineStartError, SamplingArgs
+from trinity.engine.tokenization import TOOL_CALL_PARSERS, ToolCallParser, tool_schemas
 
 if TYPE_CHECKING:
     from trinity.config.schema import InferenceModelConfig
@@ -31,10 +33,7 @@ if TYPE_CHECKING:
 
 REASONING_PARSERS = ("deepseek_r1", "qwen3")
 """Parsers of ``<think>...</think>`` reasoning text (vLLM's names)."""
-TOOL_CALL_PARSERS = ("hermes",)
-"""Parsers of ``<tool_call>{"name": ..., "arguments": ...}</tool_call>`` blocks (vLLM's names)."""
 _THINK = re.compile(r"^\s*(?:<think>)?(.*?)</think>\s*", re.S)
-_TOOL_CALL = re.compile(r"<tool_call>\s*(.*?)\s*</tool_call>", re.S)
 
 
 class _Request(BaseModel):
@@ -56,7 +55,7 @@ class _Request(BaseModel):
     stream: Literal[False] = False
     return_token_ids: bool = False
 
-    def sampling(self) -> SamplingArgs:
+    def sampling(self, tools: list[dict[str, Any]] | None = None) -> SamplingArgs:
         stops = [self.stop] if isinstance(self.stop, str) else list(self.stop or [])
         return SamplingArgs(
             n=self.n,
@@ -67,6 +66,7 @@ class _Request(BaseModel):
             min_tokens=self.min_tokens,
             stop=stops,
             seed=self.seed,
+            tools=tools,
         )
 
 
@@ -74,6 +74,20 @@ class ChatRequest(_Request):
     messages: list[dict[str, Any]] = Field(min_length=1)
     tools: list[dict[str, Any]] | None = None
     tool_choice: str | dict[str, Any] | None = None
+
+    @field_validator("messages")
+    @classmethod
+    def _text_content(cls, messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """Content given as a list of parts (as agent frameworks send it) becomes its text;
+        the chat template renders strings. Parts other than text are refused by index."""
+        for i, message in enumerate(messages):
+            parts = message.get("content")
+            if isinstance(parts, list):
+                kinds = [part.get("type") if isinstance(part, dict) else type(part).__name__ for part in parts]
+                if any(kind != "text" for kind in kinds):
+                    raise ValueError(f"messages[{i}].content: only text parts are served, got {kinds}")
+                messages[i] = {**message, "content": "".join(part["text"] for part in parts)}
+        return messages
 
 
 class CompletionRequest(_Request):
@@ -84,7 +98,7 @@ def openai_app(client: EngineClient, config: InferenceModelConfig) -> FastAPI:
     """The endpoint's app; its handlers run on the client's event loop."""
     app = FastAPI(title="trinity OpenAI-compatible endpoint")
     name = config.name or config.model_path or "model"
-    parse_tools = config.enable_auto_tool_choice and config.tool_call_parser in TOOL_CALL_PARSERS
+    parser = _tool_call_parser(config)
     parse_reasoning = config.reasoning_parser in REASONING_PARSERS
 
     async def body(request: Request, model: type[_Request]) -> _Request | JSONResponse:
@@ -111,11 +125,13 @@ def openai_app(client: EngineClient, config: InferenceModelConfig) -> FastAPI:
         parsed = await body(request, ChatRequest)
         if isinstance(parsed, JSONResponse):
             return parsed
-        (completions,) = await client.request("chat", [parsed.messages], parsed.sampling())
-        choices = [
-            _chat_choice(i, c, parsed, parse_reasoning, parse_tools and bool(parsed.tools))
-            for i, c in enumerate(completions)
-        ]
+        try:
+            tools = tool_schemas(parsed.tools) or None
+            (completions,) = await client.request("chat", [parsed.messages], parsed.sampling(tools))
+        except ValueError as exc:  # messages or tools the chat template cannot render, a prompt too long
+            return JSONResponse(status_code=400, content=_error(str(exc), "messages"))
+        calls = parser if tools and parsed.tool_choice != "none" else None
+        choices = [_chat_choice(i, c, parsed, parse_reasoning, calls) for i, c in enumerate(completions)]
         return _response("chat.completion", name, completions, choices, parsed.return_token_ids)
 
     @app.post("/v1/completions")
@@ -162,14 +178,27 @@ def _response(
     return response
 
 
-def _chat_choice(index: int, completion: Completion, request: ChatRequest, reasoning: bool, tools: bool) -> dict:
+def _tool_call_parser(config: InferenceModelConfig) -> ToolCallParser | None:
+    """The parser of ``tool_call_parser`` with ``enable_auto_tool_choice``; an unknown name is an error."""
+    name = config.tool_call_parser
+    if name is not None and name not in TOOL_CALL_PARSERS:
+        raise EngineStartError(
+            f"tool_call_parser {name!r}: this endpoint parses {', '.join(TOOL_CALL_PARSERS)} "
+            "(the vLLM engine's own endpoint knows vLLM's parsers)"
+        )
+    return TOOL_CALL_PARSERS[name] if name and config.enable_auto_tool_choice else None
+
+
+def _chat_choice(
+    index: int, completion: Completion, request: ChatRequest, reasoning: bool, tools: ToolCallParser | None
+) -> dict:
     text, reasoning_text = completion.text, None
     if reasoning and (found := _THINK.match(text)):
         reasoning_text, text = found.group(1).strip(), text[found.end() :]
     message: dict[str, Any] = {"role": "assistant", "content": text}
     finish = completion.finish_reason
-    if tools and (calls := _tool_calls(text)):
-        message["content"] = _TOOL_CALL.sub("", text).strip() or None
+    if tools and (calls := [call.openai() for call in tools.parse(text) if call.error is None]):
+        message["content"] = tools.strip(text) or None
         message["tool_calls"] = calls
         finish = "tool_calls"
     if reasoning_text is not None:
@@ -179,29 +208,6 @@ def _chat_choice(index: int, completion: Completion, request: ChatRequest, reaso
     if request.return_token_ids:
         choice["token_ids"] = completion.response_token_ids
     return choice
-
-
-def _tool_calls(text: str) -> list[dict[str, Any]]:
-    """The ``<tool_call>`` blocks of a reply that hold a JSON object with a ``name``."""
-    calls = []
-    for block in _TOOL_CALL.findall(text):
-        try:
-            call = json.loads(block)
-        except json.JSONDecodeError:
-            continue
-        if isinstance(call, dict) and isinstance(call.get("name"), str):
-            arguments = call.get("arguments", {})
-            calls.append(
-                {
-                    "id": f"call_{uuid.uuid4().hex[:24]}",
-                    "type": "function",
-                    "function": {
-                        "name": call["name"],
-                        "arguments": arguments if isinstance(arguments, str) else json.dumps(arguments),
-                    },
-                }
-            )
-    return calls
 
 
 def _token_logprobs(completion: Completion) -> list[dict[str, Any]]:

@@ -1,49 +1,44 @@
 """Prompt token ids as every rollout engine builds them, so that engines agree on them.
 
-Chat template: ``rollout_model.chat_template`` over ``model.custom_chat_template`` over the
-file at ``model.chat_template_path`` over the tokenizer's own; ``enable_thinking`` from the
-rollout model over the model, left undefined for the template when both are unset. A prompt
-longer than ``max_prompt_tokens`` keeps its first ``max_prompt_tokens`` tokens and is marked
+Chat templating is ``trinity.engine.tokenization``'s: the rollout model's ``chat_template``
+over ``model.custom_chat_template`` over the file at ``model.chat_template_path`` over the
+tokenizer's own; ``enable_thinking`` from the rollout model over the model. A prompt longer
+than ``max_prompt_tokens`` keeps its first ``max_prompt_tokens`` tokens and is marked
 truncated (the engine generates nothing for it) with ``model.enable_prompt_truncation``;
 without it, a ``ValueError``. A response gets ``response_budget`` tokens at most.
 """
 
 from __future__ import annotations
 
-from pathlib import Path
+from collections.abc import Sequence
 from typing import Any
 
 from trinity.config.schema import InferenceModelConfig, ModelConfig
+from trinity.engine.tokenization import ChatTokenizer, template_settings
 
 
 class PromptFormatter:
-    """Tokenises raw prompts and conversations and fits them to ``max_prompt_tokens``."""
+    """A rollout engine's tokenisation (``chat``, shared with its workflows) and prompt limits."""
 
-    def __init__(self, tokenizer: Any, config: InferenceModelConfig, model: ModelConfig) -> None:
-        self.tokenizer = tokenizer
-        self.chat_template = config.chat_template or model.custom_chat_template
-        if self.chat_template is None and model.chat_template_path:
-            self.chat_template = Path(model.chat_template_path).read_text()
-        thinking = first(config.enable_thinking, model.enable_thinking)
-        # None leaves the flag undefined for the template, so its own default applies.
-        self.template_kwargs = {} if thinking is None else {"enable_thinking": thinking}
+    def __init__(
+        self, tokenizer: Any, config: InferenceModelConfig, model: ModelConfig, end_of_turn_ids: Sequence[int] = ()
+    ) -> None:
+        template, kwargs = template_settings(config.chat_template, config.enable_thinking, model)
+        self.chat = ChatTokenizer(tokenizer, template, kwargs, end_of_turn_ids)
         self.max_prompt_tokens = first(config.max_prompt_tokens, model.max_prompt_tokens)
         self.enable_truncation = model.enable_prompt_truncation
 
+    @property
+    def tokenizer(self) -> Any:
+        return self.chat.tokenizer
+
     def text_ids(self, prompts: list[str]) -> list[list[int]]:
         """Token ids of raw text prompts (with the tokenizer's special tokens), one batched call."""
-        return self.tokenizer(prompts, add_special_tokens=True)["input_ids"]
+        return self.chat.text_ids(prompts)
 
-    def chat_ids(self, messages: list[dict[str, Any]]) -> list[int]:
-        """Token ids of ``messages`` through the chat template, with the generation prompt."""
-        text = self.tokenizer.apply_chat_template(
-            messages,
-            tokenize=False,
-            add_generation_prompt=True,
-            chat_template=self.chat_template,
-            **self.template_kwargs,
-        )
-        return self.tokenizer(text, add_special_tokens=False)["input_ids"]
+    def chat_ids(self, messages: list[dict[str, Any]], tools: Any = None) -> list[int]:
+        """Token ids of ``messages`` (offering ``tools``) through the chat template, with the generation prompt."""
+        return self.chat.prompt_ids(messages, tools)
 
     def fit(self, ids: list[int]) -> tuple[list[int], bool]:
         """``(ids, truncated)``: the prompt as the engine should see it."""

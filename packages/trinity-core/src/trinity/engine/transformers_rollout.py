@@ -118,7 +118,7 @@ class TransformersRolloutEngine(RolloutEngine):
         # Sampling comes from the config and SamplingArgs only: generate() would otherwise fill
         # every unset field from the checkpoint's generation_config.json (e.g. Qwen's top_k=20).
         self.model.generation_config = GenerationConfig()
-        self.prompts = PromptFormatter(self.tokenizer, config, model)
+        self.prompts = PromptFormatter(self.tokenizer, config, model, end_of_turn_ids=self.eos_ids)
         self.max_model_len = _first(config.max_model_len, model.max_model_len)
         self.max_response_tokens = _first(config.max_response_tokens, model.max_response_tokens)
         # 0 and 1 mean the same here: a response has a token (EOS at the least) before a stop applies
@@ -132,11 +132,11 @@ class TransformersRolloutEngine(RolloutEngine):
         return self.generate_from_ids(self.prompts.text_ids(prompts), args)
 
     def chat(self, conversations: list[list[dict[str, Any]]], args: SamplingArgs) -> list[list[Completion]]:
-        return self.generate_from_ids([self.chat_prompt_ids(c) for c in conversations], args)
+        return self.generate_from_ids([self.chat_prompt_ids(c, args.tools) for c in conversations], args)
 
-    def chat_prompt_ids(self, messages: list[dict[str, Any]]) -> list[int]:
-        """Token ids of ``messages`` through the chat template, with the generation prompt."""
-        return self.prompts.chat_ids(messages)
+    def chat_prompt_ids(self, messages: list[dict[str, Any]], tools: Any = None) -> list[int]:
+        """Token ids of ``messages`` (offering ``tools``) through the chat template, with the generation prompt."""
+        return self.prompts.chat_ids(messages, tools)
 
     def generate_from_ids(self, prompts: list[list[int]], args: SamplingArgs) -> list[list[Completion]]:
         """``args.n`` completions for each prompt given as token ids (the path ``generate``

@@ -35,7 +35,7 @@ from trinity.common.files import read_json, write_json
 from trinity.config.schema import Config, InferenceModelConfig, TasksetConfig
 from trinity.engine.base import EngineStartError, RolloutEngine
 from trinity.engine.client import EngineClient
-from trinity.explorer.runner import BatchOutcome, TaskRunner, over_rollout_minimum
+from trinity.explorer.runner import BatchOutcome, TaskRunner, over_rollout_minimum, task_pass_rates
 from trinity.monitor.metrics import eval_at_k, gather, stats, timer
 from trinity.plugins import Kind, resolve
 from trinity.runtime import freeze_long_lived_objects, setup_role
@@ -112,6 +112,10 @@ class Explorer:
             raise EngineStartError(f"{key}: {cause}") from exc
 
     # --- the loop ---------------------------------------------------------------------------
+
+    def planned_steps(self) -> int:
+        """The steps of all tasksets (they take turns), for ``trinity run``'s progress display."""
+        return sum(taskset.planned_steps() for taskset in self.tasksets)
 
     def run(self) -> dict[str, Any]:
         """Explore until the tasksets end; returns a summary."""
@@ -254,7 +258,9 @@ class Explorer:
         """
         minimum = over_rollout_minimum(self.config)
         outcome = await self.runner.run_batch(tasks, str(step), minimum)
+        ran = list(outcome.experiences)
         outcome.experiences, totals = self.pipeline(outcome.experiences)
+        self.feed_back(ran)
         rounds = 0
         while rounds < self.pipeline.refill_rounds and len(by_group(outcome.experiences)) < len(tasks):
             more = self.next_tasks(refill=True)
@@ -262,7 +268,9 @@ class Explorer:
                 break
             rounds += 1
             extra = await self.runner.run_batch(more, f"{step}.{rounds}", minimum)
+            ran = list(extra.experiences)
             extra.experiences, extra_metrics = self.pipeline(extra.experiences)
+            self.feed_back(ran)
             outcome = outcome.merged(extra)
             for key, value in extra_metrics.items():
                 totals[key] = totals.get(key, 0.0) + value
@@ -271,6 +279,14 @@ class Explorer:
             outcome.experiences = [exp for group in kept for exp in group]
             metrics.update({**totals, "pipeline/refill_rounds": float(rounds)})
         return outcome
+
+    def feed_back(self, experiences: list[Experience]) -> None:
+        """Each task's pass rate to its taskset's selector (the curriculum selectors use it), from
+        the experiences as the pipeline scored them, before its filters dropped any."""
+        rates = task_pass_rates(experiences)
+        for reader in self.tasksets:
+            if reader.storage.name in rates:
+                reader.feedback(*rates[reader.storage.name])
 
     def next_tasks(self, refill: bool = False) -> list[Task] | None:
         """The next batch: tasksets take turns by step, skipping those that ended. A ``refill``

@@ -18,6 +18,7 @@ from trinity.common.experience import Experience
 from trinity.common.lazy_import import lazy_module
 from trinity.engine.base import Completion, SamplingArgs
 from trinity.engine.client import EngineClient
+from trinity.engine.tokenization import TokenizedConversation
 
 torch = lazy_module("torch")
 
@@ -141,6 +142,18 @@ class ModelWrapper:
     async def logprobs_async(self, token_ids: Sequence[int]) -> list[float]:
         (logprobs,) = await asyncio.wrap_future(self.client.submit("logprobs", [list(token_ids)]))
         return logprobs
+
+    def tokenize_conversation(
+        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None
+    ) -> TokenizedConversation:
+        """``messages`` (offered ``tools``) as the engine's chat template tokenises them, masked to
+        the assistant turns: the tokens of a multi-turn experience."""
+        prompts = self.client.engine.prompts
+        if prompts is None:
+            raise TypeError(
+                f"the {type(self.client.engine).__name__} has no tokenizer: a multi-turn experience needs one"
+            )
+        return prompts.chat.conversation(messages, tools)
 
     def extract_experience_from_history(self) -> list[Experience]:
         """The experiences recorded since the last call (``enable_history``), clearing them."""

@@ -151,7 +151,7 @@ class TaskRunner:
     ) -> None:
         """The task's runs in jobs; each job's experiences land in ``finished`` as it ends."""
         workflow_cls = resolve(Kind.WORKFLOW, task.workflow_type, "default_workflow_type")
-        group = f"{task.taskset_name}:{task.index}"
+        group = task.task_id
         size = self.config.explorer.max_repeat_times_per_runner or task.repeat_times
         starts = range(0, task.repeat_times, size)
 
@@ -265,3 +265,21 @@ def _engine_crash(error: BaseException | None) -> EngineCrashed | None:
     while error is not None and not isinstance(error, EngineCrashed):
         error = error.__cause__ or error.__context__
     return error
+
+
+def task_pass_rates(experiences: list[Experience]) -> dict[str, tuple[list[int], list[float]]]:
+    """Per taskset, the rows run and each one's pass rate: ``pass_rate_calculator``'s
+    (``info["pass_rate"]``) where it scored the task, else the mean reward of the task's runs."""
+    runs: dict[tuple[str, int], list[Experience]] = {}
+    for exp in experiences:
+        name, _, index = exp.eid.task.rpartition(":")  # Task.task_id
+        if index.isdigit():
+            runs.setdefault((name, int(index)), []).append(exp)
+    rates: dict[str, tuple[list[int], list[float]]] = {}
+    for (name, index), group in runs.items():
+        scored = [exp.info["pass_rate"] for exp in group if "pass_rate" in exp.info]
+        rate = scored[0] if scored else statistics.fmean(exp.reward or 0.0 for exp in group)
+        indices, values = rates.setdefault(name, ([], []))
+        indices.append(index)
+        values.append(float(rate))
+    return rates

@@ -57,7 +57,8 @@ class ServeProxy:
         config = explorer.config
         self.temperature = config.model.temperature
         self.timeout = float(config.synchronizer.sync_timeout)
-        self.engines = itertools.cycle([client.api_url for client in explorer.engines])
+        self.engine_urls = [client.api_url for client in explorer.engines]
+        self.engines = itertools.cycle(self.engine_urls)
         self.recorded: dict[str, list[Experience]] = {}  # response id -> its choices, not scored yet
         self.scored: set[str] = set()
         self.ready: list[Experience] = []
@@ -128,6 +129,7 @@ class ServeProxy:
                 "recorded_experiences": self.experiences,
                 "ready_experiences": len(self.ready),
                 "committed_experiences": self.committed,
+                "engine_urls": self.engine_urls,
             }
 
         @app.get("/health")

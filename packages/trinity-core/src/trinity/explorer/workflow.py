@@ -31,6 +31,9 @@ class Workflow:
     """
 
     can_repeat: ClassVar[bool] = True
+    reads_prompt: ClassVar[bool] = True
+    """False for workflows that take their episode from other columns (FrozenLake's map): the
+    taskset then accepts rows without a prompt column."""
 
     def __init__(self, task: Task, model: ModelWrapper, auxiliary_models: Sequence[ModelWrapper] = ()):
         self.task = task

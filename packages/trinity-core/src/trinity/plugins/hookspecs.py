@@ -83,6 +83,11 @@ def trinity_register_task_selectors(register: Register) -> None:
 
 
 @hookspec
+def trinity_register_priority_fns(register: Register) -> None:
+    """Register replay-buffer priority functions (``replay_buffer.priority_fn``)."""
+
+
+@hookspec
 def trinity_register_sync_methods(register: Register) -> None:
     """Register weight synchronisation methods (``synchronizer.sync_method``)."""
 

@@ -23,6 +23,7 @@ class Kind(str, Enum):
     MONITOR = "monitor"
     BUFFER_STORAGE = "buffer_storage"
     TASK_SELECTOR = "task_selector"
+    PRIORITY_FN = "priority_fn"
     SYNC_METHOD = "sync_method"
     ROLLOUT_ENGINE = "rollout_engine"
     TRAINER_ENGINE = "trainer_engine"
@@ -58,6 +59,16 @@ _SIBLINGS = {
             "step_wise_workflow",
             "tool_call_workflow",
             "rubric_judge_workflow",
+            "frozen_lake_workflow",
+            "sudoku_workflow",
+            "alfworld_workflow",
+            "step_wise_alfworld_workflow",
+            "sciworld_workflow",
+            "webshop_workflow",
+            "math_rm_workflow",
+            "math_ruler_workflow",
+            "agentscope_react_workflow",
+            "as_react_workflow",
         ],
         Kind.REWARD_FN: [
             "math_reward",

@@ -2,13 +2,18 @@
 (plain text) rows.
 
 Algorithms whose ``data_schema`` is ``sft``, ``dpo`` or ``cpt`` train on a dataset instead of
-the explorer's rollouts. ``SupervisedReader`` tokenizes its rows through the model's chat
-template and serves them like an experience buffer: ``read`` batches, epochs or
+the explorer's rollouts. ``SupervisedReader`` tokenizes its rows with the rollout engines'
+``ChatTokenizer`` (the format's chat template and ``enable_thinking`` over the model's), masked
+to the assistant turns. Rows follow Trinity-RFT's schemas: a
+message list (``messages_key``, or its JSON text) or plaintext columns, with the tool schemas of
+a tool-calling conversation in ``tools_key`` (a list, or its JSON text) rendered by the chat
+template. It serves them like an experience buffer: ``read`` batches, epochs or
 ``total_steps``, ``EndOfBuffer`` at the end, a position to save with the checkpoint.
 """
 
 from __future__ import annotations
 
+import json
 import random
 from typing import Any
 
@@ -17,53 +22,17 @@ import torch
 from trinity.buffer import EndOfBuffer, load_rows
 from trinity.common.experience import EID, Experience
 from trinity.config.schema import FormatConfig, ModelConfig, StorageConfig
+from trinity.engine.tokenization import ChatTokenizer
 
 
 class SupervisedDataError(ValueError):
     """A row that cannot become a training example; names the file and row."""
 
 
-class ChatTokenizer:
-    """Prompt and response token ids of a conversation, through the chat template."""
-
-    def __init__(self, model: ModelConfig, fmt: FormatConfig):
-        from transformers import AutoTokenizer
-
-        self.tokenizer = AutoTokenizer.from_pretrained(model.model_path, trust_remote_code=model.trust_remote_code)
-        self.template = fmt.chat_template or model.custom_chat_template
-        self.max_len = model.max_model_len
-
-    def ids(self, messages: list[dict[str, Any]], generation_prompt: bool) -> list[int]:
-        ids = self.tokenizer.apply_chat_template(
-            messages, tokenize=True, add_generation_prompt=generation_prompt, chat_template=self.template
-        )
-        return list(ids["input_ids"] if isinstance(ids, dict) or hasattr(ids, "keys") else ids)
-
-    def split(self, messages: list[dict[str, Any]], train_all_turns: bool) -> tuple[list[int], list[int], list[int]]:
-        """``(prompt ids, response ids, action mask)``: the response is everything after the
-        first trained assistant turn; with ``train_all_turns`` only assistant tokens train."""
-        turns = [i for i, m in enumerate(messages) if m["role"] == "assistant"]
-        if not turns:
-            raise ValueError("no assistant message to train on")
-        first = turns[0] if train_all_turns else turns[-1]
-        prompt = self.ids(messages[:first], generation_prompt=True)
-        full = self.ids(messages, generation_prompt=False)
-        if full[: len(prompt)] != prompt:
-            raise ValueError("the chat template renders the prompt differently inside the conversation")
-        mask = [1] * (len(full) - len(prompt))
-        if train_all_turns:
-            for i, message in enumerate(messages[first:], start=first):
-                if message["role"] != "assistant":  # user/tool turns inside the response do not train
-                    start = len(self.ids(messages[:i], generation_prompt=False)) - len(prompt)
-                    end = len(self.ids(messages[: i + 1], generation_prompt=True)) - len(prompt)
-                    mask[start:end] = [0] * (end - start)
-        return prompt, full[len(prompt) :], mask
-
-
 def _messages(row: dict[str, Any], fmt: FormatConfig, response: Any = None) -> list[dict[str, Any]]:
     """The row as a conversation; ``response`` (a DPO side) replaces the response column."""
     if fmt.prompt_type in (None, "messages"):  # SFT and DPO data default to messages, as in Trinity-RFT
-        messages = list(row[fmt.messages_key])
+        messages = list(_json_column(row[fmt.messages_key], fmt.messages_key, "messages_key") or [])
         if response is not None:
             messages += response if isinstance(response, list) else [{"role": "assistant", "content": response}]
         return messages
@@ -77,33 +46,65 @@ def _messages(row: dict[str, Any], fmt: FormatConfig, response: Any = None) -> l
     return messages + [{"role": "assistant", "content": str(answer)}]
 
 
-def row_to_experience(row: dict[str, Any], fmt: FormatConfig, chat: ChatTokenizer, schema: str) -> Experience:
-    """One SFT, DPO or CPT example from a dataset row."""
+def _json_column(value: Any, key: str, field: str) -> Any:
+    """A column's value, decoded when it is JSON text (lists often are, so that ``datasets`` keeps them whole)."""
+    if isinstance(value, str):
+        try:
+            return json.loads(value) if value.strip() else None
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"column {key!r} ({field}) is not valid JSON: {exc}") from exc
+    return value
+
+
+def _tools(row: dict[str, Any], fmt: FormatConfig) -> list[dict[str, Any]] | None:
+    """The tool schemas the conversation offers the model (``tools_key``), if the row has any."""
+    tools = _json_column(row.get(fmt.tools_key), fmt.tools_key, "tools_key")
+    if tools is not None and not (isinstance(tools, list) and all(isinstance(t, dict) for t in tools)):
+        raise ValueError(f"column {fmt.tools_key!r} (tools_key) must be a list of tool schemas, got {tools!r}")
+    return tools or None
+
+
+def data_tokenizer(model: ModelConfig, fmt: FormatConfig) -> ChatTokenizer:
+    """The model's tokenizer with the chat settings of ``fmt`` (over the model's)."""
+    return ChatTokenizer.load(model.model_path, fmt.chat_template, fmt.enable_thinking, model)
+
+
+def row_to_experience(
+    row: dict[str, Any], fmt: FormatConfig, chat: ChatTokenizer, schema: str, max_len: int | None = None
+) -> Experience:
+    """One SFT, DPO or CPT example from a dataset row, at most ``max_len`` tokens (SFT, CPT)."""
     if schema == "cpt":  # the row's text as is, no chat template: every token after the first trains
-        ids = chat.tokenizer(str(row[fmt.prompt_key]), add_special_tokens=False)["input_ids"][: chat.max_len]
+        ids = chat.encode(str(row[fmt.prompt_key]))[:max_len]
         if len(ids) < 2:
             raise ValueError(f"text of {len(ids)} token(s): nothing to predict")
         return Experience(tokens=torch.tensor(ids, dtype=torch.long), prompt_length=1)
+    tools = _tools(row, fmt)
     if schema == "dpo":
-        prompt_messages = (
-            _messages(row, fmt, "")[:-1] if fmt.prompt_type == "plaintext" else list(row[fmt.messages_key])
-        )
-        prompt = chat.ids(prompt_messages, generation_prompt=True)
-        sides = []
-        for key in (fmt.chosen_key, fmt.rejected_key):
-            _, response, _ = chat.split(_messages(row, fmt, row[key]), train_all_turns=False)
-            sides.append(torch.tensor(response, dtype=torch.long))
+        sides = [
+            chat.conversation(_messages(row, fmt, row[key]), tools, last_turn_only=True)
+            for key in (fmt.chosen_key, fmt.rejected_key)
+        ]
+        prompt = sides[0].tokens[: sides[0].prompt_length]
+        if sides[1].tokens[: sides[1].prompt_length] != prompt:
+            raise ValueError(
+                "the chat template renders the prompt differently before the chosen and rejected responses"
+            )
         return Experience(
-            tokens=torch.tensor(prompt, dtype=torch.long), prompt_length=len(prompt), chosen=sides[0], rejected=sides[1]
+            tokens=torch.tensor(prompt, dtype=torch.long),
+            prompt_length=len(prompt),
+            chosen=torch.tensor(sides[0].response, dtype=torch.long),
+            rejected=torch.tensor(sides[1].response, dtype=torch.long),
         )
-    prompt, response, mask = chat.split(_messages(row, fmt), fmt.enable_concatenated_multi_turn)
-    limit = chat.max_len - len(prompt) if chat.max_len else len(response)
+    # every assistant turn trains with enable_concatenated_multi_turn, else the last one
+    conversation = chat.conversation(_messages(row, fmt), tools, last_turn_only=not fmt.enable_concatenated_multi_turn)
+    prompt, response = conversation.tokens[: conversation.prompt_length], conversation.response
+    limit = max_len - len(prompt) if max_len else len(response)
     if limit < 1:
-        raise ValueError(f"prompt of {len(prompt)} tokens leaves no room within max_model_len {chat.max_len}")
+        raise ValueError(f"prompt of {len(prompt)} tokens leaves no room within max_model_len {max_len}")
     return Experience(
         tokens=torch.tensor(prompt + response[:limit], dtype=torch.long),
         prompt_length=len(prompt),
-        action_mask=torch.tensor(mask[:limit], dtype=torch.long),
+        action_mask=torch.tensor(conversation.action_mask[: len(response)][:limit], dtype=torch.long),
         truncate_status="response_truncated" if len(response) > limit else None,
     )
 
@@ -115,7 +116,8 @@ class SupervisedReader:
         self.storage = storage
         self.schema = schema
         self.seed = seed
-        self.chat = ChatTokenizer(model, storage.format)
+        self.chat = data_tokenizer(model, storage.format)
+        self.max_len = model.max_model_len
         self.rows = load_rows(storage)
         self.epoch = 0
         self.index = 0
@@ -127,6 +129,11 @@ class SupervisedReader:
         order = list(range(len(self.rows)))
         random.Random(self.seed + self.epoch).shuffle(order)
         return order
+
+    def planned_steps(self, batch_size: int) -> int:
+        """Batches of ``batch_size`` until ``total_steps`` or the last epoch ends."""
+        examples = self.limit if self.limit is not None else len(self.rows) * (self.storage.total_epochs or 1)
+        return -(-examples // batch_size)
 
     def read(self, batch_size: int, timeout: float | None = None) -> list[Experience]:
         batch = []
@@ -146,7 +153,7 @@ class SupervisedReader:
 
     def _experience(self, row_number: int) -> Experience:
         try:
-            exp = row_to_experience(self.rows[row_number], self.storage.format, self.chat, self.schema)
+            exp = row_to_experience(self.rows[row_number], self.storage.format, self.chat, self.schema, self.max_len)
         except (KeyError, ValueError, TypeError) as exc:
             raise SupervisedDataError(
                 f"{self.storage.path}, row {row_number + 1}: {type(exc).__name__}: {exc}"

@@ -129,6 +129,17 @@ class Trainer:
         """The rollout reader and, with expert data, the expert reader."""
         return [r for r in (self.reader, self.expert_reader) if r is not None]
 
+    def planned_steps(self) -> int | None:
+        """``trainer.total_steps``; else the steps a supervised dataset makes; else None (until
+        the buffer ends). For ``trinity run``'s progress display."""
+        if self.config.trainer.total_steps is not None:
+            return self.config.trainer.total_steps
+        from trinity.trainer.supervised import SupervisedReader
+
+        if isinstance(self.reader, SupervisedReader):
+            return self.reader.planned_steps(self.config.buffer.train_batch_size - self.expert_rows)
+        return None
+
     def run(self) -> dict[str, Any]:
         """Train until ``total_steps`` or the end of the buffer; returns a summary."""
         total = self.config.trainer.total_steps

@@ -6,13 +6,7 @@ ever looks at an item's ``model_version``). Thread-safe; blocking calls wait on 
 
 Priority replay (``replay_buffer.enable``): ``get`` returns the highest-priority
 experiences (ties: oldest first); a full queue drops its lowest-priority experience
-instead of blocking. ``replay_buffer.priority_fn`` picks the priority (its arguments in
-``replay_buffer.priority_fn_args``):
-
-- ``linear_decay`` (default): ``model_version - decay * use_count``.
-- ``decay_limit_randomization``: the same plus Gaussian noise of ``sigma``; an experience
-  used ``use_count_limit`` times is not reused.
-
+instead of blocking. ``replay_buffer.priority_fn`` scores them (``trinity.buffer.priority``).
 With ``replay_buffer.reuse_cooldown_time`` set, an experience goes back into the queue that many
 seconds after it was read (with ``use_count + 1``); without it, each is read once.
 """
@@ -21,18 +15,16 @@ from __future__ import annotations
 
 import heapq
 import itertools
-import random
 import threading
 import time
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
+from trinity.buffer.priority import make_priority_fn
 from trinity.buffer.storage.base import ExperienceReader, ExperienceWriter, default_writer_name
 from trinity.common.experience import Experience
 from trinity.config.schema import ExperienceBufferConfig
-
-PRIORITY_FNS = ("linear_decay", "decay_limit_randomization")
 
 
 @dataclass(order=True)
@@ -51,17 +43,7 @@ class MemoryQueue:
         replay = storage.replay_buffer
         self.priority = replay.enable
         self.cooldown = replay.reuse_cooldown_time
-        kwargs = dict(replay.priority_fn_args)
-        self.priority_fn = replay.priority_fn
-        if self.priority_fn not in PRIORITY_FNS:
-            raise ValueError(
-                f"buffer {self.name!r}: unknown replay_buffer.priority_fn {self.priority_fn!r}; "
-                f"choose one of {', '.join(PRIORITY_FNS)}"
-            )
-        self.decay = float(kwargs.pop("decay", 2.0))
-        self.use_count_limit = int(kwargs.pop("use_count_limit", 3))
-        self.sigma = float(kwargs.pop("sigma", 0.0))
-        self.rng = random.Random(kwargs.pop("seed", 42))
+        self.score = make_priority_fn(replay, self.name) if self.priority else None
         self.fifo: deque[Experience] = deque()
         self.heap: list[_Item] = []
         self.cooling: list[tuple[float, int, _Item]] = []  # (ready time, seq, item)
@@ -81,18 +63,8 @@ class MemoryQueue:
             self.writers[writer] = True
             self.cond.notify_all()
 
-    def _score(self, item: _Item) -> float | None:
-        """The item's priority, or None when it must not be (re)used."""
-        priority = item.exp.model_version - self.decay * item.use_count
-        if self.priority_fn == "decay_limit_randomization":
-            if 0 < self.use_count_limit <= item.use_count:
-                return None
-            if self.sigma > 0:
-                priority += self.rng.gauss(0.0, self.sigma)
-        return priority
-
     def _push(self, item: _Item) -> None:
-        score = self._score(item)
+        score = self.score(item.exp.model_version, item.use_count)
         if score is None:
             return
         item.key = (-score, next(self.seq))

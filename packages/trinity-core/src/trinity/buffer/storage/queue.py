@@ -10,7 +10,8 @@ Where the queue lives depends on ``path``:
   ``capacity``. Every write is durable in the database, so a restarted process or a
   second one (async mode: explorer and trainer processes) works through the file alone.
 
-Priority replay (``replay_buffer.enable``) needs the in-memory queue.
+Priority replay (``replay_buffer.enable``) works on each: in memory (``memory``) or, with a
+``path``, in replay tables beside the log (``replay``), where it survives restarts.
 """
 
 from __future__ import annotations
@@ -33,20 +34,19 @@ class QueueStorage:
     def __init__(self, storage: ExperienceBufferConfig, namespace: str | None = None, use_ray: bool | None = None):
         self.storage = storage
         self.durable: LogStorage | None = None
+        self.replay_url: str | None = None
         path = storage.path or ""
         if path:
-            if storage.replay_buffer.enable:
-                raise ValueError(
-                    f"buffer {storage.name!r}: replay_buffer needs an in-memory queue; "
-                    f"remove path {path!r} or set replay_buffer.enable: false"
-                )
+            from trinity.buffer.storage.sql import SQLStorage, database_url  # sqlalchemy: 0.4 s to import
+
             if path.endswith((".jsonl", ".json")):
                 self.durable = FileStorage(storage)
+                self.replay_url = database_url(path + ".replay.db")
             else:
-                from trinity.buffer.storage.sql import SQLStorage  # sqlalchemy: 0.4 s to import
-
                 self.durable = SQLStorage(storage)
-            self.durable.capacity = storage.capacity
+                self.replay_url = self.durable.url
+            if not storage.replay_buffer.enable:  # replay never holds writers back: it drops
+                self.durable.capacity = storage.capacity
             return
         if use_ray if use_ray is not None else _ray_running():
             from trinity.buffer.storage.ray_queue import get_or_create_queue_actor
@@ -61,6 +61,20 @@ class QueueStorage:
         return MemoryWriter(self.queue, name)
 
     def reader(self, name: str = "trainer", auto_commit: bool = True) -> ExperienceReader:
+        if self.durable and self.storage.replay_buffer.enable:
+            return self._replay_reader()
         if self.durable:
             return self.durable.reader(name, auto_commit)
         return MemoryReader(self.queue, self.storage.name, self.storage.max_read_timeout)
+
+    def _replay_reader(self) -> ExperienceReader:
+        """Priority replay over the durable log: every reader shares one replay state; reads consume."""
+        from trinity.buffer.priority import make_priority_fn
+        from trinity.buffer.storage.replay import ReplayReader, ReplayTable
+
+        replay = self.storage.replay_buffer
+        score = make_priority_fn(replay, self.storage.name)
+        table = ReplayTable(
+            self.replay_url, self.durable.open_log(), score, self.storage.capacity, replay.reuse_cooldown_time
+        )
+        return ReplayReader(table, self.storage.max_read_timeout)

@@ -5,9 +5,11 @@ Three tables per buffer: ``<name>_exp`` (id, model_version, serialised experienc
 ``<name>_cursors`` (position, progress, generation). sqlite runs in WAL mode with ``BEGIN
 IMMEDIATE`` write transactions, so several processes can write and read the same file: each
 ``append`` is one transaction (executemany plus the writer's state, after its generation
-check), each ``claim`` reads and moves a cursor under the write lock. On PostgreSQL,
-``append`` locks the experience table so ids follow commit order (readers then never skip a
-row that commits late), and generation checks lock the name's row.
+check), each ``claim`` reads and moves a cursor under the write lock. On PostgreSQL
+(``postgresql://`` URLs, driven by psycopg 3: the ``trinity-core[postgres]`` extra), ``append``
+locks the experience table so ids follow commit order (readers then never skip a row that
+commits late), a claim locks its cursor row, generation checks lock the name's row, and
+processes creating the tables together take turns on an advisory lock.
 
 Durability (``buffer.durability``): ``fast`` runs sqlite with ``synchronous=NORMAL`` (a power
 loss may roll back the last transactions, never tear one), ``safe`` with ``FULL`` (each
@@ -21,10 +23,11 @@ import os
 import re
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from typing import Any, TypeVar
 
 import sqlalchemy as sa
+from sqlalchemy.dialects import postgresql
 
 from trinity.buffer.errors import Fenced
 from trinity.buffer.serialization import deserialize_experience, serialize_experience
@@ -41,14 +44,20 @@ _SYNCHRONOUS = {"fast": "NORMAL", "safe": "FULL"}
 _T = TypeVar("_T")
 
 
+_POSTGRES_SCHEMES = ("postgresql://", "postgres://")
+
+
 def database_url(path: str) -> str:
-    """A SQLAlchemy URL for ``path``: URLs pass through, a file path becomes ``sqlite:///<abs>``."""
+    """A SQLAlchemy URL for ``path``: a file path becomes ``sqlite:///<abs>``; a PostgreSQL URL
+    without a driver (Trinity-RFT's ``postgresql://...``) uses psycopg 3; other URLs pass through."""
+    if path.startswith(_POSTGRES_SCHEMES):
+        return "postgresql+psycopg://" + path.split("://", 1)[1]
     if "://" in path:
         return path
     return f"sqlite:///{os.path.abspath(path)}"
 
 
-def _engine(url: str, durability: str = "fast") -> sa.Engine:
+def shared_engine(url: str, durability: str = "fast") -> sa.Engine:
     """One engine per URL, durability and process (engines pool connections; never share across fork)."""
     key = f"{os.getpid()}:{durability}:{url}"
     if key not in _ENGINES:
@@ -69,9 +78,49 @@ def _engine(url: str, durability: str = "fast") -> sa.Engine:
 
             _retry_busy(lambda: _use_wal(engine))
         else:
-            engine = sa.create_engine(url, pool_pre_ping=True)
+            try:
+                engine = sa.create_engine(url, pool_pre_ping=True)
+            except ModuleNotFoundError as exc:
+                raise ModuleNotFoundError(
+                    f"no database driver for {sa.engine.make_url(url).drivername}: {exc.msg}"
+                    " (PostgreSQL: pip install 'trinity-core[postgres]')"
+                ) from exc
         _ENGINES[key] = engine
     return _ENGINES[key]
+
+
+@contextmanager
+def write_transaction(engine: sa.Engine) -> Iterator[sa.Connection]:
+    """A write transaction (on sqlite ``BEGIN IMMEDIATE``; reads stay concurrent)."""
+    with engine.connect() as conn:
+        conn.execution_options(write=True)
+        with conn.begin():
+            yield conn
+
+
+def table_prefix(buffer: str) -> str:
+    """The start of the table names of ``buffer`` (``<prefix>_exp``...)."""
+    return re.sub(r"\W", "_", buffer) or "experience_buffer"
+
+
+def lock_table_sql(engine: sa.Engine, table: sa.Table) -> str | None:
+    """On PostgreSQL, the statement that makes ``table``'s writers take turns (sqlite: the write lock does)."""
+    if engine.dialect.name != "postgresql":
+        return None
+    return f"LOCK TABLE {engine.dialect.identifier_preparer.format_table(table)} IN EXCLUSIVE MODE"
+
+
+def create_tables(engine: sa.Engine, meta: sa.MetaData, name: str) -> None:
+    """Create the missing tables of ``meta``; processes starting together take turns (sqlite: the
+    write lock; PostgreSQL, where no table exists yet to lock: an advisory lock on ``name``)."""
+
+    def create() -> None:
+        with write_transaction(engine) as conn:
+            if engine.dialect.name == "postgresql":
+                conn.execute(sa.text("SELECT pg_advisory_xact_lock(hashtext(:name))"), {"name": name})
+            meta.create_all(conn)
+
+    _retry_busy(create)
 
 
 def _use_wal(engine: sa.Engine) -> None:
@@ -105,8 +154,8 @@ class SqlLog(Log):
 
     def __init__(self, url: str, name: str, durability: str = "fast"):
         self.name = name
-        self.engine = _engine(url, durability)
-        prefix = re.sub(r"\W", "_", name) or "experience_buffer"
+        self.engine = shared_engine(url, durability)
+        prefix = table_prefix(name)
         meta = sa.MetaData()
 
         def table(suffix: str, key: sa.Column, **columns: Any) -> sa.Table:
@@ -121,23 +170,12 @@ class SqlLog(Log):
         reader_key = sa.Column("reader", sa.String(255), primary_key=True)
         self.cursors = table("cursors", reader_key, position=sa.Integer, progress=sa.Integer, generation=sa.Integer)
         self._leased = {"writer": (self.writers, self.writers.c.name), "reader": (self.cursors, self.cursors.c.reader)}
+        self.postgres = self.engine.dialect.name == "postgresql"
+        create_tables(self.engine, meta, prefix)
+        self._lock_sql = lock_table_sql(self.engine, self.exp)
 
-        def create() -> None:
-            with self._write() as conn:  # under the write lock: processes starting together cannot race
-                meta.create_all(conn)
-
-        _retry_busy(create)
-        self._lock_sql = (
-            f"LOCK TABLE {self.exp.name} IN EXCLUSIVE MODE" if self.engine.dialect.name == "postgresql" else None
-        )
-
-    @contextmanager
-    def _write(self) -> Iterator[sa.Connection]:
-        """A write transaction (on sqlite ``BEGIN IMMEDIATE``; reads stay concurrent)."""
-        with self.engine.connect() as conn:
-            conn.execution_options(write=True)
-            with conn.begin():
-                yield conn
+    def _write(self) -> AbstractContextManager[sa.Connection]:
+        return write_transaction(self.engine)
 
     def _upsert(
         self, conn: sa.Connection, table: sa.Table, key: dict[str, Any], values: dict[str, Any], **defaults: Any
@@ -224,6 +262,9 @@ class SqlLog(Log):
             return self._fetch(conn, after, n)
 
     def _cursor(self, conn: sa.Connection, reader: str, lock: bool = False) -> int:
+        if lock and self.postgres:  # a row to lock, so that readers sharing the name take turns
+            new = {"reader": reader, "position": 0, "progress": 0, "generation": 0}
+            conn.execute(postgresql.insert(self.cursors).values(**new).on_conflict_do_nothing())
         query = sa.select(self.cursors.c.position).where(self.cursors.c.reader == reader)
         found = conn.execute(query.with_for_update() if lock else query).scalar()
         return int(found or 0)
@@ -255,10 +296,11 @@ class SqlLog(Log):
             self._upsert(conn, self.cursors, {"reader": reader}, {"progress": position}, position=0, generation=0)
 
     def unread(self) -> int:
-        with self.engine.connect() as conn:
-            last = conn.execute(sa.select(sa.func.max(self.exp.c.id))).scalar() or 0
-            slowest = conn.execute(sa.select(sa.func.min(self.cursors.c.progress))).scalar() or 0
-        return last - slowest
+        last = sa.select(sa.func.max(self.exp.c.id)).scalar_subquery()
+        slowest = sa.select(sa.func.min(self.cursors.c.progress)).scalar_subquery()
+        with self.engine.connect() as conn:  # one statement: one round trip to a server
+            last, slowest = conn.execute(sa.select(last, slowest)).one()
+        return (last or 0) - (slowest or 0)
 
 
 class SQLStorage(LogStorage):

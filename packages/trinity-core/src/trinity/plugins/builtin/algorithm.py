@@ -127,3 +127,6 @@ def trinity_register_experience_operators(register):
     register("overlong_reward_shaping", f"{_OPS}:OverlongRewardShaping")
     register("mask_response_truncated", f"{_OPS}:MaskResponseTruncated")
     register("reward_shaping_mapper", f"{_OPS}:RewardShapingMapper")
+    register("invalid_reward_filter", f"{_OPS}:InvalidRewardFilter")
+    register("pass_rate_calculator", f"{_OPS}:PassRateCalculator")
+    register("data_juicer", f"{_OPS}:DataJuicer")

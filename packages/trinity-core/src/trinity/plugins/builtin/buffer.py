@@ -1,4 +1,4 @@
-"""trinity-core's buffer storages and task selectors."""
+"""trinity-core's buffer storages, task selectors and replay priority functions."""
 
 from trinity.plugins import hookimpl
 
@@ -17,3 +17,9 @@ def trinity_register_task_selectors(register):
     register("random", "trinity.buffer.selector:RandomSelector")
     register("offline_easy2hard", "trinity.buffer.selector:OfflineEasy2HardSelector")
     register("difficulty_based", "trinity.buffer.selector:DifficultyBasedSelector")
+
+
+@hookimpl
+def trinity_register_priority_fns(register):
+    register("linear_decay", "trinity.buffer.priority:LinearDecay")
+    register("decay_limit_randomization", "trinity.buffer.priority:DecayLimitRandomization")

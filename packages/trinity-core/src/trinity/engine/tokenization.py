@@ -1,0 +1,255 @@
+"""Chat templating and tokenisation: the one path every engine, workflow and dataset takes.
+
+``ChatTokenizer`` owns the chat template (the configured one over the tokenizer's), the
+template arguments (``enable_thinking``), the tool schemas a conversation offers and the
+assistant-token (action) mask of a whole conversation. Rollout engines build prompts with it
+(``PromptFormatter``), multi-turn workflows re-tokenise their conversations with the rollout
+engine's, the SFT/DPO reader tokenises its rows with one built from the data's format, and the
+OpenAI endpoint renders a request's ``tools`` through it. Tool calls come back in the Hermes
+format (``<tool_call>{"name": ..., "arguments": {...}}</tool_call>``), which
+``TOOL_CALL_PARSERS["hermes"]`` reads.
+
+The action mask of a conversation is found by rendering prefixes, as Trinity-RFT does, but in
+characters mapped to tokens through the tokenizer's offsets, so it does not depend on how text
+merges into tokens at a turn boundary: assistant turn ``i`` starts where the conversation
+before it, rendered with the generation prompt, stops agreeing with the whole conversation
+(so a prefilled ``<think></think>`` of ``enable_thinking: false`` that past turns lack is
+context), and ends with its end-of-turn token (the template's text after that, such as
+ChatML's newline, is not the model's).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from trinity.config.schema import ModelConfig
+
+Messages = list[dict[str, Any]]
+
+TOOLS_SECTION = """# Tools
+
+You may call one or more functions to assist with the user query.
+
+You are provided with function signatures within <tools></tools> XML tags:
+<tools>
+{schemas}
+</tools>
+
+For each function call, return a json object with function name and arguments within <tool_call></tool_call> XML tags:
+<tool_call>
+{{"name": <function-name>, "arguments": <args-json-object>}}
+</tool_call>"""
+"""The system-prompt section offering tools to a model whose template renders none (Qwen2.5's text)."""
+
+_HERMES_CALL = re.compile(r"<tool_call>(.*?)</tool_call>", re.DOTALL)
+
+
+@dataclass
+class ToolCall:
+    """One tool call of a reply: the call, or why it could not be read (``error``)."""
+
+    name: str = ""
+    arguments: dict[str, Any] | None = None
+    error: str | None = None
+
+    def openai(self) -> dict[str, Any]:
+        """The call as an OpenAI ``tool_calls`` entry."""
+        return {
+            "id": f"call_{uuid.uuid4().hex[:24]}",
+            "type": "function",
+            "function": {"name": self.name, "arguments": json.dumps(self.arguments, ensure_ascii=False)},
+        }
+
+
+def parse_hermes_tool_calls(text: str) -> list[ToolCall]:
+    """Every ``<tool_call>`` block of ``text``, in order; malformed ones carry an ``error``."""
+    calls = []
+    for block in _HERMES_CALL.findall(text):
+        try:
+            payload = json.loads(block)
+        except json.JSONDecodeError as exc:
+            calls.append(ToolCall(error=f"the tool call is not valid JSON ({exc.msg})"))
+            continue
+        name = payload.get("name") if isinstance(payload, dict) else None
+        arguments = payload.get("arguments", {}) if isinstance(payload, dict) else None
+        if isinstance(arguments, str):  # some models JSON-encode the arguments twice
+            try:
+                arguments = json.loads(arguments)
+            except json.JSONDecodeError:
+                arguments = None
+        if not isinstance(name, str) or not isinstance(arguments, dict):
+            calls.append(ToolCall(error='a tool call needs {"name": <string>, "arguments": <object>}'))
+        else:
+            calls.append(ToolCall(name=name, arguments=arguments))
+    return calls
+
+
+def strip_hermes_tool_calls(text: str) -> str:
+    """``text`` without its ``<tool_call>`` blocks (the content of a reply that calls tools)."""
+    return _HERMES_CALL.sub("", text).strip()
+
+
+@dataclass(frozen=True)
+class ToolCallParser:
+    """Reads the tool calls of a reply (``parse``) and the reply's text without them (``strip``)."""
+
+    parse: Callable[[str], list[ToolCall]]
+    strip: Callable[[str], str]
+
+
+TOOL_CALL_PARSERS = {"hermes": ToolCallParser(parse_hermes_tool_calls, strip_hermes_tool_calls)}
+"""Tool-call parsers by ``tool_call_parser`` name (vLLM's names)."""
+
+
+def tool_schemas(raw: Any) -> list[dict[str, Any]]:
+    """OpenAI tool schemas from a list of them or its JSON text (a dataset column); a bare
+    function schema is wrapped as ``{"type": "function", "function": ...}``."""
+    schemas = json.loads(raw) if isinstance(raw, str) else list(raw or [])
+    if not all(isinstance(s, dict) for s in schemas):
+        raise ValueError(f"tool schemas must be a list of objects, got {raw!r:.200}")
+    return [s if "function" in s else {"type": "function", "function": s} for s in schemas]
+
+
+def template_settings(
+    chat_template: str | None, enable_thinking: bool | None, model: ModelConfig
+) -> tuple[str | None, dict[str, Any]]:
+    """``(template, template arguments)`` of a model section or dataset format: its own
+    template over ``model.custom_chat_template`` over the file at ``model.chat_template_path``
+    (None: the tokenizer's); its ``enable_thinking`` over the model's, left undefined for the
+    template when both are unset, so the template's own default applies."""
+    template = chat_template or model.custom_chat_template
+    if template is None and model.chat_template_path:
+        template = Path(model.chat_template_path).read_text()
+    thinking = enable_thinking if enable_thinking is not None else model.enable_thinking
+    return template, ({} if thinking is None else {"enable_thinking": thinking})
+
+
+@dataclass(frozen=True)
+class TokenizedConversation:
+    """A conversation as one training sequence: the prompt is everything before the first
+    trained assistant token; ``action_mask`` (over ``tokens[prompt_length:]``) is 1 on the
+    trained assistant turns' tokens and 0 on everything else (template, user, tool)."""
+
+    tokens: list[int]
+    prompt_length: int
+    action_mask: list[int]
+
+    @property
+    def response(self) -> list[int]:
+        """The tokens after the prompt, through the last trained token (template text after
+        the last turn's end-of-turn token is dropped)."""
+        end = len(self.action_mask) - self.action_mask[::-1].index(1)
+        return self.tokens[self.prompt_length : self.prompt_length + end]
+
+
+class ChatTokenizer:
+    """A tokenizer with its chat template and template arguments; see the module docstring."""
+
+    def __init__(
+        self,
+        tokenizer: Any,
+        chat_template: str | None = None,
+        template_kwargs: dict[str, Any] | None = None,
+        end_of_turn_ids: Sequence[int] = (),
+    ) -> None:
+        self.tokenizer = tokenizer
+        self.template = chat_template
+        self.template_kwargs = dict(template_kwargs or {})
+        source = chat_template or getattr(tokenizer, "chat_template", None) or ""
+        self.renders_tools = "tools" in (source if isinstance(source, str) else json.dumps(source))
+        ends = {tokenizer.eos_token_id, *end_of_turn_ids}
+        self.end_of_turn_ids = {i for i in ends if i is not None}
+
+    @classmethod
+    def load(
+        cls, path: str, chat_template: str | None, enable_thinking: bool | None, model: ModelConfig
+    ) -> ChatTokenizer:
+        """The tokenizer at ``path`` with the settings ``template_settings`` resolves."""
+        from transformers import AutoTokenizer
+
+        tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=model.trust_remote_code)
+        return cls(tokenizer, *template_settings(chat_template, enable_thinking, model))
+
+    def render(self, messages: Messages, tools: Any = None, generation_prompt: bool = False) -> str:
+        """The text of ``messages`` (offering ``tools``) through the chat template."""
+        messages, schemas = self._with_tools(messages, tools)
+        return self.tokenizer.apply_chat_template(
+            messages,
+            tools=schemas,
+            tokenize=False,
+            add_generation_prompt=generation_prompt,
+            chat_template=self.template,
+            **self.template_kwargs,
+        )
+
+    def encode(self, text: str) -> list[int]:
+        """Token ids of rendered text (the template wrote its special tokens already)."""
+        return self.tokenizer(text, add_special_tokens=False)["input_ids"]
+
+    def text_ids(self, prompts: list[str]) -> list[list[int]]:
+        """Token ids of raw text prompts (with the tokenizer's special tokens), one batched call."""
+        return self.tokenizer(prompts, add_special_tokens=True)["input_ids"]
+
+    def prompt_ids(self, messages: Messages, tools: Any = None) -> list[int]:
+        """Token ids of ``messages`` with the generation prompt: what the model continues."""
+        return self.encode(self.render(messages, tools, generation_prompt=True))
+
+    def conversation(
+        self, messages: Messages, tools: Any = None, last_turn_only: bool = False
+    ) -> TokenizedConversation:
+        """``messages`` as one sequence masked to its assistant turns (only the last one with
+        ``last_turn_only``); a ``ValueError`` names the turn the template renders inconsistently."""
+        text = self.render(messages, tools)
+        turns = [i for i, m in enumerate(messages) if m.get("role") == "assistant"]
+        if not turns:
+            raise ValueError("the conversation has no assistant turn")
+        spans = [self._turn_span(messages, tools, text, i) for i in (turns[-1:] if last_turn_only else turns)]
+        encoded = self.tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
+        tokens, offsets = list(encoded["input_ids"]), encoded["offset_mapping"]
+        mask = [0] * len(tokens)
+        for turn, (start, end) in zip(turns[-len(spans) :], spans, strict=True):
+            covered = [k for k, (lo, hi) in enumerate(offsets) if lo < (end or len(text)) and hi > start]
+            ends = [k for k in covered if tokens[k] in self.end_of_turn_ids]
+            if not covered or (end is None and not ends):
+                raise ValueError(f"the chat template renders no end of the assistant turn of message {turn}")
+            last = (ends[0] if end is None else ends[-1]) if ends else covered[-1]
+            for k in covered[: covered.index(last) + 1]:
+                mask[k] = 1
+        if 1 not in mask:
+            raise ValueError("the chat template renders no assistant text")
+        prompt_length = mask.index(1)
+        return TokenizedConversation(tokens, prompt_length, mask[prompt_length:])
+
+    def _turn_span(self, messages: Messages, tools: Any, text: str, i: int) -> tuple[int, int | None]:
+        """Characters of assistant turn ``i`` in ``text``: from where the prompt of the turn stops
+        agreeing with the conversation, to where the conversation through the turn ends (None
+        where the template renders that prefix differently: up to the end-of-turn token)."""
+        before = self.render(messages[:i], tools) if i else ""
+        if not text.startswith(before):
+            raise ValueError(
+                f"the chat template renders the messages before message {i} differently inside the "
+                "whole conversation, so assistant turn tokens cannot be located"
+            )
+        prompt = self.render(messages[:i], tools, generation_prompt=True) if i else ""
+        start = len(os.path.commonprefix([prompt, text]))
+        through = self.render(messages[: i + 1], tools)
+        return start, (len(through) if text.startswith(through) else None)
+
+    def _with_tools(self, messages: Messages, tools: Any) -> tuple[Messages, list[dict[str, Any]] | None]:
+        """The template's ``tools``; for a template that renders none, the messages with the
+        tools offered in the system prompt instead (``TOOLS_SECTION``)."""
+        schemas = tool_schemas(tools) or None
+        if schemas is None or self.renders_tools:
+            return messages, schemas
+        section = TOOLS_SECTION.format(schemas="\n".join(json.dumps(s, ensure_ascii=False) for s in schemas))
+        if messages and messages[0].get("role") == "system":
+            return [{**messages[0], "content": f"{messages[0]['content']}\n\n{section}"}, *messages[1:]], None
+        return [{"role": "system", "content": section}, *messages], None

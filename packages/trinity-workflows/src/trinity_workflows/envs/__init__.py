@@ -1,0 +1,1 @@
+"""Environment workflows: the model acts in an environment for an episode (``envs.base``)."""

@@ -1,0 +1,74 @@
+"""``trinity convert`` of a torch-engine checkpoint: the folder loads with transformers."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+from click.testing import CliRunner
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from engine_helpers import make_config
+from trinity.cli import main
+from trinity.engine.torch_trainer import TorchTrainingEngine
+from trinity.report import record_config
+
+
+@pytest.fixture(scope="module")
+def job(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, torch.Tensor]]:
+    """A job folder with two checkpoints of the torch engine; the later one's actor weights."""
+    folder = tmp_path_factory.mktemp("job")
+    config = make_config(tiny_model_dir)
+    config.checkpoint_job_dir = str(folder)
+    record_config(config)
+    engine = TorchTrainingEngine(config)
+    engine.save_checkpoint(str(folder / "global_step_1"), step=1)
+    with torch.no_grad():  # the weights a later step would have: not the starting model's
+        for parameter in engine.actor.parameters():
+            parameter.add_(0.01)
+    engine.save_checkpoint(str(folder / "global_step_2"), step=2)
+    return folder, engine.weights_for_sync()
+
+
+def convert(*args: str):
+    return CliRunner().invoke(main, ["convert", *map(str, args)])
+
+
+def test_a_job_folder_converts_from_its_latest_checkpoint_and_loads(job, tmp_path):
+    folder, weights = job
+    result = convert(folder, tmp_path / "hf")
+    assert result.exit_code == 0, result.output
+    assert result.output.strip() == f"{folder / 'global_step_2'} -> {tmp_path / 'hf'} (exported by torch)"
+    model = AutoModelForCausalLM.from_pretrained(tmp_path / "hf")
+    for name, tensor in model.state_dict().items():
+        torch.testing.assert_close(tensor, weights[name], rtol=0, atol=0)
+    tokenizer = AutoTokenizer.from_pretrained(tmp_path / "hf")
+    assert tokenizer("1 + 2 =")["input_ids"]
+
+
+def test_a_step_folder_converts_without_the_runs_record(job, tmp_path):
+    folder, _ = job
+    step = tmp_path / "global_step_1"
+    shutil.copytree(folder / "global_step_1", step)  # no config.yaml beside it: the default export
+    result = convert(step / "actor", tmp_path / "hf")
+    assert result.exit_code == 0, result.output
+    assert "exported by the HF weights it holds" in result.output
+    assert AutoModelForCausalLM.from_pretrained(tmp_path / "hf").config.model_type == "qwen2"
+
+
+def test_bad_input_is_named(job, tmp_path):
+    folder, _ = job
+    taken = tmp_path / "taken"
+    taken.mkdir()
+    (taken / "file").write_text("x")
+    assert "exists and is not an empty folder" in convert(folder, taken).output
+    assert "not a checkpoint" in convert(tmp_path / "taken", tmp_path / "out").output
+    unknown = convert("--engine", "torhc", folder, tmp_path / "out2")
+    assert unknown.exit_code == 2 and "did you mean 'torch'" in unknown.output
+    sharded = tmp_path / "global_step_3"
+    (sharded / "actor" / "huggingface").mkdir(parents=True)
+    (sharded / "actor" / "model_world_size_2_rank_0.pt").write_bytes(b"")
+    result = convert(sharded, tmp_path / "out3")
+    assert result.exit_code == 2 and "holds no Hugging Face weights" in result.output and "--engine" in result.output

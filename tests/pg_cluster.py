@@ -1,0 +1,78 @@
+"""A throwaway PostgreSQL cluster (Debian's ``postgresql`` package) for the SQL buffer tests and
+the buffer benchmark: ``initdb`` into a temporary folder, ``pg_ctl start`` on a free local port,
+removed again at the end.
+
+PostgreSQL refuses to run as root (CI runs as root): there the server runs as ``nobody``
+through ``runuser``, in a folder of its own under /tmp (pytest's temporary folders are closed
+to other users).
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from ports import free_port
+
+SERVER_USER = "nobody"
+
+
+def postgres_bin() -> str | None:
+    """The folder of the newest installed ``initdb``/``pg_ctl``, or None."""
+    found = sorted(glob.glob("/usr/lib/postgresql/*/bin/pg_ctl"), key=lambda p: int(p.split("/")[4]))
+    return os.path.dirname(found[-1]) if found else None
+
+
+def missing_reason() -> str | None:
+    """Why no cluster can start here (None: one can)."""
+    if postgres_bin() is None:
+        return "PostgreSQL server binaries not found (apt-get install postgresql; see tests/apt-packages.txt)"
+    try:
+        import psycopg  # noqa: F401
+    except ImportError:
+        return "the psycopg driver is not installed (pip install 'trinity-core[postgres]')"
+    if os.geteuid() == 0 and shutil.which("runuser") is None:
+        return "running as root without runuser: PostgreSQL refuses to run as root"
+    return None
+
+
+def _as_server_user(*command: str) -> list[str]:
+    return ["runuser", "-u", SERVER_USER, "--", *command] if os.geteuid() == 0 else list(command)
+
+
+@contextmanager
+def throwaway_postgres(**settings: str) -> Iterator[str]:
+    """A running cluster's SQLAlchemy URL (database ``postgres``, user ``postgres``, no password).
+
+    ``settings`` are server settings (``fsync="off"``...); defaults are PostgreSQL's.
+    """
+    reason = missing_reason()
+    if reason:
+        raise RuntimeError(reason)
+    bin_dir, port = postgres_bin(), free_port()
+    folder = tempfile.mkdtemp(prefix="trinity-pg-", dir="/tmp")
+    if os.geteuid() == 0:
+        shutil.chown(folder, SERVER_USER)
+    data, log = os.path.join(folder, "data"), os.path.join(folder, "server.log")
+    options = " ".join(f"-c {key}={value}" for key, value in {"listen_addresses": "127.0.0.1", **settings}.items())
+
+    def pg(*args: str) -> None:
+        done = subprocess.run(_as_server_user(*args), capture_output=True, text=True, cwd=folder)
+        if done.returncode != 0:
+            server_log = open(log).read()[-2000:] if os.path.exists(log) else ""
+            raise RuntimeError(f"{' '.join(args[:2])} failed: {done.stderr or done.stdout}{server_log}")
+
+    try:
+        pg(f"{bin_dir}/initdb", "-D", data, "-U", "postgres", "--auth=trust", "-E", "UTF8", "--no-sync")
+        pg(f"{bin_dir}/pg_ctl", "-D", data, "-l", log, "-w", "-o", f"-p {port} -k {folder} {options}", "start")
+        try:
+            yield f"postgresql://postgres@127.0.0.1:{port}/postgres"
+        finally:
+            pg(f"{bin_dir}/pg_ctl", "-D", data, "-m", "immediate", "-w", "stop")
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
