@@ -2,7 +2,7 @@
 
 Experiences of 1024 tokens (256 prompt + 768 response, with response logprobs), written
 and read in batches of 64; ``--rounds`` rounds, the storages interleaved in each, and each
-figure is the median (min-max) of the rounds. PostgreSQL rows run against ``--postgres URL``,
+figure is the median (min-max) of the rounds; ``(safe)`` runs with ``buffer.durability: safe``. PostgreSQL rows run against ``--postgres URL``,
 or (by default, where Debian's ``postgresql`` is installed) a throwaway local cluster with the
 server's default settings (fsync on). Run:
 ``python benchmarks/bench_buffer.py [--n 6400] [--rounds 3] [--ray] [--postgres URL | --no-postgres]
@@ -82,6 +82,7 @@ def cases(tmp: str, postgres: str | None, ray: bool) -> dict[str, dict]:
     found = {
         "queue (memory)": dict(storage_type="queue"),
         "queue (sqlite)": dict(storage_type="queue", path=os.path.join(tmp, "queue.db")),
+        "queue (sqlite, safe)": dict(storage_type="queue", path=os.path.join(tmp, "safe.db"), durability="safe"),
         "sql (sqlite)": dict(storage_type="sql", path=f"sqlite:///{tmp}/sql.db"),
         "queue (jsonl)": dict(storage_type="queue", path=os.path.join(tmp, "queue.jsonl")),
         "file (jsonl)": dict(storage_type="file", path=tmp),

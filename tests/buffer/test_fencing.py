@@ -77,3 +77,23 @@ def test_a_writer_without_heartbeat_is_dead_after_writer_timeout(kind, tmp_path)
     assert list(dead) == ["alive"] and dead["alive"] >= 0.4
     open_experience_writer(storage, "alive").finish()
     assert reader.dead_writers(since) == {}  # finished writers are not waited for
+
+
+@pytest.mark.parametrize(("durability", "synchronous"), [("fast", 1), ("safe", 2)])
+def test_durability_sets_how_sqlite_syncs_its_commits(tmp_path, durability, synchronous):
+    """``buffer.durability`` reaches the experience buffer; safe: sqlite synchronous=FULL (2)."""
+    from trinity.buffer.storage.sql import SQLStorage
+    from trinity.config import load_config
+
+    config = tmp_path / "experiment.yaml"
+    config.write_text(
+        f"mode: explore\ncheckpoint_root_dir: {tmp_path}\n"
+        f"model: {{model_path: {tmp_path}, max_prompt_tokens: 8, max_response_tokens: 4}}\n"
+        f"buffer: {{durability: {durability}, trainer_input: {{experience_buffer: {{storage_type: sql, "
+        f"path: {tmp_path / 'buffer.db'}}}}}, explorer_input: {{taskset: {{path: {tmp_path / 't.jsonl'}}}}}}}\n"
+    )
+    storage = load_config(config).buffer.trainer_input.experience_buffer
+    assert storage.durability == durability
+    log = SQLStorage(storage).open_log()
+    with log.engine.connect() as conn:
+        assert conn.exec_driver_sql("PRAGMA synchronous").scalar() == synchronous

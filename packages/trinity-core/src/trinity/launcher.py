@@ -40,8 +40,15 @@ class RunFailed(RuntimeError):
 
 
 class Stopped(Exception):  # noqa: N818 - an outcome, not an error
-    """``trinity run`` received SIGTERM: the run was stopped on purpose (a serving proxy's end)."""
+    """``trinity run`` received SIGTERM: the run was stopped on purpose (a serving proxy's end).
 
+    A training run first asks its trainer to stop after the step it is in (it saves a
+    checkpoint), up to ``STOP_GRACE`` seconds; the other roles are killed: what they
+    committed to a durable buffer is exact, so their restart goes on from there."""
+
+
+STOP_GRACE = 60.0
+"""Seconds a SIGTERMed run waits for its trainer to save at its next step boundary."""
 
 _TERMINATED = threading.Event()
 """Set by SIGTERM; the wait for the roles checks it each second (a handler that raised inside
@@ -184,9 +191,8 @@ def run_stage(config: Config, verbose: bool = True) -> dict[str, Any]:
             config, threads, verbose
         )
     if config.in_one_run or config.mode == "train":
-        roles[config.trainer.name] = _actor(TrainerRole, config.trainer.name, namespace).remote(
-            config, threads, verbose
-        )
+        trainer = _actor(TrainerRole, config.trainer.name, namespace, concurrency=2)  # stop() while it runs
+        roles[config.trainer.name] = trainer.remote(config, threads, verbose)
     shared: list = []
     results: dict[str, Any] = {}
     display: ProgressDisplay | None = None
@@ -200,10 +206,16 @@ def run_stage(config: Config, verbose: bool = True) -> dict[str, Any]:
             display = ProgressDisplay(config, list(roles))
             planned = {actor.planned_steps.remote(): name for name, actor in roles.items()}
         pending = {actor.call.remote(method): name for name, actor in roles.items()}
+        stop_by = None
         while pending:
             ready, _ = ray.wait(list(pending), timeout=1.0)  # back in Python each second: SIGTERM is handled
             if _TERMINATED.is_set():
-                raise Stopped
+                training = config.trainer.name in pending.values() and method == "run"
+                if stop_by is None and training:  # the trainer saves at its step's end, then returns
+                    stop_by = time.monotonic() + STOP_GRACE
+                    roles[config.trainer.name].stop.remote()
+                if not training or time.monotonic() > stop_by:
+                    raise Stopped
             if display:
                 _take_planned_steps(planned, display)
                 display.update()
@@ -334,11 +346,15 @@ class TrainerRole(Role):
 
         return Trainer(config, threads)
 
+    def stop(self) -> None:
+        self.role.request_stop()
 
-def _actor(role: type[Role], name: str, namespace: str):
+
+def _actor(role: type[Role], name: str, namespace: str, concurrency: int = 1):
     import ray
 
-    return ray.remote(num_cpus=0, max_restarts=0)(role).options(name=name, namespace=namespace)
+    actor = ray.remote(num_cpus=0, max_restarts=0, max_concurrency=concurrency)(role)
+    return actor.options(name=name, namespace=namespace)
 
 
 def _cause(exc: Exception) -> str:

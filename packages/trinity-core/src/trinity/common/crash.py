@@ -1,5 +1,7 @@
 """Deterministic crash points for the chaos tests: ``TRINITY_CRASH_AT=<point>[:<n>]`` kills the
-process (SIGKILL: no cleanup, no flush) the ``n``-th time (default 1) it reaches ``<point>``.
+process (SIGKILL: no cleanup, no flush) the ``n``-th time (default 1) it reaches ``<point>``;
+with ``TRINITY_CRASH_SIGNAL=SIGSTOP`` it freezes there instead (a paused VM, a process that
+outlives its replacement).
 
 The points sit between the writes of a commit path (``explorer.after_append``,
 ``trainer.after_rename``, ...), where a crash is least likely to land by chance.
@@ -11,6 +13,7 @@ import os
 import signal
 
 CRASH_AT = "TRINITY_CRASH_AT"
+CRASH_SIGNAL = "TRINITY_CRASH_SIGNAL"
 _reached: dict[str, int] = {}
 
 
@@ -21,4 +24,4 @@ def crash_point(point: str) -> None:
         return
     _reached[point] = _reached.get(point, 0) + 1
     if str(_reached[point]) == (wanted.split(":") + ["1"])[1]:
-        os.kill(os.getpid(), signal.SIGKILL)
+        os.kill(os.getpid(), signal.Signals[os.environ.get(CRASH_SIGNAL, "SIGKILL")])

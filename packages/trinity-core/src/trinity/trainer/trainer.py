@@ -76,6 +76,10 @@ def save_guard(config: Config) -> Iterator[None]:
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
+class _StopRequested(Exception):
+    """``request_stop`` came while the trainer waited for experiences."""
+
+
 class Trainer:
     """Trains on what the explorers wrote, one ``train_batch_size`` batch per step."""
 
@@ -98,6 +102,7 @@ class Trainer:
             self.expert_reader = self._open_reader(storage.auxiliary_buffers[expert[0]], "sft")
             self.expert_rows = expert[1]
         self.sync = resolve(Kind.SYNC_METHOD, config.synchronizer.sync_method)(config)
+        self._stop = threading.Event()
         self.step = 0
         self.saved_step = 0
         self.saved_hf = True  # whether the last checkpoint holds HF weights
@@ -140,12 +145,13 @@ class Trainer:
         total = self.config.trainer.total_steps
         start_step = self.step
         save_interval = self.config.trainer.save_interval
-        while total is None or self.step < total:
-            metrics: dict[str, float] = {}
+        saved: dict[str, float] = {}  # the last save's time goes into the next step's line
+        while (total is None or self.step < total) and not self._stop.is_set():
+            metrics, saved = saved, {}
             try:
                 with timer(metrics, "read_experiences"):
                     experiences = self.read_batch() + self.read_expert()
-            except EndOfBuffer:
+            except (EndOfBuffer, _StopRequested):
                 break
             except BufferTimeout as exc:
                 logger.warning("%s: stopping: %s", self.name, exc)
@@ -160,10 +166,10 @@ class Trainer:
             if self.step % self.config.synchronizer.sync_interval == 0:
                 with timer(metrics, "sync_weights"):
                     self.publish()
+            self.monitor.log(metrics, self.step)  # before the save: a checkpointed step has its line
             if save_interval and self.step % save_interval == 0:
-                with timer(metrics, "save_checkpoint"):
+                with timer(saved, "save_checkpoint"):
                     self.save(final=self.step == total)
-            self.monitor.log(metrics, self.step)
             if self.step == start_step + 1:
                 freeze_long_lived_objects()
         if self.step % self.config.synchronizer.sync_interval:
@@ -177,6 +183,10 @@ class Trainer:
             "final_step": self.step,
             "model_path": str(model_path),
         }
+
+    def request_stop(self) -> None:
+        """End ``run`` after the current step: it saves and returns (``trinity run`` on SIGTERM)."""
+        self._stop.set()
 
     def read_batch(self) -> list[Experience]:
         """``train_batch_size`` experiences, or fewer when no more can come in time.
@@ -195,6 +205,8 @@ class Trainer:
             try:
                 got += self.reader.read(wanted - len(got), timeout=max(0.0, min(_READ_SLICE, remaining)))
             except BufferTimeout as exc:
+                if self._stop.is_set() and not got:
+                    raise _StopRequested from None
                 if remaining <= _READ_SLICE and not got:
                     raise BufferTimeout(exc.buffer, wait) from None
                 dead = self.reader.dead_writers(since)

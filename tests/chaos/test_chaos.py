@@ -1,0 +1,136 @@
+"""Exactly-once under crashes: roles killed at every commit boundary, at random moments and
+for good, orphans that keep running, then an audit of the buffer and the trainer's logs."""
+
+from __future__ import annotations
+
+import os
+import random
+import re
+import signal
+import subprocess
+import sys
+import time
+
+from chaos_helpers import STEPS, Chain, audit, job_dir, meta_step, supervise, write_experiment
+from chaos_roles import start_role
+
+EXPLORER_POINTS = ["explorer.after_append:2", "explorer.after_meta:2"]
+TRAINER_POINTS = ["trainer.after_save", "trainer.after_rename", "trainer.after_meta", "trainer.after_commit"]
+
+
+def test_async_roles_crashed_at_every_commit_boundary_killed_and_orphaned_lose_nothing(tmp_path, tiny_model_dir):
+    """mode explore + mode train: each role dies at each crash point of its commit path, once
+    at a random moment, and has an orphan that keeps running after its replacement started."""
+    rng = random.Random(25)
+    explore = write_experiment(tmp_path, tiny_model_dir, "explore")
+    train = write_experiment(tmp_path, tiny_model_dir, "train")
+    explorer = Chain(
+        "explorer",
+        explore,
+        [
+            *(("crash", p) for p in EXPLORER_POINTS),
+            ("orphan", "explorer.after_meta"),
+            ("kill", rng.uniform(0, 1)),
+            ("run", 0),
+        ],
+        tmp_path,
+    )
+    trainer = Chain(
+        "trainer",
+        train,
+        [
+            *(("crash", p) for p in TRAINER_POINTS),
+            ("orphan", "trainer.after_commit"),
+            ("kill", rng.uniform(0, 1)),
+            ("run", 0),
+        ],
+        tmp_path,
+    )
+    supervise(explorer, trainer, timeout=240)
+    for chain, points, holds in ((explorer, EXPLORER_POINTS, "writer"), (trainer, TRAINER_POINTS, "reader")):
+        assert chain.ended[: len(points) + 1] == [*(f"killed (crash {p})" for p in points), "orphaned"], chain.ended
+        (orphan,) = chain.orphan_errors()
+        assert re.match(rf"exit 1: Fenced: .*{holds} '{chain.role}' was opened again", orphan), orphan
+    assert meta_step(tmp_path, "explorer") == meta_step(tmp_path, "trainer") == STEPS
+    result = audit(tmp_path)
+    assert result.clean(), result
+
+
+def test_mode_both_killed_as_a_whole_group_resumes_without_loss(tmp_path, tiny_model_dir):
+    """``trinity run`` in mode both, its whole process group and actors SIGKILLed at a random
+    moment after the first checkpoint, then run again to the end."""
+    config = write_experiment(tmp_path, tiny_model_dir, "both")
+    command = [sys.executable, "-m", "trinity.cli", "run", "--config", str(config)]
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    first = subprocess.Popen(
+        command, env=env, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+    deadline = time.monotonic() + 180
+    while meta_step(tmp_path, "trainer") < 1:
+        assert first.poll() is None and time.monotonic() < deadline, "the first run never saved a checkpoint"
+        time.sleep(0.05)
+    time.sleep(random.Random(8).uniform(0, 1.5))
+    for pid in _actor_pids():  # Ray's workers have process groups of their own
+        os.kill(pid, signal.SIGKILL)
+    os.killpg(first.pid, signal.SIGKILL)
+    first.wait()
+    assert meta_step(tmp_path, "trainer") < STEPS, "the run ended before the kill: nothing was tested"
+    second = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
+    assert second.returncode == 0, second.stderr[-4000:]
+    result = audit(tmp_path)
+    assert result.clean(), result
+
+
+def test_a_trainer_whose_explorer_died_for_good_exits_non_zero_naming_it(tmp_path, tiny_model_dir):
+    """The explorer is SIGKILLed after its second step and never comes back: the trainer
+    trains what there is, then stops within writer_timeout, not max_read_timeout."""
+    explore = write_experiment(tmp_path, tiny_model_dir, "explore", writer_timeout=3, max_read_timeout=600)
+    train = write_experiment(tmp_path, tiny_model_dir, "train", writer_timeout=3, max_read_timeout=600)
+    explorer = start_role("explorer", explore, "explorer.after_meta:2", tmp_path / "explorer.json")
+    explorer.join(120)
+    assert explorer.exitcode == -signal.SIGKILL
+    started = time.monotonic()
+    trainer = subprocess.run(
+        [sys.executable, "-m", "trinity.cli", "run", "--config", str(train)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    waited = time.monotonic() - started
+    assert trainer.returncode == 1, trainer.stderr[-3000:]
+    assert re.search(r"WritersGone: buffer 'experience_buffer': no writer is alive: 'explorer'", trainer.stderr)
+    assert waited < 120, f"the trainer waited {waited:.0f} s"
+    assert meta_step(tmp_path, "trainer") == 2  # both steps the explorer wrote, trained and saved
+    assert (job_dir(tmp_path) / "global_step_2").is_dir()
+
+
+def test_sigterm_saves_at_the_next_step_boundary_and_exits_0(tmp_path, tiny_model_dir):
+    """``trinity run`` in mode both with no checkpoint before the end: SIGTERM after the first
+    step makes the trainer save the step it is in, and the run exits 0 soon after."""
+    config = write_experiment(tmp_path, tiny_model_dir, "both")
+    command = [sys.executable, "-m", "trinity.cli", "run", "--config", str(config), "trainer.save_interval=100"]
+    run = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    trained = job_dir(tmp_path) / "monitor" / "trainer.jsonl"
+    deadline = time.monotonic() + 180
+    while not (trained.is_file() and trained.read_text().strip()):
+        assert run.poll() is None and time.monotonic() < deadline, "the trainer never finished a step"
+        time.sleep(0.05)
+    run.send_signal(signal.SIGTERM)
+    out, _ = run.communicate(timeout=90)
+    assert run.returncode == 0, out[-3000:]
+    assert "stopped (SIGTERM)" in out
+    saved = meta_step(tmp_path, "trainer")
+    assert 1 <= saved < STEPS
+    assert (job_dir(tmp_path) / f"global_step_{saved}").is_dir()
+
+
+def _actor_pids() -> list[int]:
+    pids = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            cmdline = open(f"/proc/{pid}/cmdline", "rb").read()
+        except OSError:
+            continue
+        if re.match(rb"ray::(ExplorerRole|TrainerRole)\b", cmdline):
+            pids.append(int(pid))
+    return pids
