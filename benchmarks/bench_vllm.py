@@ -33,6 +33,7 @@ from collections.abc import Callable
 
 from trinity.config.schema import InferenceModelConfig, ModelConfig
 from trinity.engine.base import SamplingArgs
+from trinity.runtime import WORKER_NICENESS
 
 
 def best_rate(run: Callable[[], int], repeat: int) -> float:
@@ -92,6 +93,7 @@ def through_trinity(
     from trinity.engine.client import EngineClient
     from trinity_vllm.engine import VLLMRolloutEngine
 
+    os.environ.setdefault(WORKER_NICENESS, "0")  # vLLM's actor at the priority of the direct side, as trinity run does
     ray.init(num_cpus=os.cpu_count(), include_dashboard=False)
     client = EngineClient(VLLMRolloutEngine(config, model))
 
@@ -169,6 +171,7 @@ def trinity_multiturn(config: InferenceModelConfig, model: ModelConfig, lengths:
     from trinity.explorer.model_wrapper import ModelWrapper
     from trinity_vllm.engine import VLLMRolloutEngine
 
+    os.environ.setdefault(WORKER_NICENESS, "0")  # vLLM's actor at the priority of the direct side, as trinity run does
     ray.init(num_cpus=os.cpu_count(), include_dashboard=False)
     client = EngineClient(VLLMRolloutEngine(config, model))
     loop = asyncio.new_event_loop()

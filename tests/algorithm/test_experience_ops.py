@@ -191,6 +191,6 @@ def test_data_juicer_missing_says_how_to_install(monkeypatch):
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "data_juicer" else real(name, *a))
     with pytest.raises(
-        DataJuicerError, match=r"args: Data-Juicer is not installed: pip install \"trinity-core\[data_juicer\]\""
+        DataJuicerError, match=r"args: Data-Juicer is not installed: pip install \"trinity-core\[data-juicer\]\""
     ):
         DataJuicer(operators=[{"text_length_filter": {}}])
