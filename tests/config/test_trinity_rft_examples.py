@@ -209,7 +209,7 @@ def test_experience_replay_normalises_the_sync_style():
     assert cfg.synchronizer.sync_style == "explorer_driven"  # written dynamic_by_explorer
     replay = cfg.buffer.trainer_input.experience_buffer.replay_buffer
     assert (replay.enable, replay.priority_fn, replay.reuse_cooldown_time) == (True, "decay_limit_randomization", 40)
-    assert replay.priority_fn_args == {"decay": 2.0}
+    assert replay.priority_fn_args == {"decay": 2.0, "use_count_limit": 3, "sigma": 0.0, "seed": None}  # defaults filled
     assert cfg.buffer.train_batch_size == 480
     assert trainer_gpu_num(cfg) == 6  # 7 GPUs - 1 rollout engine
 
@@ -281,7 +281,7 @@ def test_multi_node_cod_job_dir_interpolation_and_gpu_split(tmp_path):
     assert cfg.cod.cod_workflow_args["exp_name"] == "trinity-cod-final-mixed_flobs_alchran-qwen3-8b-mixed"
     assert (cfg.cluster.trainer_gpu_num, cfg.cluster.trainer_node_num) == (24, 3)  # 4 x 8 - 8 engines
     assert [t.name for t in cfg.buffer.explorer_input.tasksets] == ["frozenlake_obscure", "alchemy_random"]
-    assert cfg.buffer.trainer_input.experience_buffer.replay_buffer.priority_fn_args == {"sigma": 2.0}
+    assert cfg.buffer.trainer_input.experience_buffer.replay_buffer.priority_fn_args["sigma"] == 2.0
 
 
 def test_dapo_eval_interval_rounds_to_the_sync_interval():
