@@ -22,7 +22,7 @@ JOB = Path("ckpt") / "tools" / "calculator"
 
 
 def tool_call_experiment(tmp_path: Path, model: Path, engine: str = "transformers", steps: int = 2) -> Path:
-    """mode both, GRPO on the two calculator questions, two runs each, weights after each step."""
+    """mode both, GRPO on the calculator question, four runs a step, weights after each step."""
     data = tmp_path / "tasks.jsonl"
     data.write_text("".join(json.dumps(row) + "\n" for row in taskset_rows()))
     config = {
@@ -30,12 +30,12 @@ def tool_call_experiment(tmp_path: Path, model: Path, engine: str = "transformer
         "name": "calculator",
         "checkpoint_root_dir": str(tmp_path / "ckpt"),
         "mode": "both",
-        "model": {"model_path": str(model), "max_prompt_tokens": 640, "max_response_tokens": 96, "temperature": 1.0},
+        "model": {"model_path": str(model), "max_prompt_tokens": 640, "max_response_tokens": 96, "temperature": 0.6},
         "cluster": {"node_num": 1, "gpu_per_node": 0},
-        "algorithm": {"algorithm_type": "grpo", "repeat_times": 2, "kl_loss_fn": "none"},
+        "algorithm": {"algorithm_type": "grpo", "repeat_times": 4, "kl_loss_fn": "none"},
         "buffer": {
-            "batch_size": 2,
-            "total_steps": steps,
+            "batch_size": 1,
+            "total_epochs": steps,
             "explorer_input": {
                 "taskset": {"name": "calculator", "storage_type": "file", "path": str(data)},
                 "default_workflow_type": "tool_call_workflow",
