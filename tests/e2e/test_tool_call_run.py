@@ -41,6 +41,13 @@ def tool_call_experiment(tmp_path: Path, model: Path, engine: str = "transformer
                 "default_workflow_type": "tool_call_workflow",
                 "default_reward_fn_type": "math_reward",
             },
+            "trainer_input": {  # a queue kept in sqlite, read back by the test
+                "experience_buffer": {
+                    "name": "experiences",
+                    "storage_type": "queue",
+                    "path": str(tmp_path / "experiences.db"),
+                }
+            },
         },
         "explorer": {"eval_on_startup": False, "rollout_model": {"engine_type": engine}},
         "synchronizer": {"sync_interval": 1},
@@ -53,8 +60,8 @@ def tool_call_experiment(tmp_path: Path, model: Path, engine: str = "transformer
 
 
 def trained_experiences(tmp_path: Path) -> list:
-    with contextlib.closing(sqlite3.connect(tmp_path / JOB / "buffer" / "experience_buffer.db")) as db:
-        return [deserialize_experience(data) for (data,) in db.execute("SELECT data FROM experience_buffer_exp")]
+    with contextlib.closing(sqlite3.connect(tmp_path / "experiences.db")) as db:
+        return [deserialize_experience(data) for (data,) in db.execute("SELECT data FROM experiences_exp")]
 
 
 def check_tool_call_run(tmp_path: Path, model: Path, steps: int) -> None:
