@@ -14,12 +14,12 @@ CALCULATOR = {
     "type": "function",
     "function": {
         "name": "calculator",
-        "description": "Evaluate an arithmetic expression.",
-        "parameters": {"type": "object", "properties": {"expression": {"type": "string"}}, "required": ["expression"]},
+        "parameters": {"type": "object", "properties": {"expression": {"type": "string"}}},
     },
 }
-QUESTIONS = {"What is 17*23?": "17*23", "What is 12+30?": "12+30"}
-"""Question -> the expression the model passes to the calculator."""
+QUESTIONS = {"What is 17*23?": "17*23"}
+"""Question -> the expression the model passes to the calculator (one: the tiny model learns a
+fixed reply in a few dozen steps, telling questions apart takes it many more)."""
 
 
 def tool_call_text(expression: str) -> str:
@@ -47,7 +47,7 @@ def taskset_rows() -> list[dict]:
     return [{"prompt": q, "response": answer(e), "tools": json.dumps([CALCULATOR])} for q, e in QUESTIONS.items()]
 
 
-def teach_tool_use(model_dir: Path, out: Path, rounds: int = 40) -> Path:
+def teach_tool_use(model_dir: Path, out: Path, rounds: int = 80) -> Path:
     """Copy ``model_dir`` to ``out`` and fine-tune it on ``conversation`` of every question
     (assistant tokens only) until it holds them nearly greedily."""
     import torch

@@ -22,7 +22,7 @@ JOB = Path("ckpt") / "tools" / "calculator"
 
 
 def tool_call_experiment(tmp_path: Path, model: Path, engine: str = "transformers", steps: int = 2) -> Path:
-    """mode both, GRPO on the two calculator questions, two runs each, weights after each step."""
+    """mode both, GRPO on the calculator question, four runs a step, weights after each step."""
     data = tmp_path / "tasks.jsonl"
     data.write_text("".join(json.dumps(row) + "\n" for row in taskset_rows()))
     config = {
@@ -30,16 +30,23 @@ def tool_call_experiment(tmp_path: Path, model: Path, engine: str = "transformer
         "name": "calculator",
         "checkpoint_root_dir": str(tmp_path / "ckpt"),
         "mode": "both",
-        "model": {"model_path": str(model), "max_prompt_tokens": 640, "max_response_tokens": 96, "temperature": 1.0},
+        "model": {"model_path": str(model), "max_prompt_tokens": 640, "max_response_tokens": 96, "temperature": 0.4},
         "cluster": {"node_num": 1, "gpu_per_node": 0},
-        "algorithm": {"algorithm_type": "grpo", "repeat_times": 2, "kl_loss_fn": "none"},
+        "algorithm": {"algorithm_type": "grpo", "repeat_times": 4, "kl_loss_fn": "none"},
         "buffer": {
-            "batch_size": 2,
-            "total_steps": steps,
+            "batch_size": 1,
+            "total_epochs": steps,
             "explorer_input": {
                 "taskset": {"name": "calculator", "storage_type": "file", "path": str(data)},
                 "default_workflow_type": "tool_call_workflow",
                 "default_reward_fn_type": "math_reward",
+            },
+            "trainer_input": {  # a queue kept in sqlite, read back by the test
+                "experience_buffer": {
+                    "name": "experiences",
+                    "storage_type": "queue",
+                    "path": str(tmp_path / "experiences.db"),
+                }
             },
         },
         "explorer": {"eval_on_startup": False, "rollout_model": {"engine_type": engine}},
@@ -53,8 +60,8 @@ def tool_call_experiment(tmp_path: Path, model: Path, engine: str = "transformer
 
 
 def trained_experiences(tmp_path: Path) -> list:
-    with contextlib.closing(sqlite3.connect(tmp_path / JOB / "buffer" / "experience_buffer.db")) as db:
-        return [deserialize_experience(data) for (data,) in db.execute("SELECT data FROM experience_buffer_exp")]
+    with contextlib.closing(sqlite3.connect(tmp_path / "experiences.db")) as db:
+        return [deserialize_experience(data) for (data,) in db.execute("SELECT data FROM experiences_exp")]
 
 
 def check_tool_call_run(tmp_path: Path, model: Path, steps: int) -> None:
@@ -81,7 +88,7 @@ def check_tool_call_run(tmp_path: Path, model: Path, steps: int) -> None:
             assert f"<tool_response>\n{result}\n</tool_response>" in context
         assert "<tools>" in tokenizer.decode(exp.tokens[: exp.prompt_length])  # offered by the template
         with_tools += bool(results) and exp.metrics["tool_calls"] >= 1
-    assert with_tools >= len(experiences) // 2, "the taught model called the calculator in too few runs"
+    assert with_tools >= 2, "the taught model called the calculator in too few runs"
 
 
 @pytest.mark.slow

@@ -21,7 +21,7 @@ MESSAGES = [{"role": "user", "content": "What is 1+1?"}]
 
 def serve(model: Path, **settings) -> EngineClient:
     config = InferenceModelConfig(model_path=str(model), engine_type="transformers", name="tiny", **settings)
-    client = EngineClient(TransformersRolloutEngine(config, ModelConfig(model_path=str(model), max_model_len=96)))
+    client = EngineClient(TransformersRolloutEngine(config, ModelConfig(model_path=str(model), max_model_len=512)))
     client.serve_openai(config)
     return client
 
@@ -147,7 +147,7 @@ def test_tools_are_rendered_by_the_chat_template(endpoint):
         "</tool_call><|im_end|>\n<|im_start|>user\n<tool_response>\n2\n</tool_response><|im_end|>\n"
         "<|im_start|>assistant\n"
     )
-    with pytest.raises(openai.BadRequestError, match="tool schemas must be a list of objects"):
+    with pytest.raises(openai.BadRequestError, match="tools.0: Input should be a valid dictionary"):
         api.chat.completions.create(messages=MESSAGES, tools=["calculator"], **ask)
 
 

@@ -211,12 +211,15 @@ class ChatTokenizer:
         turns = [i for i, m in enumerate(messages) if m.get("role") == "assistant"]
         if not turns:
             raise ValueError("the conversation has no assistant turn")
+        if not getattr(self.tokenizer, "is_fast", False):
+            raise TypeError(f"{type(self.tokenizer).__name__} is not a fast tokenizer: masks need its offsets")
         spans = [self._turn_span(messages, tools, text, i) for i in (turns[-1:] if last_turn_only else turns)]
         encoded = self.tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
         tokens, offsets = list(encoded["input_ids"]), encoded["offset_mapping"]
         mask = [0] * len(tokens)
         for turn, (start, end) in zip(turns[-len(spans) :], spans, strict=True):
-            covered = [k for k, (lo, hi) in enumerate(offsets) if lo < (end or len(text)) and hi > start]
+            stop = len(text) if end is None else end
+            covered = [k for k, (lo, hi) in enumerate(offsets) if lo < stop and hi > start]
             ends = [k for k in covered if tokens[k] in self.end_of_turn_ids]
             if not covered or (end is None and not ends):
                 raise ValueError(f"the chat template renders no end of the assistant turn of message {turn}")
