@@ -168,6 +168,8 @@ def run_stage(config: Config) -> dict[str, Any]:
     import ray
 
     started = time.time()
+    if config.data_processor.task_pipeline is not None and config.mode in ("both", "explore", "colocate"):
+        _run_task_pipeline(config)
     roles: dict[str, Any] = {}
     namespace = config.ray_namespace
     threads = default_threads(config, 2 if config.in_one_run else 1)
@@ -206,6 +208,18 @@ def run_stage(config: Config) -> dict[str, Any]:
         summary["model_path"] = trainer_result["model_path"]
     summary["job_dir"] = config.checkpoint_job_dir
     return summary
+
+
+def _run_task_pipeline(config: Config) -> None:
+    """The raw data to the taskset (``data_processor.task_pipeline``), before the explorer reads it."""
+    from trinity.buffer.data_juicer import DataJuicerError
+    from trinity.buffer.task_pipeline import run_task_pipeline
+
+    try:
+        metrics = run_task_pipeline(config.data_processor.task_pipeline, config.service.data_juicer)
+        logger.info("task pipeline: %s", metrics or "nothing to do")
+    except DataJuicerError as exc:
+        raise RunFailed(f"task pipeline: {exc}") from exc
 
 
 def _shared_actors(config: Config) -> Callable[[], list]:
