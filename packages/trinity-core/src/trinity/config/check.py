@@ -665,11 +665,13 @@ def check_data_processor(config: Config, issues: IssueCollector) -> None:
             if config.service.data_juicer is not None and "service_config" in target.Args.model_fields:
                 operator.args["service_config"] = config.service.data_juicer.model_dump()
             operator.args = plugin_args(target, operator.args, f"{path}.args", issues)
-    tasks = config.data_processor.task_pipeline
-    if tasks is None or tasks.output is not None or not _explorer_runs(config):
+    tasks, service = config.data_processor.task_pipeline, config.service.data_juicer
+    if tasks is None or not _explorer_runs(config):
         return
-    if importlib.util.find_spec("data_juicer") is None:
+    if (service is None or service.auto_start) and importlib.util.find_spec("data_juicer") is None:
         issues.add("data_processor.task_pipeline", 'needs Data-Juicer: pip install "trinity-core[data_juicer]"')
+    if tasks.output is not None:
+        return
     if config.buffer.explorer_input.tasksets:
         tasks.output = config.buffer.explorer_input.tasksets[0]
     else:
