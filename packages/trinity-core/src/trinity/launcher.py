@@ -182,6 +182,8 @@ def run_stage(config: Config, verbose: bool = True) -> dict[str, Any]:
 
     started = time.time()
     record_config(config)
+    if config.data_processor.task_pipeline is not None and config.mode in ("both", "explore", "colocate"):
+        _run_task_pipeline(config)
     roles: dict[str, Any] = {}
     namespace = config.ray_namespace
     threads = default_threads(config, 2 if config.in_one_run else 1)
@@ -271,6 +273,18 @@ def _write_timeline(config: Config) -> None:
         logger.warning("monitor.enable_ray_timeline: could not write the timeline: %s", exc)
     else:
         logger.info("Ray timeline written to %s", path)
+
+
+def _run_task_pipeline(config: Config) -> None:
+    """The raw data to the taskset (``data_processor.task_pipeline``), before the explorer reads it."""
+    from trinity.buffer.data_juicer import DataJuicerError
+    from trinity.buffer.task_pipeline import run_task_pipeline
+
+    try:
+        metrics = run_task_pipeline(config.data_processor.task_pipeline, config.service.data_juicer)
+        logger.info("task pipeline: %s", metrics or "nothing to do")
+    except DataJuicerError as exc:
+        raise RunFailed(f"task pipeline: {exc}") from exc
 
 
 def _shared_actors(config: Config) -> Callable[[], list]:

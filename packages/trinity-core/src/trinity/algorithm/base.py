@@ -120,6 +120,9 @@ class ExperienceOperator(AlgorithmFn):
         groups this operator drops (0: none)."""
         return 0
 
+    def close(self) -> None:  # noqa: B027 - most operators hold nothing
+        """At the end of exploring: release what the operator holds."""
+
 
 @dataclass(frozen=True)
 class AlgorithmType:

@@ -22,12 +22,12 @@ from typing import Any, Literal
 from pydantic import Field, field_validator, model_validator
 
 from trinity.algorithm.base import ExperienceOperator, Metrics
-from trinity.buffer.data_juicer import STATS_KEY, DataJuicerError, RecipeRunner
+from trinity.buffer.data_juicer import STATS_KEY, DataJuicerError, open_recipe, recipe
 from trinity.common.errors import PicklableError
 from trinity.common.experience import Experience
 from trinity.common.lazy_import import lazy_module
 from trinity.config.base import PluginArgs
-from trinity.config.schema import Config
+from trinity.config.schema import Config, DataJuicerServiceConfig
 from trinity.monitor.metrics import stats
 from trinity.plugins import Kind, resolve
 
@@ -173,11 +173,15 @@ class DataJuicer(ExperienceOperator):
         )
         config_path: str | None = Field(None, description="a Data-Juicer recipe file; wins over operators")
         np: int = Field(4, ge=1, description="Data-Juicer worker processes")
+        service_config: DataJuicerServiceConfig | None = Field(
+            None, description="the Data-Juicer server to run it (filled from service.data_juicer); unset: in process"
+        )
 
     def __init__(self, **args: Any) -> None:
         super().__init__(**args)
         operators = [{name: op_args or {}} for op in self.args.operators or () for name, op_args in op.items()]
-        self.runner = RecipeRunner("args", operators, self.args.config_path, self.args.np)
+        config = recipe("args", operators, self.args.config_path, self.args.np)
+        self.runner = open_recipe("args", config, self.args.service_config)
 
     def process(self, experiences: list[Experience]) -> tuple[list[Experience], Metrics]:
         rows = [{_ROW: i, **_texts(exp), "reward": exp.reward} for i, exp in enumerate(experiences)]
@@ -196,6 +200,9 @@ class DataJuicer(ExperienceOperator):
         for name, column in values.items():
             metrics.update(stats(name, column))
         return kept, metrics
+
+    def close(self) -> None:
+        self.runner.close()
 
 
 _ROW = "__trinity_row__"
@@ -355,6 +362,11 @@ class ExperiencePipeline:
     def refill_rounds(self) -> int:
         """The most task batches a step may add to make up for dropped groups."""
         return max((op.refill_rounds for _, op in self.operators), default=0)
+
+    def close(self) -> None:
+        """Release what operators hold (a Data-Juicer server they started)."""
+        for _, op in self.operators:
+            op.close()
 
     def __call__(self, experiences: list[Experience]) -> tuple[list[Experience], Metrics]:
         metrics: Metrics = {}

@@ -14,6 +14,7 @@ adjusts a value, so does this one (a rule stricter than the original is a warnin
 
 from __future__ import annotations
 
+import importlib.util
 import logging
 import math
 from datetime import datetime
@@ -673,12 +674,26 @@ _STAGE_SECTIONS = {
 
 
 def check_data_processor(config: Config, issues: IssueCollector) -> None:
-    """Every experience operator is installed and its args fit its ``Args``."""
+    """Every experience operator is installed and its args fit its ``Args``; the task
+    pipeline writes the first taskset unless it names its output, and has Data-Juicer."""
     for i, operator in enumerate(config.data_processor.experience_pipeline.operators):
         path = f"data_processor.experience_pipeline.operators[{i}]"
         target = _plugin(issues, Kind.EXPERIENCE_OPERATOR, operator.name, f"{path}.name")
         if target is not None:
+            if config.service.data_juicer is not None and "service_config" in target.Args.model_fields:
+                operator.args["service_config"] = config.service.data_juicer.model_dump()
             operator.args = plugin_args(target, operator.args, f"{path}.args", issues)
+    tasks, service = config.data_processor.task_pipeline, config.service.data_juicer
+    if tasks is None or not _explorer_runs(config):
+        return
+    if (service is None or service.auto_start) and importlib.util.find_spec("data_juicer") is None:
+        issues.add("data_processor.task_pipeline", 'needs Data-Juicer: pip install "trinity-core[data_juicer]"')
+    if tasks.output is not None:
+        return
+    if config.buffer.explorer_input.tasksets:
+        tasks.output = config.buffer.explorer_input.tasksets[0]
+    else:
+        issues.add("data_processor.task_pipeline.output", "no taskset to write: set output or a taskset")
 
 
 def check_stages(config: Config, issues: IssueCollector) -> None:

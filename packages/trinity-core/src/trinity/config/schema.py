@@ -295,33 +295,46 @@ class ExperiencePipelineConfig(ConfigModel):
 class TaskPipelineConfig(ConfigModel):
     """Data-Juicer operators that turn raw data into the taskset before exploring."""
 
-    operators: list[OperatorConfig] = inert(default_factory=list, description="Data-Juicer operators, in order.")
-    num_process: int = inert(4, "Worker processes of Data-Juicer.", ge=1)
-    config_path: str | None = inert(None, "A Data-Juicer recipe; when set, operators and num_process are ignored.")
-    inputs: list[str] = inert(default_factory=list, description="Raw input files (jsonl or parquet).")
-    output: TasksetConfig | None = inert(None, "The taskset written; unset: the first taskset.")
-    target_fields: list[str] = inert(default_factory=list, description="Fields carried into the taskset.")
-    priority_weights: dict[str, float] = inert(
-        default_factory=dict, description="Weights of difficulty, diversity, usage_frequency and quality."
+    operators: list[OperatorConfig] = Field(
+        default_factory=list, description="Data-Juicer operators, in order (name: a Data-Juicer op, args: its args)."
     )
-    top_k: int = inert(-1, "Tasks kept after scoring; -1 keeps all.", ge=-1)
+    num_process: int = Field(4, ge=1, description="Worker processes of Data-Juicer.")
+    config_path: str | None = Field(
+        None, description="A Data-Juicer recipe; when set, operators and num_process are ignored."
+    )
+    inputs: list[str] = Field(default_factory=list, description="Raw input files (jsonl, json, parquet, csv).")
+    output: TasksetConfig | None = Field(
+        None, description="The taskset written (a .jsonl path, or a folder for output.jsonl); unset: the first taskset."
+    )
+    target_fields: list[str] = Field(
+        default_factory=list, description="Text fields the operators read, and the fields kept; unset: text, all."
+    )
+    priority_weights: dict[str, float] = Field(
+        default_factory=dict,
+        description="Weights of difficulty, diversity, usage_frequency and quality in the order of the tasks.",
+    )
+    top_k: int = Field(-1, ge=-1, description="Tasks kept after scoring, best first; -1 keeps all.")
 
 
 class DataProcessorConfig(ConfigModel):
     """Task and experience pipelines."""
 
-    task_pipeline: TaskPipelineConfig | None = inert(None, "Raw data to taskset, before exploring.")
+    task_pipeline: TaskPipelineConfig | None = Field(
+        None, description="Raw data to taskset with Data-Juicer; trinity run runs it before exploring."
+    )
     experience_pipeline: ExperiencePipelineConfig = Field(
         default_factory=ExperiencePipelineConfig, description="Experiences to buffer, while exploring."
     )
 
 
 class DataJuicerServiceConfig(ConfigModel):
-    """A Data-Juicer server."""
+    """A Data-Juicer server that runs the recipes of data_processor; unset: they run in the process that needs them."""
 
-    server_url: str | None = inert(None, "URL of a running Data-Juicer server.")
-    auto_start: bool = inert(False, "Start a local Data-Juicer server for the run.")
-    port: int | None = inert(None, "Port of the auto-started server; unset: a free one.", ge=1, le=65535)
+    server_url: str | None = Field(
+        None, description="URL of a running trinity Data-Juicer server (python -m trinity.buffer.data_juicer)."
+    )
+    auto_start: bool = Field(False, description="Start a local Data-Juicer server for the run (wins over server_url).")
+    port: int | None = Field(None, ge=1, le=65535, description="Port of the auto-started server; unset: a free one.")
 
 
 class ServiceConfig(ConfigModel):

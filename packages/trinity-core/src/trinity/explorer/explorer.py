@@ -378,4 +378,5 @@ class Explorer:
     def shutdown(self) -> None:
         for client in [*self.engines, *(c for clients in self.auxiliary for c in clients)]:
             client.close()
+        self.pipeline.close()
         self.monitor.close()
