@@ -28,6 +28,6 @@ def test_a_task_pipeline_without_data_juicer_names_the_install(tmp_path, monkeyp
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "data_juicer" else real(name, *a))
     found = issues_of(write(tmp_path), [PIPELINE])
-    assert found == {"data_processor.task_pipeline": 'needs Data-Juicer: pip install "trinity-core[data_juicer]"'}
+    assert found == {"data_processor.task_pipeline": 'needs Data-Juicer: pip install "trinity-core[data-juicer]"'}
     remote = "service.data_juicer={server_url: 'http://127.0.0.1:5005'}"
     assert load_config(write(tmp_path), [PIPELINE, remote]).data_processor.task_pipeline.output is not None

@@ -687,7 +687,7 @@ def check_data_processor(config: Config, issues: IssueCollector) -> None:
     if tasks is None or not _explorer_runs(config):
         return
     if (service is None or service.auto_start) and importlib.util.find_spec("data_juicer") is None:
-        issues.add("data_processor.task_pipeline", 'needs Data-Juicer: pip install "trinity-core[data_juicer]"')
+        issues.add("data_processor.task_pipeline", 'needs Data-Juicer: pip install "trinity-core[data-juicer]"')
     if tasks.output is not None:
         return
     if config.buffer.explorer_input.tasksets:
