@@ -209,7 +209,12 @@ def test_experience_replay_normalises_the_sync_style():
     assert cfg.synchronizer.sync_style == "explorer_driven"  # written dynamic_by_explorer
     replay = cfg.buffer.trainer_input.experience_buffer.replay_buffer
     assert (replay.enable, replay.priority_fn, replay.reuse_cooldown_time) == (True, "decay_limit_randomization", 40)
-    assert replay.priority_fn_args == {"decay": 2.0, "use_count_limit": 3, "sigma": 0.0, "seed": None}  # defaults filled
+    assert replay.priority_fn_args == {
+        "decay": 2.0,
+        "use_count_limit": 3,
+        "sigma": 0.0,
+        "seed": None,
+    }  # defaults filled
     assert cfg.buffer.train_batch_size == 480
     assert trainer_gpu_num(cfg) == 6  # 7 GPUs - 1 rollout engine
 

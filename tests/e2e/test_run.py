@@ -26,6 +26,11 @@ def metrics(tmp_path: Path, role: str, job: Path = JOB) -> list[dict]:
     return read_jsonl(tmp_path / job / "monitor" / f"{role}.jsonl")
 
 
+def job_log(tmp_path: Path, job: Path = JOB) -> str:
+    """Every role's log file of the job (``trinity run`` shows progress, not their lines)."""
+    return "".join(path.read_text() for path in sorted((tmp_path / job / "log").rglob("*.log")))
+
+
 def assert_ok(result: subprocess.CompletedProcess) -> None:
     assert result.returncode == 0, f"stdout:\n{result.stdout[-3000:]}\nstderr:\n{result.stderr[-5000:]}"
 

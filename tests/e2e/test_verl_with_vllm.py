@@ -7,7 +7,7 @@ import os
 
 import pytest
 from e2e_helpers import trinity_run, write_experiment
-from test_run import JOB, assert_ok, metrics
+from test_run import JOB, assert_ok, job_log, metrics
 
 pytest.importorskip("verl")
 pytest.importorskip("vllm")
@@ -34,5 +34,5 @@ def test_grpo_with_verl_trainer_and_vllm_explorer(tmp_path, tiny_model_dir, arit
     assert [r["step"] for r in trained] == [1, 2, 3]
     assert all("actor/pg_loss" in r and "actor/grad_norm" in r for r in trained)
     # The verl engine's weights reached vLLM after every step.
-    assert "weights of version 2 loaded" in result.stdout + result.stderr
+    assert "weights of version 2 loaded" in job_log(tmp_path)
     assert (tmp_path / JOB / "global_step_3" / "actor" / "huggingface" / "config.json").is_file()

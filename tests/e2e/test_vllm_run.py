@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 from e2e_helpers import EXPLORE_ONLY, trinity_run, trinity_start, write_experiment
-from test_run import JOB, assert_ok, metrics
+from test_run import JOB, assert_ok, job_log, metrics
 from test_tool_call_run import check_tool_call_run, tool_call_experiment
 
 pytest.importorskip("vllm")
@@ -79,7 +79,7 @@ def test_quickstart_grpo_with_vllm_engine(tmp_path, tiny_model_dir, arithmetic_d
     explorer = metrics(tmp_path, "explorer")
     assert [r["rollout/experience_count"] for r in explorer] == [16, 16, 16]
     assert [r["step"] for r in metrics(tmp_path, "trainer")] == [1, 2, 3]
-    output = result.stdout + result.stderr
+    output = job_log(tmp_path)
     assert "weights of version 2 loaded" in output
     if sync_method == "nccl":  # version 3 is published after the explorer's last step: never asked for
         assert "nccl sync: version 2 broadcast" in output and "nccl sync: version 2 received" in output

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import random
+from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
 import torch
@@ -170,6 +171,10 @@ class SupervisedReader:
 
     def commit(self) -> None:
         """Nothing to make durable: the position lives in the trainer's checkpoint metadata."""
+
+    def fenced(self) -> AbstractContextManager[None]:
+        """Nothing to fence: a dataset file is only read, and the position is the checkpoint's."""
+        return nullcontext()
 
     def close(self) -> None:
         pass
