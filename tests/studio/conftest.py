@@ -52,9 +52,12 @@ def studio() -> Iterator[Callable[[Path | None], str]]:
         thread.join(timeout=10)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser():
-    """Headless Chromium; skips with the reason where Playwright or the browser is missing."""
+    """Headless Chromium; skips with the reason where Playwright or the browser is missing.
+
+    Module-scoped: Playwright's sync API keeps an event loop running in the main thread while
+    it is open, and every later test that calls ``asyncio.run`` would fail."""
     sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is not installed (requirements-dev.txt)")
     if not Path(CHROMIUM).is_file():
         pytest.skip(f"no Chromium at {CHROMIUM}: install Debian's chromium (tests/apt-packages.txt)")
