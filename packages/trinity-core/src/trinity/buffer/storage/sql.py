@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import sqlite3
 import time
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
@@ -150,7 +151,7 @@ def _retry_busy(action: Callable[[], _T]) -> _T:
     while True:
         try:
             return action()
-        except sa.exc.OperationalError as exc:
+        except (sa.exc.OperationalError, sqlite3.OperationalError) as exc:  # the latter: raw connections
             if "locked" not in str(exc) and "busy" not in str(exc) or time.monotonic() > deadline:
                 raise
         time.sleep(pause)
@@ -206,11 +207,17 @@ class SqlLog(Log):
             raise Fenced(self.name, lease.kind, lease.name, lease.generation, current)
 
     def _bump(self, kind: str, name: str, values: dict[str, Any], **defaults: Any) -> Lease:
+        """A new generation for ``name``; retried on busy like the open itself (the first write
+        to a file other processes are still setting up can fail at once)."""
         table, key = self._leased[kind]
-        with self._write() as conn:
-            lease = Lease(kind, name, self._generation(conn, kind, name) + 1)
-            self._upsert(conn, table, {key.name: name}, {**values, "generation": lease.generation}, **defaults)
-        return lease
+
+        def bump() -> Lease:
+            with self._write() as conn:
+                lease = Lease(kind, name, self._generation(conn, kind, name) + 1)
+                self._upsert(conn, table, {key.name: name}, {**values, "generation": lease.generation}, **defaults)
+            return lease
+
+        return _retry_busy(bump)
 
     @contextmanager
     def fence(self, lease: Lease) -> Iterator[None]:
