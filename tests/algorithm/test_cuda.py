@@ -22,6 +22,8 @@ def test_functions_on_cuda_match_cpu(make_batch):
         old_logprobs=old, ref_logprobs=old + 0.1, values=torch.randn(16, 24, generator=gen),
         advantages=torch.randn(16, 24, generator=gen), reward_baselines=torch.rand(16, generator=gen),
         is_expert=torch.arange(16) % 4 == 0, run_ids=torch.arange(16) // 2, step_ids=torch.arange(16) % 2,
+        entropy_scores=torch.rand(16, 24, generator=gen), expected_entropy_scores=torch.rand(16, 24, generator=gen),
+        teacher_logprobs=old - 0.2, global_steps=torch.full((16,), 3),
     )  # fmt: skip
     gpu = batch.to("cuda")
     for name in get_registry().names(Kind.ADVANTAGE_FN):

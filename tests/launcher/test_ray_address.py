@@ -100,3 +100,18 @@ def test_node_and_gpu_counts_left_at_zero_are_read_from_the_cluster(tmp_path):
         assert detected_cluster(Config.model_validate({"cluster": {"node_num": 2, "gpu_per_node": 8}})) == []
     finally:
         ray.shutdown()
+
+
+def test_one_node_with_one_gpu_runs_mode_both_as_colocate():
+    """Trinity-RFT's rule: on a single-GPU machine ``both`` would leave the trainer no GPU."""
+    import ray
+
+    from trinity.config.schema import Config
+    from trinity.launcher import detected_cluster
+
+    ray.init(num_cpus=1, num_gpus=1, include_dashboard=False, namespace="detect")
+    try:
+        assert detected_cluster(Config()) == ["cluster.node_num=1", "cluster.gpu_per_node=1", "mode=colocate"]
+        assert detected_cluster(Config(), mode="explore") == ["cluster.node_num=1", "cluster.gpu_per_node=1"]
+    finally:
+        ray.shutdown()

@@ -70,17 +70,18 @@ def run(config_path: str, overrides: list[str] | None = None, verbose: bool = Fa
     import ray
 
     stages = load_stage_configs(config_path, overrides)
+    raw = read_yaml(config_path, overrides)
     started_ray = not ray.is_initialized()
     if started_ray:
         os.environ.setdefault(WORKER_NICENESS, "0")  # a Ray it starts runs the roles at its own priority
         ray.init(
-            address=ray_address(read_yaml(config_path, overrides)),
+            address=ray_address(raw),
             include_dashboard=False,
             log_to_driver=True,
             logging_level=logging.INFO if verbose else logging.WARNING,
         )
     signal.signal(signal.SIGTERM, lambda *_: _TERMINATED.set())  # after ray.init, whose handler dumps stacks
-    detected = detected_cluster(stages[0])
+    detected = detected_cluster(stages[0], OmegaConf.select(raw, "mode", default="both"))
     if detected:
         stages = load_stage_configs(config_path, [*(overrides or []), *detected], warn=False)
     summaries = []
@@ -106,9 +107,12 @@ def run(config_path: str, overrides: list[str] | None = None, verbose: bool = Fa
     return summaries
 
 
-def detected_cluster(config: Config) -> list[str]:
+def detected_cluster(config: Config, mode: str = "both") -> list[str]:
     """Overrides for the cluster keys left at 0, from the Ray cluster's alive nodes; none
-    when the cluster has no GPU (a CPU run is what 0 already means)."""
+    when the cluster has no GPU (a CPU run is what 0 already means). The experiment's ``mode``
+    (its top-level one; a stage may differ) ``both`` on one node with one GPU becomes
+    ``colocate``, as in Trinity-RFT: explorer and trainer share the GPU (``both`` would leave
+    the trainer none)."""
     import ray
 
     cluster = config.cluster
@@ -120,7 +124,11 @@ def detected_cluster(config: Config) -> list[str]:
         return []
     logger.info("cluster detected: %d nodes x %d GPUs", len(nodes), gpus)
     found = {"node_num": cluster.node_num or len(nodes), "gpu_per_node": cluster.gpu_per_node or gpus}
-    return [f"cluster.{key}={value}" for key, value in found.items()]
+    overrides = [f"cluster.{key}={value}" for key, value in found.items()]
+    if found == {"node_num": 1, "gpu_per_node": 1} and mode == "both":
+        logger.warning("one node with one GPU: mode both becomes colocate (explorer and trainer share the GPU)")
+        overrides.append("mode=colocate")
+    return overrides
 
 
 def ray_address(raw: Any) -> str | None:

@@ -60,6 +60,7 @@ class Explorer:
         )
         meta = self._resume_position() if config.continue_from_checkpoint else {}
         self.step: int = meta.get("step", 0)
+        self._import_task_plugins()
         models = config.explorer.inference_models()
         # every engine name before any engine starts: a typo in an auxiliary model's fails at once
         classes = [resolve(Kind.ROLLOUT_ENGINE, model.engine_type, f"{key}.engine_type") for key, model in models]
@@ -81,6 +82,17 @@ class Explorer:
         self.pipeline = ExperiencePipeline.from_config(config)
         self._submitted = self.step
         self._first_step = self.step + 1  # after it, long-lived objects leave the cyclic GC
+
+    def _import_task_plugins(self) -> None:
+        """Import every taskset's default workflow and reward function before any engine starts:
+        one that cannot be imported (a missing dependency) ends the run at once, naming it and
+        the config key, instead of failing every task of every step."""
+        inputs = self.config.buffer.explorer_input
+        for storage in (*inputs.tasksets, *inputs.eval_tasksets):
+            if storage.default_workflow_type:
+                resolve(Kind.WORKFLOW, storage.default_workflow_type, "default_workflow_type")
+            if storage.default_reward_fn_type:
+                resolve(Kind.REWARD_FN, storage.default_reward_fn_type, "default_reward_fn_type")
 
     def _resume_position(self) -> dict[str, Any]:
         """Where the last run stopped: the position committed with the buffer's last rows of
