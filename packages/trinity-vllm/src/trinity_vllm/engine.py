@@ -40,6 +40,7 @@ class VLLMRolloutEngine(RolloutEngine):
     """
 
     concurrent = True
+    restartable = True
 
     def __init__(self, config: InferenceModelConfig, model: ModelConfig) -> None:
         path = config.model_path or model.model_path
@@ -51,6 +52,12 @@ class VLLMRolloutEngine(RolloutEngine):
                 f"{self.name}: cannot load a tokenizer from model_path {path!r}: {type(exc).__name__}: {exc}"
             ) from None
         self.prompts = PromptFormatter(tokenizer, config, model, end_of_turn_ids=_eos_ids(path))
+        self._configs = config, model
+        self._start_server()
+
+    def _start_server(self) -> None:
+        """A new ``VLLMServer`` actor with the initial weights, started."""
+        config, model = self._configs
         gpus = config.tensor_parallel_size if ray.cluster_resources().get("GPU", 0) else 0
         # vLLM reads its settings (VLLM_CPU_KVCACHE_SPACE, ...) from the environment, which
         # explorer.env_vars sets in this process, not in the new actor's.
@@ -58,7 +65,12 @@ class VLLMRolloutEngine(RolloutEngine):
         actor = ray.remote(num_cpus=0, num_gpus=gpus, max_restarts=0)(VLLMServer)
         self.server = actor.options(runtime_env={"env_vars": env}).remote(config, model, self.name)
         self.model_version = 0
+        self.crashed = False
         self.api_url = self._call("start", self.prompts.chat.template, self.prompts.chat.template_kwargs)
+
+    def restart(self) -> None:
+        ray.kill(self.server)  # whatever is left of the old one (a hung actor, its GPU memory)
+        self._start_server()
 
     def generate(self, prompts: list[str], args: SamplingArgs) -> list[list[Completion]]:
         return self._call("generate", self._text_prompts(prompts), args)
@@ -126,6 +138,7 @@ class VLLMRolloutEngine(RolloutEngine):
         except ray.exceptions.RayTaskError as exc:
             raise exc.cause from None
         except ray.exceptions.RayActorError as exc:
+            self.crashed = True
             raise EngineCrashed(f"{self.name}: its Ray actor died ({method}): {exc}") from None
 
 

@@ -146,6 +146,8 @@ def meta_of(state_dict: dict[str, torch.Tensor]) -> TensorMeta:
 class NCCLSync(SyncMethod):
     """Both sides of the nccl sync: ``publish`` in the trainer, ``connect``/``fetch`` in the explorer."""
 
+    feeds_new_engines = False  # the group's ranks are fixed when it forms
+
     def __init__(self, config: Config):
         super().__init__(config)
         import ray

@@ -62,8 +62,10 @@ class EngineStartError(RuntimeError):
 
 
 class EngineCrashed(RuntimeError):
-    """A rollout engine's process died. Workflows do not retry it: the explorer's step
-    fails and the run stops (experiences already written stay in the buffer)."""
+    """A rollout engine's process died. Workflows do not retry it: the explorer restarts a
+    ``restartable`` engine, loads the newest weights into it and runs the batch again (a few
+    times at most); otherwise the step fails and the run stops (experiences already written
+    stay in the buffer)."""
 
 
 class RolloutEngine(ABC):
@@ -86,6 +88,10 @@ class RolloutEngine(ABC):
     """Whether requests go to the ``*_async`` methods as they come, many at once."""
     takes_weights: ClassVar[bool] = True
     """Whether ``update_weights`` applies (an external server owns its model: no weight sync)."""
+    restartable: ClassVar[bool] = False
+    """Whether ``restart`` can bring the engine back after its process died."""
+    crashed: bool = False
+    """Set by an engine whose process died (it raised ``EngineCrashed``), until ``restart``."""
 
     @abstractmethod
     def generate(self, prompts: list[str], args: SamplingArgs) -> list[list[Completion]]:
@@ -116,6 +122,11 @@ class RolloutEngine(ABC):
         self, state_dict: dict[str, torch.Tensor] | None = None, checkpoint_path: str | None = None, version: int = 0
     ) -> None:
         """Load new weights from a state dict or a checkpoint directory; set ``model_version``."""
+
+    def restart(self) -> None:
+        """A ``restartable`` engine starts its process again, with its initial weights (the
+        explorer then loads the newest) and clears ``crashed``."""
+        raise NotImplementedError(f"{type(self).__name__} cannot restart")
 
     def shutdown(self) -> None:  # noqa: B027 (optional hook, a no-op unless an engine holds resources)
         """Release the engine's resources."""

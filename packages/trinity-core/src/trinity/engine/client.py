@@ -16,6 +16,7 @@ or from worker threads, many at once. How they reach the engine depends on the e
 from __future__ import annotations
 
 import asyncio
+import copy
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
@@ -119,16 +120,23 @@ class EngineClient:
         call = (items,) if method == "logprobs" else (items, args)
         try:
             results = await self._loop.run_in_executor(self._executor, getattr(self.engine, method), *call)
-        except Exception as exc:  # every waiting workflow sees the engine's error
-            for _, future in requests:
+        except Exception as exc:  # every waiting workflow sees the engine's error, each its own copy
+            for _, future in requests:  # (one object raised in many tasks would gather all their frames)
                 if not future.done():
-                    future.set_exception(exc)
+                    future.set_exception(copy.copy(exc).with_traceback(exc.__traceback__))
             return
         start = 0
         for request_items, future in requests:
             if not future.done():  # cancelled while the engine worked
                 future.set_result(results[start : start + len(request_items)])
             start += len(request_items)
+
+    def restart(self) -> None:
+        """Start a crashed engine again (``RolloutEngine.restart``) on the engine's thread; an
+        endpoint of the engine's own may have moved."""
+        self.call("restart").result()
+        if self._api_server is None:
+            self.api_url = self.engine.api_url
 
     def serve_openai(self, config: InferenceModelConfig) -> str:
         """Serve ``trinity.engine.openai_api`` over this client on ``config.openai_api_host`` (a

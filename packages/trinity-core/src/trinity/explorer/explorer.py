@@ -22,6 +22,7 @@ import asyncio
 import dataclasses
 import logging
 import os
+import threading
 import time
 from collections import deque
 from typing import Any
@@ -33,7 +34,7 @@ from trinity.common.crash import crash_point
 from trinity.common.experience import Experience, Task
 from trinity.common.files import read_json, write_json
 from trinity.config.schema import Config, InferenceModelConfig, TasksetConfig
-from trinity.engine.base import EngineStartError, RolloutEngine
+from trinity.engine.base import EngineCrashed, EngineStartError, RolloutEngine
 from trinity.engine.client import EngineClient
 from trinity.explorer.runner import BatchOutcome, TaskRunner, over_rollout_minimum, task_pass_rates
 from trinity.monitor.metrics import eval_at_k, gather, stats, timer
@@ -42,6 +43,10 @@ from trinity.runtime import freeze_long_lived_objects, setup_role
 from trinity.synchronizer.methods import SyncMethod, WeightUpdate
 
 logger = logging.getLogger(__name__)
+
+MAX_ENGINE_RESTARTS = 3
+"""Restarts of crashed rollout engines one explorer allows (all its engines together) before
+an engine's crash ends the run."""
 
 
 class Explorer:
@@ -79,6 +84,8 @@ class Explorer:
         self.version = 0
         self._resume_weights()
         self.runner = TaskRunner(config, self.engines, self.auxiliary)
+        self._restart_lock = threading.Lock()
+        self._restarts = 0
         self.pipeline = ExperiencePipeline.from_config(config)
         self._submitted = self.step
         self._first_step = self.step + 1  # after it, long-lived objects leave the cyclic GC
@@ -269,7 +276,7 @@ class Explorer:
         step keeps its first ``len(tasks)`` groups. Pipeline metrics add up over the batches.
         """
         minimum = over_rollout_minimum(self.config)
-        outcome = await self.runner.run_batch(tasks, str(step), minimum)
+        outcome = await self._run_batch(tasks, str(step), minimum)
         ran = list(outcome.experiences)
         outcome.experiences, totals = self.pipeline(outcome.experiences)
         self.feed_back(ran)
@@ -279,7 +286,7 @@ class Explorer:
             if more is None:
                 break
             rounds += 1
-            extra = await self.runner.run_batch(more, f"{step}.{rounds}", minimum)
+            extra = await self._run_batch(more, f"{step}.{rounds}", minimum)
             ran = list(extra.experiences)
             extra.experiences, extra_metrics = self.pipeline(extra.experiences)
             self.feed_back(ran)
@@ -291,6 +298,49 @@ class Explorer:
             outcome.experiences = [exp for group in kept for exp in group]
             metrics.update({**totals, "pipeline/refill_rounds": float(rounds)})
         return outcome
+
+    async def _run_batch(self, tasks: list[Task], batch_id: str, minimum: int | None) -> BatchOutcome:
+        """``runner.run_batch``; a batch whose engine crashed runs again, whole (nothing of it was
+        written), once ``restart_crashed_engines`` has the engines back."""
+        while True:
+            try:
+                return await self.runner.run_batch(tasks, batch_id, minimum)
+            except EngineCrashed as crash:
+                await asyncio.to_thread(self.restart_crashed_engines, crash)
+
+    def restart_crashed_engines(self, crash: EngineCrashed) -> None:
+        """Restart every crashed rollout engine and load the newest published weights into it
+        (the version an experience records is the one its engine held). Batches in flight that
+        saw the same crash find the engines back already. ``crash`` ends the run when an engine
+        cannot restart, the sync method cannot feed a new engine (nccl), or the explorer's
+        ``MAX_ENGINE_RESTARTS`` are used up."""
+        with self._restart_lock:
+            crashed = [client for client in self.engines if client.engine.crashed]
+            if not crashed:
+                return
+            refusal = (
+                f"engine_type {self.config.explorer.rollout_model.engine_type!r} cannot restart"
+                if not all(client.engine.restartable for client in crashed)
+                else f"sync_method {self.config.synchronizer.sync_method!r} cannot feed a restarted engine"
+                if not self.sync.feeds_new_engines
+                else f"all {MAX_ENGINE_RESTARTS} engine restarts of the run are used"
+                if self._restarts + len(crashed) > MAX_ENGINE_RESTARTS
+                else None
+            )
+            if refusal:
+                raise EngineCrashed(f"{crash} (not restarted: {refusal})") from crash
+            update = self.sync.fetch(self.version, timeout=0) if self.version else None
+            if self.version and update is None:
+                raise EngineCrashed(f"{crash} (not restarted: no weights of version {self.version} are published)")
+            for client in crashed:
+                self._restarts += 1
+                logger.warning(
+                    "%s: %s; restarting it (restart %d of %d)", self.name, crash, self._restarts, MAX_ENGINE_RESTARTS
+                )
+                client.restart()
+                if update is not None:
+                    client.call("update_weights", update.state_dict, update.path, update.version).result()
+                logger.warning("%s: engine restarted with the weights of version %d", self.name, client.model_version)
 
     def feed_back(self, experiences: list[Experience]) -> None:
         """Each task's pass rate to its taskset's selector (the curriculum selectors use it), from

@@ -95,9 +95,8 @@ class TaskRunner:
             for i, task in enumerate(tasks)
         ]
         cancelled = await self._wait(jobs, min_done)
-        crashed = next(
-            (j.exception() for j in jobs if j not in cancelled and isinstance(j.exception(), EngineCrashed)), None
-        )
+        errors = [job.exception() for job in jobs if job not in cancelled]  # each read: none left unretrieved
+        crashed = next((error for error in errors if isinstance(error, EngineCrashed)), None)
         if crashed is not None:
             raise crashed
         keep_partial = self.config.explorer.over_rollout.return_partial_tasks

@@ -19,7 +19,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from trinity.common.files import read_json, write_json
 from trinity.config.schema import Config
@@ -50,6 +50,10 @@ class SyncTimeout(TimeoutError):
 
 class SyncMethod(ABC):
     """Both sides of one synchronisation channel, built from the experiment config."""
+
+    feeds_new_engines: ClassVar[bool] = True
+    """Whether an engine restarted mid-run can take the newest weights from ``fetch`` (nccl's
+    process group cannot take in a new member)."""
 
     def __init__(self, config: Config):
         self.config = config
