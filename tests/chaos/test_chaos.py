@@ -11,6 +11,7 @@ import subprocess
 import sys
 import time
 
+import pytest
 from chaos_helpers import STEPS, Chain, audit, job_dir, meta_step, supervise, write_experiment
 from chaos_roles import start_role
 
@@ -104,24 +105,34 @@ def test_a_trainer_whose_explorer_died_for_good_exits_non_zero_naming_it(tmp_pat
     assert (job_dir(tmp_path) / "global_step_2").is_dir()
 
 
-def test_sigterm_saves_at_the_next_step_boundary_and_exits_0(tmp_path, tiny_model_dir):
-    """``trinity run`` in mode both with no checkpoint before the end: SIGTERM after the first
-    step makes the trainer save the step it is in, and the run exits 0 soon after."""
+@pytest.mark.parametrize("stop", ["SIGTERM", "Ctrl-C"])
+def test_a_stop_signal_saves_at_the_next_step_boundary_and_exits_0(tmp_path, tiny_model_dir, stop):
+    """``trinity run`` in mode both with no checkpoint before the end: SIGTERM, or Ctrl-C (SIGINT
+    to the whole foreground process group, as a terminal sends it), after the first step makes
+    the trainer save the step it is in, and the run exits 0 soon after, leaving no role behind."""
     config = write_experiment(tmp_path, tiny_model_dir, "both")
     command = [sys.executable, "-m", "trinity.cli", "run", "--config", str(config), "trainer.save_interval=100"]
-    run = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    run = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
     trained = job_dir(tmp_path) / "monitor" / "trainer.jsonl"
     deadline = time.monotonic() + 180
     while not (trained.is_file() and trained.read_text().strip()):
         assert run.poll() is None and time.monotonic() < deadline, "the trainer never finished a step"
         time.sleep(0.05)
-    run.send_signal(signal.SIGTERM)
+    if stop == "SIGTERM":
+        run.send_signal(signal.SIGTERM)
+    else:
+        os.killpg(run.pid, signal.SIGINT)
     out, _ = run.communicate(timeout=90)
     assert run.returncode == 0, out[-3000:]
-    assert "stopped (SIGTERM)" in out
+    assert f"stopped ({'SIGTERM' if stop == 'SIGTERM' else 'SIGINT'})" in out, out[-3000:]
+    assert "Traceback" not in out, out[-3000:]
     saved = meta_step(tmp_path, "trainer")
     assert 1 <= saved < STEPS
     assert (job_dir(tmp_path) / f"global_step_{saved}").is_dir()
+    deadline = time.monotonic() + 10
+    while _actor_pids() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not _actor_pids(), "a role outlived the run"
 
 
 def _actor_pids() -> list[int]:

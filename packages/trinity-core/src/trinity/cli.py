@@ -180,8 +180,8 @@ def run(config_file: str, overrides: tuple[str, ...], verbose: bool) -> None:
     except RunFailed as exc:
         click.echo(f"error: {exc}", err=True)
         sys.exit(1)
-    except Stopped:
-        click.echo("stopped (SIGTERM): what was committed to the buffer and checkpointed stays", err=True)
+    except Stopped as stop:
+        click.echo(f"stopped ({stop}): what was committed to the buffer and checkpointed stays", err=True)
         return
     print_summary(summaries)
     from trinity.report import report_after_run

@@ -14,7 +14,7 @@ import os
 import re
 import signal
 import socket
-import threading
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -40,19 +40,42 @@ class RunFailed(RuntimeError):
 
 
 class Stopped(Exception):  # noqa: N818 - an outcome, not an error
-    """``trinity run`` received SIGTERM: the run was stopped on purpose (a serving proxy's end).
+    """``trinity run`` received SIGTERM or Ctrl-C (SIGINT): the run was stopped on purpose (a
+    serving proxy's end, an operator's stop); the message is the signal's name.
 
     A training run first asks its trainer to stop after the step it is in (it saves a
-    checkpoint), up to ``STOP_GRACE`` seconds; the other roles are killed: what they
-    committed to a durable buffer is exact, so their restart goes on from there."""
+    checkpoint), up to ``STOP_GRACE`` seconds, or until a second signal; the other roles are
+    killed: what they committed to a durable buffer is exact, so their restart goes on from there."""
 
 
 STOP_GRACE = 60.0
-"""Seconds a SIGTERMed run waits for its trainer to save at its next step boundary."""
+"""Seconds a stopped run waits for its trainer to save at its next step boundary."""
 
-_TERMINATED = threading.Event()
-"""Set by SIGTERM; the wait for the roles checks it each second (a handler that raised inside
-Ray's wait would leave Ray's C++ call in an error state)."""
+
+class _StopSignals:
+    """The SIGTERM / SIGINT handler: it only records the signal; the wait for the roles checks
+    it each second (a handler that raised inside Ray's wait would leave Ray's C++ call in an
+    error state)."""
+
+    def __init__(self) -> None:
+        self.names: list[str] = []
+
+    def __call__(self, signum: int, _frame: Any) -> None:
+        self.names.append(signal.Signals(signum).name)
+        if len(self.names) == 1 and signum == signal.SIGINT:
+            print("stopping: a trainer saves at the end of its step first (Ctrl-C again stops now)", file=sys.stderr)
+
+    @property
+    def received(self) -> str | None:
+        return self.names[0] if self.names else None
+
+    @property
+    def urgent(self) -> bool:
+        """A second signal: stop without waiting for the trainer's save."""
+        return len(self.names) > 1
+
+
+_STOP_SIGNALS = _StopSignals()
 
 
 def run(config_path: str, overrides: list[str] | None = None, verbose: bool = False) -> list[dict[str, Any]]:
@@ -80,7 +103,8 @@ def run(config_path: str, overrides: list[str] | None = None, verbose: bool = Fa
             log_to_driver=True,
             logging_level=logging.INFO if verbose else logging.WARNING,
         )
-    signal.signal(signal.SIGTERM, lambda *_: _TERMINATED.set())  # after ray.init, whose handler dumps stacks
+    for stop_signal in (signal.SIGTERM, signal.SIGINT):  # after ray.init, whose SIGTERM handler dumps stacks
+        signal.signal(stop_signal, _STOP_SIGNALS)
     detected = detected_cluster(stages[0], OmegaConf.select(raw, "mode", default="both"))
     if detected:
         stages = load_stage_configs(config_path, [*(overrides or []), *detected], warn=False)
@@ -219,13 +243,13 @@ def run_stage(config: Config, verbose: bool = True) -> dict[str, Any]:
         stop_by = None
         while pending:
             ready, _ = ray.wait(list(pending), timeout=1.0)  # back in Python each second: SIGTERM is handled
-            if _TERMINATED.is_set():
+            if _STOP_SIGNALS.received:
                 training = config.trainer.name in pending.values() and method == "run"
                 if stop_by is None and training:  # the trainer saves at its step's end, then returns
                     stop_by = time.monotonic() + STOP_GRACE
                     roles[config.trainer.name].stop.remote()
-                if not training or time.monotonic() > stop_by:
-                    raise Stopped
+                if not training or time.monotonic() > stop_by or _STOP_SIGNALS.urgent:
+                    raise Stopped(_STOP_SIGNALS.received)
             if display:
                 _take_planned_steps(planned, display)
                 display.update()
