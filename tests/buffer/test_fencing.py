@@ -97,3 +97,24 @@ def test_durability_sets_how_sqlite_syncs_its_commits(tmp_path, durability, sync
     log = SQLStorage(storage).open_log()
     with log.engine.connect() as conn:
         assert conn.exec_driver_sql("PRAGMA synchronous").scalar() == synchronous
+
+
+def test_a_stale_trainer_cannot_publish_checkpoint_weights_over_its_replacement(tmp_path):
+    """Checkpoint sync's files outlive the run: the version becomes visible inside the reader's
+    fence, so an orphan trainer fails instead of pointing the explorers at its weights."""
+    import torch
+
+    from trinity.config.schema import Config
+    from trinity.synchronizer.methods import CheckpointSync
+
+    storage = buffer_config("sqlite", tmp_path)
+    config = Config.model_validate({"checkpoint_root_dir": str(tmp_path / "ckpt")})
+    sync = CheckpointSync(config)
+    orphan = open_experience_reader(storage, auto_commit=False)
+    sync.publish({"w": torch.zeros(2)}, 1, fence=orphan.fenced)
+    replacement = open_experience_reader(storage, auto_commit=False)
+    with pytest.raises(Fenced, match="reader 'trainer'"):
+        sync.publish({"w": torch.ones(2)}, 2, fence=orphan.fenced)
+    assert sync.fetch(0, timeout=0).version == 1
+    sync.publish({"w": torch.ones(2)}, 2, fence=replacement.fenced)
+    assert sync.fetch(0, timeout=0).version == 2

@@ -16,7 +16,8 @@ import asyncio
 import shutil
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -69,8 +70,16 @@ class SyncMethod(ABC):
         itself (``WeightUpdate.loaded``) sets up its channel into them here."""
 
     @abstractmethod
-    def publish(self, state_dict: dict[str, torch.Tensor], version: int) -> None:
-        """Trainer side: make ``version`` available."""
+    def publish(
+        self,
+        state_dict: dict[str, torch.Tensor],
+        version: int,
+        fence: Callable[[], AbstractContextManager] = nullcontext,
+    ) -> None:
+        """Trainer side: make ``version`` available. ``fence`` (the trainer's reader fence) wraps
+        the moment it becomes visible where the channel outlives the run (checkpoint files): a
+        stale trainer then fails with ``Fenced`` instead of publishing over its replacement's. A
+        channel that ends with the run (memory, nccl: the run's own actors) needs no fence."""
 
     @abstractmethod
     def fetch(self, min_version: int, timeout: float) -> WeightUpdate | None:
@@ -96,7 +105,12 @@ class CheckpointSync(SyncMethod):
         super().__init__(config)
         self.root = Path(config.checkpoint_job_dir) / "sync"
 
-    def publish(self, state_dict: dict[str, torch.Tensor], version: int) -> None:
+    def publish(
+        self,
+        state_dict: dict[str, torch.Tensor],
+        version: int,
+        fence: Callable[[], AbstractContextManager] = nullcontext,
+    ) -> None:
         from safetensors.torch import save_file
 
         target = self.root / f"version_{version}"
@@ -104,9 +118,10 @@ class CheckpointSync(SyncMethod):
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir(parents=True)
         save_file({k: v.contiguous() for k, v in state_dict.items()}, str(tmp / "model.safetensors"))
-        shutil.rmtree(target, ignore_errors=True)
-        tmp.rename(target)
-        write_json(self.root / "latest.json", {"version": version, "path": str(target)})
+        with fence():  # the slow write above is outside: the fence holds the buffer's write lock
+            shutil.rmtree(target, ignore_errors=True)
+            tmp.rename(target)
+            write_json(self.root / "latest.json", {"version": version, "path": str(target)})
         for old in sorted(self.root.glob("version_*"), key=_version_of)[:-KEEP_SYNC_DIRS]:
             if not old.name.endswith(".tmp"):
                 shutil.rmtree(old, ignore_errors=True)
@@ -155,7 +170,12 @@ class MemorySync(SyncMethod):
     def shared_actors(cls, config: Config) -> list[SharedActor]:
         return [SharedActor(WeightStore, cls.ACTOR_NAME)]
 
-    def publish(self, state_dict: dict[str, torch.Tensor], version: int) -> None:
+    def publish(
+        self,
+        state_dict: dict[str, torch.Tensor],
+        version: int,
+        fence: Callable[[], AbstractContextManager] = nullcontext,
+    ) -> None:
         ref = self._ray.put(state_dict)
         self._ray.get(self.store.publish.remote(version, [ref]))
 

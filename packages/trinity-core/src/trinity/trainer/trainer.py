@@ -275,7 +275,7 @@ class Trainer:
         return metrics
 
     def publish(self) -> None:
-        self.sync.publish(self.engine.weights_for_sync(), self.step)
+        self.sync.publish(self.engine.weights_for_sync(), self.step, fence=self.reader.fenced)
 
     def hf_weights(self, final: bool) -> bool:
         """Whether a checkpoint gets the actor's HF weights: ``trainer.save_hf_checkpoint``
