@@ -168,10 +168,19 @@ def test_unsupported_head_size_names_engine_and_cause(ray_session, tmp_path: Pat
         VLLMRolloutEngine(InferenceModelConfig(model_path=str(model)), ModelConfig(max_model_len=64))
 
 
-def test_a_dead_engine_actor_is_reported_as_a_crash(vllm_engine) -> None:
-    """It kills the shared engine: a test after it gets a new one."""
+def test_a_dead_engine_actor_is_reported_as_a_crash_and_restarts(vllm_engine, tiny_model_dir: Path) -> None:
+    """A killed actor is a crash; ``restart`` starts a new one with the initial weights, which
+    then takes the explorer's newest (``Explorer.restart_crashed_engines``)."""
     import ray
 
+    vllm_engine.update_weights(checkpoint_path=str(tiny_model_dir), version=5)
     ray.kill(vllm_engine.server)
     with pytest.raises(EngineCrashed, match=r"vllm engine .*Ray actor died \(generate\)"):
         vllm_engine.generate(PROMPTS[:1], SamplingArgs(max_tokens=2))
+    assert vllm_engine.crashed and vllm_engine.restartable
+    vllm_engine.restart()
+    assert not vllm_engine.crashed and vllm_engine.model_version == 0
+    assert vllm_engine.api_url.startswith("http://127.0.0.1:")
+    vllm_engine.update_weights(checkpoint_path=str(tiny_model_dir), version=5)
+    (completion,) = vllm_engine.generate(PROMPTS[:1], SamplingArgs(max_tokens=2))[0]
+    assert completion.model_version == 5 and len(completion.response_token_ids) == 2
