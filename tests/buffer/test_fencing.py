@@ -118,3 +118,30 @@ def test_a_stale_trainer_cannot_publish_checkpoint_weights_over_its_replacement(
     assert sync.fetch(0, timeout=0).version == 1
     sync.publish({"w": torch.ones(2)}, 2, fence=replacement.fenced)
     assert sync.fetch(0, timeout=0).version == 2
+
+
+def test_a_buffer_an_older_trinity_wrote_gets_the_new_columns_and_keeps_its_rows(tmp_path, caplog):
+    """Before fencing, the writers and cursors tables had no generation (nor a writer state):
+    opening such a file adds the columns (generation 0, no state) instead of failing on them."""
+    import sqlite3
+
+    from trinity.buffer.storage.sql import table_prefix
+
+    storage = buffer_config("sqlite", tmp_path)
+    writer = open_experience_writer(storage, "explorer")
+    writer.write([make_experience(0), make_experience(1)])
+    writer.close()
+    prefix = table_prefix(storage.name)
+    with sqlite3.connect(storage.path) as old:  # as the older release left it
+        for table, column in (("writers", "state"), ("writers", "generation"), ("cursors", "generation")):
+            old.execute(f'ALTER TABLE "{prefix}_{table}" DROP COLUMN {column}')
+    from trinity.buffer.storage import sql
+
+    sql._ENGINES.clear()  # a new process: nothing cached about the file
+    with caplog.at_level("WARNING"):
+        restarted = open_experience_writer(storage, "explorer")
+    assert any("added column generation" in r.message for r in caplog.records)
+    assert restarted.state() is None
+    restarted.write([make_experience(2)], state={"step": 1})
+    restarted.finish()
+    assert rewards(open_experience_reader(storage).read(3)) == [0, 1, 2]

@@ -52,6 +52,8 @@ def test_quickstart_stages_learn_arithmetic(tmp_path, tiny_model_dir, arithmetic
     assert len(output) < 60, "\n".join(output)
     assert any(re.match(r"\[explorer\] step \d+/200 \(\d+%\)", line) for line in output), result.stdout
     assert any(re.match(r"\[trainer\] step 60/60 \(100%\)", line) for line in output), result.stdout
+    # GRPO's trainer takes one step per explorer step (one run, train batch = a step's experiences)
+    assert any(re.match(r"\[trainer\] step \d+/200 \(\d+%\)", line) for line in output), result.stdout
     assert "trinity.console" not in result.stdout + result.stderr
     # The GRPO stage started from the SFT stage's final weights.
     sft_final = read_json(tmp_path / sft_job / "meta" / "stage_done.json")["model_path"]

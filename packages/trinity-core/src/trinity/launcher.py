@@ -239,6 +239,7 @@ def run_stage(config: Config, verbose: bool = True) -> dict[str, Any]:
         if not verbose:
             display = ProgressDisplay(config, list(roles))
             planned = {actor.planned_steps.remote(): name for name, actor in roles.items()}
+            follows = _steps_followed(config)
         pending = {actor.call.remote(method): name for name, actor in roles.items()}
         stop_by = None
         while pending:
@@ -251,7 +252,7 @@ def run_stage(config: Config, verbose: bool = True) -> dict[str, Any]:
                 if not training or time.monotonic() > stop_by or _STOP_SIGNALS.urgent:
                     raise Stopped(_STOP_SIGNALS.received)
             if display:
-                _take_planned_steps(planned, display)
+                _take_planned_steps(planned, display, follows)
                 display.update()
             if not ready:
                 continue
@@ -277,17 +278,39 @@ def run_stage(config: Config, verbose: bool = True) -> dict[str, Any]:
     return summary
 
 
-def _take_planned_steps(planned: dict, display: ProgressDisplay) -> None:
-    """Hand the display each role's planned steps as the role answers (after its start-up)."""
+def _take_planned_steps(planned: dict, display: ProgressDisplay, follows: dict[str, str]) -> None:
+    """Hand the display each role's planned steps as the role answers (after its start-up); a
+    role of ``follows`` that does not know its own gets its leader's."""
     import ray
 
     ready, _ = ray.wait(list(planned), num_returns=len(planned), timeout=0)
     for ref in ready:
         name = planned.pop(ref)
         try:
-            display.set_total(name, ray.get(ref))
+            total = ray.get(ref)
         except ray.exceptions.RayError:  # a role that did not start: its call reports why
-            pass
+            continue
+        if total is None and name in follows:
+            continue  # its leader's total comes with the leader's answer
+        display.set_total(name, total)
+        for follower in (f for f, leader in follows.items() if leader == name and display.progress[f].total is None):
+            display.set_total(follower, total)
+
+
+def _steps_followed(config: Config) -> dict[str, str]:
+    """``{trainer: explorer}`` where the trainer takes one step per explorer step: one run (mode
+    both or colocate), a train batch of exactly one explorer step's experiences
+    (``train_batch_size == batch_size x repeat_times``) and no experience operator that could
+    drop some, so that the trainer's bar gets the explorer's total."""
+    buffer = config.buffer
+    if (
+        not config.in_one_run
+        or config.trainer.total_steps is not None
+        or config.data_processor.experience_pipeline.operators
+        or buffer.train_batch_size != buffer.batch_size * config.algorithm.repeat_times
+    ):
+        return {}
+    return {config.trainer.name: config.explorer.name}
 
 
 _TASK_EVENTS_FLUSH_S = 1.5

@@ -19,6 +19,7 @@ commit is on disk when it returns).
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
 import sqlite3
@@ -35,6 +36,8 @@ from trinity.buffer.serialization import deserialize_experience, serialize_exper
 from trinity.buffer.storage.base import Lease, Log, LogStorage, WriterStatus
 from trinity.common.experience import Experience
 from trinity.config.schema import StorageConfig
+
+logger = logging.getLogger(__name__)
 
 _ENGINES: dict[str, sa.Engine] = {}
 _SQLITE_PAGE_SIZE = 32768
@@ -120,16 +123,41 @@ def store_uncompressed(table: sa.Table, column: str = "data") -> None:
 
 
 def create_tables(engine: sa.Engine, meta: sa.MetaData, name: str) -> None:
-    """Create the missing tables of ``meta``; processes starting together take turns (sqlite: the
-    write lock; PostgreSQL, where no table exists yet to lock: an advisory lock on ``name``)."""
+    """Create the missing tables of ``meta`` and the missing columns of existing ones (a buffer an
+    older trinity wrote); processes starting together take turns (sqlite: the write lock;
+    PostgreSQL, where no table exists yet to lock: an advisory lock on ``name``)."""
 
     def create() -> None:
         with write_transaction(engine) as conn:
             if engine.dialect.name == "postgresql":
                 conn.execute(sa.text("SELECT pg_advisory_xact_lock(hashtext(:name))"), {"name": name})
             meta.create_all(conn)
+            _add_missing_columns(conn, meta)
 
     _retry_busy(create)
+
+
+_NEUTRAL_DEFAULTS = {sa.Integer: "0", sa.Float: "0", sa.Boolean: "false"}
+"""What a column added to an older buffer's rows holds: generation 0 (the next open takes 1),
+no heartbeat yet, not finished. Other columns are added nullable (a writer's ``state``)."""
+
+
+def _add_missing_columns(conn: sa.Connection, meta: sa.MetaData) -> None:
+    """Columns of ``meta`` that the database's tables lack (fencing generations, writer states,
+    added since the buffer was written), added with a neutral value, so its rows stay readable."""
+    inspector = sa.inspect(conn)
+    preparer = conn.dialect.identifier_preparer
+    for table in meta.sorted_tables:
+        present = {column["name"] for column in inspector.get_columns(table.name)}
+        for column in table.columns:
+            if column.name in present:
+                continue
+            default = next((v for kind, v in _NEUTRAL_DEFAULTS.items() if isinstance(column.type, kind)), None)
+            ddl = f"ALTER TABLE {preparer.format_table(table)} ADD COLUMN {preparer.format_column(column)} "
+            ddl += column.type.compile(dialect=conn.dialect)
+            ddl += f" NOT NULL DEFAULT {default}" if default is not None and not column.nullable else ""
+            conn.execute(sa.text(ddl))
+            logger.warning("buffer table %s: added column %s (written by an older trinity)", table.name, column.name)
 
 
 def _use_wal(engine: sa.Engine) -> None:
