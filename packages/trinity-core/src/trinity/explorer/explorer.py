@@ -87,6 +87,7 @@ class Explorer:
         self._restart_lock = threading.Lock()
         self._restarts = 0
         self.pipeline = ExperiencePipeline.from_config(config)
+        self._pipeline_turn = asyncio.Lock()
         self._submitted = self.step
         self._first_step = self.step + 1  # after it, long-lived objects leave the cyclic GC
 
@@ -278,7 +279,7 @@ class Explorer:
         minimum = over_rollout_minimum(self.config)
         outcome = await self._run_batch(tasks, str(step), minimum)
         ran = list(outcome.experiences)
-        outcome.experiences, totals = self.pipeline(outcome.experiences)
+        outcome.experiences, totals = await self._through_pipeline(outcome.experiences)
         self.feed_back(ran)
         rounds = 0
         while rounds < self.pipeline.refill_rounds and len(by_group(outcome.experiences)) < len(tasks):
@@ -288,7 +289,7 @@ class Explorer:
             rounds += 1
             extra = await self._run_batch(more, f"{step}.{rounds}", minimum)
             ran = list(extra.experiences)
-            extra.experiences, extra_metrics = self.pipeline(extra.experiences)
+            extra.experiences, extra_metrics = await self._through_pipeline(extra.experiences)
             self.feed_back(ran)
             outcome = outcome.merged(extra)
             for key, value in extra_metrics.items():
@@ -298,6 +299,14 @@ class Explorer:
             outcome.experiences = [exp for group in kept for exp in group]
             metrics.update({**totals, "pipeline/refill_rounds": float(rounds)})
         return outcome
+
+    async def _through_pipeline(self, experiences: list[Experience]) -> tuple[list[Experience], dict[str, float]]:
+        """The experience pipeline in a worker thread, one batch at a time: an operator that takes
+        seconds (a Data-Juicer recipe) holds no other batch's engine requests back."""
+        if not self.pipeline.operators:
+            return self.pipeline(experiences)
+        async with self._pipeline_turn:
+            return await asyncio.to_thread(self.pipeline, experiences)
 
     async def _run_batch(self, tasks: list[Task], batch_id: str, minimum: int | None) -> BatchOutcome:
         """``runner.run_batch``; a batch whose engine crashed runs again, whole (nothing of it was
