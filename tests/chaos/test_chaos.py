@@ -105,13 +105,18 @@ def test_a_trainer_whose_explorer_died_for_good_exits_non_zero_naming_it(tmp_pat
     assert (job_dir(tmp_path) / "global_step_2").is_dir()
 
 
+LONG_RUN = 800
+
+
 @pytest.mark.parametrize("stop", ["SIGTERM", "Ctrl-C"])
 def test_a_stop_signal_saves_at_the_next_step_boundary_and_exits_0(tmp_path, tiny_model_dir, stop):
     """``trinity run`` in mode both with no checkpoint before the end: SIGTERM, or Ctrl-C (SIGINT
     to the whole foreground process group, as a terminal sends it), after the first step makes
     the trainer save the step it is in, and the run exits 0 soon after, leaving no role behind."""
     config = write_experiment(tmp_path, tiny_model_dir, "both")
-    command = [sys.executable, "-m", "trinity.cli", "run", "--config", str(config), "trainer.save_interval=100"]
+    # 100 epochs: on an idle machine the 8 steps of one would end within the driver's 1-s wait
+    long_run = ["trainer.save_interval=1000", "buffer.total_epochs=100", f"buffer.total_steps={LONG_RUN}"]
+    command = [sys.executable, "-m", "trinity.cli", "run", "--config", str(config), *long_run]
     run = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
     trained = job_dir(tmp_path) / "monitor" / "trainer.jsonl"
     deadline = time.monotonic() + 180
@@ -127,7 +132,7 @@ def test_a_stop_signal_saves_at_the_next_step_boundary_and_exits_0(tmp_path, tin
     assert f"stopped ({'SIGTERM' if stop == 'SIGTERM' else 'SIGINT'})" in out, out[-3000:]
     assert "Traceback" not in out, out[-3000:]
     saved = meta_step(tmp_path, "trainer")
-    assert 1 <= saved < STEPS
+    assert 1 <= saved < LONG_RUN
     assert (job_dir(tmp_path) / f"global_step_{saved}").is_dir()
     deadline = time.monotonic() + 10
     while _actor_pids() and time.monotonic() < deadline:
