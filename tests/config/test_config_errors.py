@@ -114,6 +114,8 @@ def test_gpu_allocation_error_shows_the_arithmetic(tmp_path):
         "no GPU left for the trainer: rollout_model 2 engines x 2 GPUs = 4 GPUs for the explorer, "
         "of node_num 1 x gpu_per_node 4 = 4"
     )
+    one_gpu = issues_of(write(tmp_path), ["cluster.node_num=1", "cluster.gpu_per_node=1"])
+    assert one_gpu["cluster"].endswith("= 1; mode colocate shares one GPU between explorer and trainer")
 
 
 def test_sync_method_must_suit_the_mode(tmp_path, caplog):

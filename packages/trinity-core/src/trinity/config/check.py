@@ -296,7 +296,8 @@ def check_cluster(config: Config, issues: IssueCollector) -> None:
         f"{cluster.gpu_per_node} = {total}"
     )
     if config.mode == "both" and cluster.explorer_gpu_num >= total:
-        issues.add("cluster", f"no GPU left for the trainer: {arithmetic}")
+        hint = "; mode colocate shares one GPU between explorer and trainer" if total == 1 else ""
+        issues.add("cluster", f"no GPU left for the trainer: {arithmetic}{hint}")
         return
     if config.mode in ("explore", "bench", "serve") and cluster.explorer_gpu_num > total:
         issues.add("cluster", f"not enough GPUs: {arithmetic}")
