@@ -92,3 +92,13 @@ def test_an_engine_that_cannot_restart_ends_the_step(tmp_path, tiny_model_dir):
     with pytest.raises(EngineCrashed, match=r"not restarted: engine_type 'crashing_engine.UnrestartableEngine' cannot"):
         explore_step(runs)
     assert CrashingEngine.restarts == 0
+
+
+def test_a_sync_method_that_cannot_feed_a_new_engine_ends_the_step(tmp_path, tiny_model_dir):
+    """nccl's process group cannot take in a restarted engine (``feeds_new_engines``)."""
+    runs = explorer(tmp_path, tiny_model_dir)
+    runs.sync.feeds_new_engines = False
+    CrashingEngine.crashes = 1
+    with pytest.raises(EngineCrashed, match=r"not restarted: sync_method 'checkpoint' cannot feed a restarted engine"):
+        explore_step(runs)
+    assert CrashingEngine.restarts == 0

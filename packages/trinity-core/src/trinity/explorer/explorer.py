@@ -323,6 +323,7 @@ class Explorer:
         saw the same crash find the engines back already. ``crash`` ends the run when an engine
         cannot restart, the sync method cannot feed a new engine (nccl), or the explorer's
         ``MAX_ENGINE_RESTARTS`` are used up."""
+        what = str(crash).splitlines()[0]  # a Ray error's text runs on for lines
         with self._restart_lock:
             crashed = [client for client in self.engines if client.engine.crashed]
             if not crashed:
@@ -337,14 +338,18 @@ class Explorer:
                 else None
             )
             if refusal:
-                raise EngineCrashed(f"{crash} (not restarted: {refusal})") from crash
+                raise EngineCrashed(f"{what} (not restarted: {refusal})") from crash
             update = self.sync.fetch(self.version, timeout=0) if self.version else None
             if self.version and update is None:
-                raise EngineCrashed(f"{crash} (not restarted: no weights of version {self.version} are published)")
+                raise EngineCrashed(f"{what} (not restarted: no weights of version {self.version} are published)")
             for client in crashed:
                 self._restarts += 1
                 logger.warning(
-                    "%s: %s; restarting it (restart %d of %d)", self.name, crash, self._restarts, MAX_ENGINE_RESTARTS
+                    "%s: %s; restarting it (restart %d of %d)",
+                    self.name,
+                    what,
+                    self._restarts,
+                    MAX_ENGINE_RESTARTS,
                 )
                 client.restart()
                 if update is not None:
