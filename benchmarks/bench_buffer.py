@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import sys
 import tempfile
 import time
@@ -21,6 +20,7 @@ from contextlib import ExitStack
 from pathlib import Path
 
 import torch
+from figures import spread  # benchmarks/, the running script's folder
 
 from trinity.buffer import open_experience_reader, open_experience_writer
 from trinity.buffer.serialization import deserialize_experience, serialize_experience
@@ -108,10 +108,6 @@ def throwaway_postgres(stack: ExitStack) -> str | None:
     return stack.enter_context(start())
 
 
-def spread(values: list[float]) -> str:
-    return f"{statistics.median(values):,.0f} ({min(values):,.0f}-{max(values):,.0f})"
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--n", type=int, default=6400, help="experiences per storage")
@@ -141,7 +137,7 @@ def main() -> None:
     print(f"{args.n} experiences of {PROMPT}+{RESPONSE} tokens, batches of {BATCH}; median (min-max) of {args.rounds}")
     print(f"{'storage':<20} {'written/s':>22} {'read/s':>22}")
     for label, runs in figures.items():
-        print(f"{label:<20} {spread([w for w, _ in runs]):>22} {spread([r for _, r in runs]):>22}")
+        print(f"{label:<20} {spread([w for w, _ in runs], ',.0f'):>22} {spread([r for _, r in runs], ',.0f'):>22}")
     to_bytes, from_bytes, size = bench_serialization(data)
     print(
         f"serialisation round trip {to_bytes + from_bytes:.1f} µs ({to_bytes:.1f} + {from_bytes:.1f}), "

@@ -34,13 +34,13 @@ interleaved, and printed as median (min-max).
 from __future__ import annotations
 
 import os
-import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
+from figures import spread  # benchmarks/, the running script's folder
 from omegaconf import OmegaConf
 
 REPO = Path(__file__).resolve().parents[1]
@@ -111,12 +111,6 @@ def work(prompts: int, samples: int, tokens: int) -> list[str]:
         f"model.min_response_tokens={tokens - 1}",
         f"trainer.micro_batch_size_per_gpu={prompts * samples}",
     ]
-
-
-def spread(values: list[float], digits: int = 2) -> str:
-    """``median (min-max)`` of repeated measurements."""
-    ordered = sorted(values)
-    return f"{statistics.median(ordered):.{digits}f} ({ordered[0]:.{digits}f}-{ordered[-1]:.{digits}f})"
 
 
 STEPS, WARMUP = 10, 2
@@ -223,7 +217,7 @@ def overhead(root: Path, model: Path, data: Path) -> None:
             f"train {direct_train:.2f} s), trinity {through:.3f} s/step (explore {explore:.2f} s, "
             f"train {train:.2f} s), ratio {ratios[-1]:.3f}"
         )
-    print(f"overhead: ratio {spread(ratios, 3)} over {OVERHEAD_REPEATS} runs (target <= 1.05)")
+    print(f"overhead: ratio {spread(ratios, '.3f')} over {OVERHEAD_REPEATS} runs (target <= 1.05)")
 
 
 def async_speedup(root: Path, model: Path, data: Path) -> None:

@@ -58,7 +58,7 @@ _ON_FIRST_USE = {
     **dict.fromkeys(["Workflow", "set_reward"], "trinity.explorer.workflow"),
     **dict.fromkeys(["Monitor", "MonitorError"], "trinity.monitor.base"),
     **dict.fromkeys(
-        ["SharedActor", "SyncMethod", "SyncTimeout", "WeightStore", "WeightUpdate", "find_shared_actor"],
+        ["Fence", "SharedActor", "SyncMethod", "SyncTimeout", "WeightStore", "WeightUpdate", "find_shared_actor"],
         "trinity.synchronizer.methods",
     ),
 }

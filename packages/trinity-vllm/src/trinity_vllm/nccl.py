@@ -33,8 +33,8 @@ import asyncio
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import AbstractContextManager, nullcontext
+from collections.abc import Iterator, Sequence
+from contextlib import nullcontext
 from dataclasses import asdict, dataclass
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
@@ -43,6 +43,7 @@ import torch
 
 from trinity.plugin_api import (
     Config,
+    Fence,
     SharedActor,
     SyncMethod,
     SyncTimeout,
@@ -177,12 +178,7 @@ class NCCLSync(SyncMethod):
 
     # -- trainer side -------------------------------------------------------------------------
 
-    def publish(
-        self,
-        state_dict: dict[str, torch.Tensor],
-        version: int,
-        fence: Callable[[], AbstractContextManager] = nullcontext,
-    ) -> None:
+    def publish(self, state_dict: dict[str, torch.Tensor], version: int, fence: Fence = nullcontext) -> None:
         """Keep ``state_dict`` as ``version`` for the explorer's next request; returns at once."""
         with self._lock:
             self._latest = (version, state_dict)

@@ -30,6 +30,9 @@ if TYPE_CHECKING:
 
     from trinity.engine.client import EngineClient
 
+Fence = Callable[[], AbstractContextManager[None]]
+"""What ``SyncMethod.publish`` makes a version visible within (the trainer's reader fence)."""
+
 KEEP_SYNC_DIRS = 2
 """Checkpoint sync keeps this many newest weight directories."""
 
@@ -70,12 +73,7 @@ class SyncMethod(ABC):
         itself (``WeightUpdate.loaded``) sets up its channel into them here."""
 
     @abstractmethod
-    def publish(
-        self,
-        state_dict: dict[str, torch.Tensor],
-        version: int,
-        fence: Callable[[], AbstractContextManager] = nullcontext,
-    ) -> None:
+    def publish(self, state_dict: dict[str, torch.Tensor], version: int, fence: Fence = nullcontext) -> None:
         """Trainer side: make ``version`` available. ``fence`` (the trainer's reader fence) wraps
         the moment it becomes visible where the channel outlives the run (checkpoint files): a
         stale trainer then fails with ``Fenced`` instead of publishing over its replacement's. A
@@ -105,12 +103,7 @@ class CheckpointSync(SyncMethod):
         super().__init__(config)
         self.root = Path(config.checkpoint_job_dir) / "sync"
 
-    def publish(
-        self,
-        state_dict: dict[str, torch.Tensor],
-        version: int,
-        fence: Callable[[], AbstractContextManager] = nullcontext,
-    ) -> None:
+    def publish(self, state_dict: dict[str, torch.Tensor], version: int, fence: Fence = nullcontext) -> None:
         from safetensors.torch import save_file
 
         target = self.root / f"version_{version}"
@@ -170,12 +163,7 @@ class MemorySync(SyncMethod):
     def shared_actors(cls, config: Config) -> list[SharedActor]:
         return [SharedActor(WeightStore, cls.ACTOR_NAME)]
 
-    def publish(
-        self,
-        state_dict: dict[str, torch.Tensor],
-        version: int,
-        fence: Callable[[], AbstractContextManager] = nullcontext,
-    ) -> None:
+    def publish(self, state_dict: dict[str, torch.Tensor], version: int, fence: Fence = nullcontext) -> None:
         ref = self._ray.put(state_dict)
         self._ray.get(self.store.publish.remote(version, [ref]))
 
