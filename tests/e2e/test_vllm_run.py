@@ -149,6 +149,37 @@ def test_a_crashed_vllm_engine_is_restarted_and_the_run_loses_nothing(tmp_path, 
 
 
 @pytest.mark.slow
+def test_with_nccl_sync_a_crashed_vllm_engine_ends_the_run_naming_why(tmp_path, tiny_model_dir, arithmetic_data):
+    """nccl's process group cannot take in a restarted engine: the crash ends the run naming the
+    engine, and where it hit a rollout, that it was not restarted and why."""
+    import psutil
+
+    config = write_experiment(
+        tmp_path,
+        tiny_model_dir,
+        arithmetic_data,
+        *VLLM,
+        *SMALL,
+        "synchronizer.sync_method=nccl",
+        "buffer.total_steps=400",
+    )
+    run = trinity_start(config, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    explored = tmp_path / JOB / "monitor" / "explorer.jsonl"
+    deadline = time.monotonic() + 300
+    while not (explored.is_file() and len(metrics(tmp_path, "explorer")) >= 2):
+        assert run.poll() is None and time.monotonic() < deadline, "the explorer never finished two steps"
+        time.sleep(0.2)
+    (server,) = [p for p in psutil.Process(run.pid).children(recursive=True) if "VLLMServer" in " ".join(p.cmdline())]
+    server.kill()
+    output, _ = run.communicate(timeout=300)
+    assert run.returncode == 1, output[-4000:]
+    failure = re.search(r"explorer failed: (EngineCrashed|NCCLSyncError): .*vllm engine .*Ray actor died.*", output)
+    assert failure, output[-3000:]
+    if failure[1] == "EngineCrashed":  # killed during a rollout; else during a broadcast, which fails the sync itself
+        assert "(not restarted: sync_method 'nccl' cannot feed a restarted engine)" in failure[0], failure[0]
+
+
+@pytest.mark.slow
 def test_tool_call_workflow_trains_with_the_vllm_engine(tmp_path, tool_model_dir):
     """``test_tool_call_run``'s multi-turn tool-calling run with ``engine_type: vllm``: the vLLM
     engine renders the tools and re-tokenises the conversations with the same ``ChatTokenizer``,

@@ -1,7 +1,7 @@
 """A rollout engine whose process dies mid-batch is restarted, given the newest weights, and the
 batch runs again whole: the step's experiences are complete and come from the restarted engine's
 weights. Where it cannot be (an engine that cannot restart, restarts used up) the crash ends the
-step, naming why. (The vLLM twin, with its Ray actor killed: tests/vllm_engine/test_engine_restart.py.)"""
+step, naming why. (vLLM with its actor killed: tests/vllm_engine/test_vllm_engine.py, tests/e2e/test_vllm_run.py.)"""
 
 from __future__ import annotations
 
@@ -90,15 +90,5 @@ def test_an_engine_that_cannot_restart_ends_the_step(tmp_path, tiny_model_dir):
     runs = explorer(tmp_path, tiny_model_dir, "UnrestartableEngine")
     CrashingEngine.crashes = 1
     with pytest.raises(EngineCrashed, match=r"not restarted: engine_type 'crashing_engine.UnrestartableEngine' cannot"):
-        explore_step(runs)
-    assert CrashingEngine.restarts == 0
-
-
-def test_a_sync_method_that_cannot_feed_a_new_engine_ends_the_step(tmp_path, tiny_model_dir):
-    """nccl's process group cannot take in a restarted engine (``feeds_new_engines``)."""
-    runs = explorer(tmp_path, tiny_model_dir)
-    runs.sync.feeds_new_engines = False
-    CrashingEngine.crashes = 1
-    with pytest.raises(EngineCrashed, match=r"not restarted: sync_method 'checkpoint' cannot feed a restarted engine"):
         explore_step(runs)
     assert CrashingEngine.restarts == 0
