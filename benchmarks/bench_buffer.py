@@ -105,7 +105,7 @@ def throwaway_postgres(stack: ExitStack) -> str | None:
     if reason:
         print(f"no PostgreSQL rows: {reason}")
         return None
-    return stack.enter_context(start())
+    return stack.enter_context(start()).url
 
 
 def main() -> None:

@@ -37,5 +37,5 @@ def postgres_url() -> Iterator[str]:
     reason = missing_reason()
     if reason:
         pytest.skip(reason)
-    with throwaway_postgres(fsync="off") as url:
-        yield url
+    with throwaway_postgres(fsync="off") as cluster:
+        yield cluster.url

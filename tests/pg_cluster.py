@@ -45,34 +45,59 @@ def _as_server_user(*command: str) -> list[str]:
     return ["runuser", "-u", SERVER_USER, "--", *command] if os.geteuid() == 0 else list(command)
 
 
+class PostgresCluster:
+    """One initialised cluster in ``folder``: ``start()`` / ``stop()`` it (a test restarts it to
+    see clients ride out an outage); ``url`` is its SQLAlchemy URL (database ``postgres``, user
+    ``postgres``, no password)."""
+
+    def __init__(self, folder: str, settings: dict[str, str]):
+        self.folder, self.bin_dir, self.port = folder, postgres_bin(), free_port()
+        self.data, self.log = os.path.join(folder, "data"), os.path.join(folder, "server.log")
+        self.options = " ".join(
+            f"-c {key}={value}" for key, value in {"listen_addresses": "127.0.0.1", **settings}.items()
+        )
+        self.url = f"postgresql://postgres@127.0.0.1:{self.port}/postgres"
+        self.running = False
+        self._pg("initdb", "-D", self.data, "-U", "postgres", "--auth=trust", "-E", "UTF8", "--no-sync")
+
+    def start(self) -> None:
+        server = f"-p {self.port} -k {self.folder} {self.options}"
+        self._pg("pg_ctl", "-D", self.data, "-l", self.log, "-w", "-o", server, "start")
+        self.running = True
+
+    def stop(self) -> None:
+        """Stop at once (``immediate``: as a crash or a kill would); a stopped cluster stays so."""
+        if self.running:
+            self._pg("pg_ctl", "-D", self.data, "-m", "immediate", "-w", "stop")
+            self.running = False
+
+    def _pg(self, program: str, *args: str) -> None:
+        done = subprocess.run(
+            _as_server_user(f"{self.bin_dir}/{program}", *args), capture_output=True, text=True, cwd=self.folder
+        )
+        if done.returncode != 0:
+            server_log = open(self.log).read()[-2000:] if os.path.exists(self.log) else ""
+            raise RuntimeError(f"{program} {' '.join(args)} failed: {done.stderr or done.stdout}{server_log}")
+
+
 @contextmanager
-def throwaway_postgres(**settings: str) -> Iterator[str]:
-    """A running cluster's SQLAlchemy URL (database ``postgres``, user ``postgres``, no password).
+def throwaway_postgres(**settings: str) -> Iterator[PostgresCluster]:
+    """A running cluster, stopped and removed at the end.
 
     ``settings`` are server settings (``fsync="off"``...); defaults are PostgreSQL's.
     """
     reason = missing_reason()
     if reason:
         raise RuntimeError(reason)
-    bin_dir, port = postgres_bin(), free_port()
     folder = tempfile.mkdtemp(prefix="trinity-pg-", dir="/tmp")
     if os.geteuid() == 0:
         shutil.chown(folder, SERVER_USER)
-    data, log = os.path.join(folder, "data"), os.path.join(folder, "server.log")
-    options = " ".join(f"-c {key}={value}" for key, value in {"listen_addresses": "127.0.0.1", **settings}.items())
-
-    def pg(*args: str) -> None:
-        done = subprocess.run(_as_server_user(*args), capture_output=True, text=True, cwd=folder)
-        if done.returncode != 0:
-            server_log = open(log).read()[-2000:] if os.path.exists(log) else ""
-            raise RuntimeError(f"{' '.join(args[:2])} failed: {done.stderr or done.stdout}{server_log}")
-
     try:
-        pg(f"{bin_dir}/initdb", "-D", data, "-U", "postgres", "--auth=trust", "-E", "UTF8", "--no-sync")
-        pg(f"{bin_dir}/pg_ctl", "-D", data, "-l", log, "-w", "-o", f"-p {port} -k {folder} {options}", "start")
+        cluster = PostgresCluster(folder, settings)
+        cluster.start()
         try:
-            yield f"postgresql://postgres@127.0.0.1:{port}/postgres"
+            yield cluster
         finally:
-            pg(f"{bin_dir}/pg_ctl", "-D", data, "-m", "immediate", "-w", "stop")
+            cluster.stop()
     finally:
         shutil.rmtree(folder, ignore_errors=True)

@@ -29,6 +29,7 @@ writer from a dead one with ``dead_writers``.
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 import uuid
@@ -40,6 +41,8 @@ from typing import Any
 from trinity.buffer.errors import BufferTimeout, EndOfBuffer, Fenced
 from trinity.common.experience import Experience
 from trinity.config.schema import StorageConfig
+
+logger = logging.getLogger(__name__)
 
 _POLL_MIN, _POLL_MAX = 0.002, 0.05
 HEARTBEATS_PER_TIMEOUT = 4
@@ -230,7 +233,9 @@ class LogWriter(ExperienceWriter):
 
     A daemon thread sends the heartbeat every ``heartbeat`` seconds until ``finish`` or
     ``close``; a heartbeat that finds the name taken by another process ends the thread, and
-    the next write raises ``Fenced``.
+    the next write raises ``Fenced``. One that fails otherwise (the database restarting, a
+    network drop) is logged once and retried at the next beat, so that a live writer does not
+    look dead to readers once its database is back.
     """
 
     def __init__(self, log: Log, writer: str, capacity: int | None = None, heartbeat: float | None = None):
@@ -243,11 +248,28 @@ class LogWriter(ExperienceWriter):
             self._beat.start()
 
     def _heartbeat(self, every: float) -> None:
+        failing = False
         while not self._stop.wait(every):
             try:
                 self.log.heartbeat(self.lease)
             except Fenced:
                 return
+            except Exception as exc:  # any storage error is retried: none may end the beat
+                if not failing:
+                    first_line = (str(exc).strip().splitlines() or [""])[0]
+                    logger.warning(
+                        "buffer %r: writer %r could not send its heartbeat (%s: %s); retrying every %.1f s",
+                        self.log.name,
+                        self.writer,
+                        type(exc).__name__,
+                        first_line,
+                        every,
+                    )
+                failing = True
+                continue
+            if failing:
+                logger.warning("buffer %r: writer %r sends its heartbeat again", self.log.name, self.writer)
+                failing = False
 
     def write(self, experiences: list[Experience], state: dict[str, Any] | None = None) -> None:
         if not experiences and state is None:
