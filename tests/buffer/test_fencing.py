@@ -145,30 +145,3 @@ def test_a_buffer_an_older_trinity_wrote_gets_the_new_columns_and_keeps_its_rows
     restarted.write([make_experience(2)], state={"step": 1})
     restarted.finish()
     assert rewards(open_experience_reader(storage).read(3)) == [0, 1, 2]
-
-
-def test_a_writer_heartbeat_rides_out_a_database_restart(tmp_path, caplog):
-    """PostgreSQL stopped (as a crash would) and started again: the writer's heartbeat logs the
-    outage once, goes on after it, and readers do not take the live writer for dead."""
-    from pg_cluster import missing_reason, throwaway_postgres
-
-    if missing_reason():
-        pytest.skip(missing_reason())
-    with throwaway_postgres(fsync="off") as cluster:
-        storage = buffer_config("sqlite", tmp_path, path=cluster.url, writer_timeout=0.8)
-        writer = open_experience_writer(storage, "explorer")
-        reader = open_experience_reader(storage, auto_commit=False)
-        cluster.stop()
-        time.sleep(0.8)  # four heartbeats fail
-        cluster.start()
-        back = time.time()
-        time.sleep(1.2)  # longer than writer_timeout
-        assert reader.dead_writers(back) == {}
-        writer.write([make_experience(0)], state={"step": 1})
-        assert rewards(reader.read(1)) == [0]
-        writer.finish()
-    outage = [r.getMessage() for r in caplog.records if "heartbeat" in r.getMessage()]
-    assert len(outage) == 2, outage
-    assert "writer 'explorer' could not send its heartbeat (OperationalError: " in outage[0]
-    assert "retrying every 0.2 s" in outage[0]
-    assert outage[1].endswith("writer 'explorer' sends its heartbeat again")

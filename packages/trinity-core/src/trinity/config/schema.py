@@ -148,8 +148,13 @@ class StorageConfig(ConfigModel):
     data_selector: DataSelectorConfig = Field(
         default_factory=DataSelectorConfig, description="How rows are picked (order, curriculum)."
     )
-    max_retry_times: int = inert(3, "Retries of a failed database operation (sql; trinity waits on locks).", ge=0)
-    max_retry_interval: int = inert(1, "Seconds between database retries (sql).", gt=0)
+    max_retry_times: int = Field(
+        3,
+        ge=0,
+        description="Attempts to connect to a database server (sql, or a queue on one) before an operation fails "
+        "(0 and 1: one). An operation that fails once connected is not repeated: it may have committed.",
+    )
+    max_retry_interval: int = Field(1, gt=0, description="Seconds between those attempts.")
     enable_progress_bar: bool = inert(False, "Show a progress bar while a dataset loads.")
     ray_namespace: str | None = Field(
         None, description="Ray namespace of the buffer (another experiment's, to share it); unset: this one's."

@@ -71,10 +71,16 @@ class QueueStorage:
         """Priority replay over the durable log: every reader shares one replay state; reads consume."""
         from trinity.buffer.priority import make_priority_fn
         from trinity.buffer.storage.replay import ReplayReader, ReplayTable
+        from trinity.buffer.storage.sql import Reconnect
 
         replay = self.storage.replay_buffer
         score = make_priority_fn(replay, self.storage.name)
         table = ReplayTable(
-            self.replay_url, self.durable.open_log(), score, self.storage.capacity, replay.reuse_cooldown_time
+            self.replay_url,
+            self.durable.open_log(),
+            score,
+            self.storage.capacity,
+            replay.reuse_cooldown_time,
+            Reconnect.of(self.storage),
         )
         return ReplayReader(table, self.storage.max_read_timeout)

@@ -26,6 +26,7 @@ from trinity.buffer.priority import PriorityFn
 from trinity.buffer.serialization import deserialize_experience, serialize_experience
 from trinity.buffer.storage.base import _POLL_MAX, _POLL_MIN, ExperienceReader, Log
 from trinity.buffer.storage.sql import (
+    Reconnect,
     create_tables,
     lock_table_sql,
     shared_engine,
@@ -42,9 +43,11 @@ class ReplayTable:
     """The replay state of one buffer: ``<name>_replay`` (the experiences) and ``<name>_replay_feed``
     (how far into the log they were taken over; a string, as jsonl positions exceed 64 bits)."""
 
-    def __init__(self, url: str, log: Log, score: PriorityFn, capacity: int, cooldown: float | None):
+    def __init__(
+        self, url: str, log: Log, score: PriorityFn, capacity: int, cooldown: float | None, reconnect: Reconnect
+    ):
         self.log, self.score, self.capacity, self.cooldown = log, score, capacity, cooldown
-        self.engine = shared_engine(url)
+        self.engine = shared_engine(url, reconnect=reconnect)
         prefix = table_prefix(log.name)
         meta = sa.MetaData()
         self.items = sa.Table(

@@ -14,6 +14,12 @@ processes creating the tables together take turns on an advisory lock.
 Durability (``buffer.durability``): ``fast`` runs sqlite with ``synchronous=NORMAL`` (a power
 loss may roll back the last transactions, never tear one), ``safe`` with ``FULL`` (each
 commit is on disk when it returns).
+
+A database server out of reach (restarting, a network drop) is tried again: every connection
+is attempted ``max_retry_times`` times, ``max_retry_interval`` seconds apart (``Reconnect``),
+and pooled connections are pinged before use, so a server restart between two operations
+costs a wait, not the run. An operation that fails after it connected is not repeated: its
+commit may have landed.
 """
 
 from __future__ import annotations
@@ -26,6 +32,7 @@ import sqlite3
 import time
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import sqlalchemy as sa
@@ -61,9 +68,23 @@ def database_url(path: str) -> str:
     return f"sqlite:///{os.path.abspath(path)}"
 
 
-def shared_engine(url: str, durability: str = "fast") -> sa.Engine:
-    """One engine per URL, durability and process (engines pool connections; never share across fork)."""
-    key = f"{os.getpid()}:{durability}:{url}"
+@dataclass(frozen=True)
+class Reconnect:
+    """How often a connection to a database server is attempted before an operation fails
+    (a storage's ``max_retry_times``, at least one attempt, ``max_retry_interval`` s apart)."""
+
+    attempts: int = 1
+    interval: float = 1.0
+
+    @classmethod
+    def of(cls, storage: StorageConfig) -> Reconnect:
+        return cls(max(1, storage.max_retry_times), storage.max_retry_interval)
+
+
+def shared_engine(url: str, durability: str = "fast", reconnect: Reconnect = Reconnect()) -> sa.Engine:
+    """One engine per URL, durability, reconnect policy and process (engines pool connections;
+    never share across fork)."""
+    key = f"{os.getpid()}:{durability}:{reconnect}:{url}"
     if key not in _ENGINES:
         if url.startswith("sqlite"):
             database = sa.engine.make_url(url).database
@@ -89,8 +110,35 @@ def shared_engine(url: str, durability: str = "fast") -> sa.Engine:
                     f"no database driver for {sa.engine.make_url(url).drivername}: {exc.msg}"
                     " (PostgreSQL: pip install 'trinity-core[postgres]')"
                 ) from exc
+            _attempt_connections(engine, reconnect)
         _ENGINES[key] = engine
     return _ENGINES[key]
+
+
+def _attempt_connections(engine: sa.Engine, reconnect: Reconnect) -> None:
+    """Each new connection of ``engine`` (a server's) is attempted ``reconnect.attempts`` times:
+    nothing was sent yet, so trying again cannot repeat a write."""
+    if reconnect.attempts == 1:
+        return
+    where = engine.url.render_as_string(hide_password=True)
+
+    @sa.event.listens_for(engine, "do_connect")
+    def _connect(dialect: Any, _record: Any, cargs: tuple, cparams: dict) -> Any:
+        for attempt in range(1, reconnect.attempts + 1):
+            try:
+                return dialect.connect(*cargs, **cparams)
+            except dialect.loaded_dbapi.OperationalError as exc:
+                if attempt == reconnect.attempts:
+                    raise
+                logger.warning(
+                    "database %s out of reach (%s); attempt %d of %d in %g s (max_retry_times, max_retry_interval)",
+                    where,
+                    (str(exc).strip().splitlines() or [type(exc).__name__])[0],
+                    attempt + 1,
+                    reconnect.attempts,
+                    reconnect.interval,
+                )
+                time.sleep(reconnect.interval)
 
 
 @contextmanager
@@ -189,9 +237,9 @@ def _retry_busy(action: Callable[[], _T]) -> _T:
 class SqlLog(Log):
     """A ``Log`` in the tables ``<name>_exp``, ``<name>_writers``, ``<name>_cursors``."""
 
-    def __init__(self, url: str, name: str, durability: str = "fast"):
+    def __init__(self, url: str, name: str, durability: str = "fast", reconnect: Reconnect = Reconnect()):
         self.name = name
-        self.engine = shared_engine(url, durability)
+        self.engine = shared_engine(url, durability, reconnect)
         prefix = table_prefix(name)
         meta = sa.MetaData()
 
@@ -359,4 +407,5 @@ class SQLStorage(LogStorage):
         self.url = database_url(storage.path)
 
     def open_log(self) -> SqlLog:
-        return SqlLog(self.url, self.storage.name, getattr(self.storage, "durability", "fast"))
+        durability = getattr(self.storage, "durability", "fast")
+        return SqlLog(self.url, self.storage.name, durability, Reconnect.of(self.storage))
