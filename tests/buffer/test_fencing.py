@@ -79,6 +79,16 @@ def test_a_writer_without_heartbeat_is_dead_after_writer_timeout(kind, tmp_path)
     assert reader.dead_writers(since) == {}  # finished writers are not waited for
 
 
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_writer_dropped_without_close_stops_its_heartbeat(kind, tmp_path):
+    storage = buffer_config(kind, tmp_path, writer_timeout=0.4)
+    reader = open_experience_reader(storage, auto_commit=False)
+    since = time.time()
+    open_experience_writer(storage, "dropped")  # no reference kept
+    time.sleep(0.8)
+    assert list(reader.dead_writers(since)) == ["dropped"]
+
+
 @pytest.mark.parametrize(("durability", "synchronous"), [("fast", 1), ("safe", 2)])
 def test_durability_sets_how_sqlite_syncs_its_commits(tmp_path, durability, synchronous):
     """``buffer.durability`` reaches the experience buffer; safe: sqlite synchronous=FULL (2)."""

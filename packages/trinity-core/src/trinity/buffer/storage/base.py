@@ -33,6 +33,7 @@ import logging
 import threading
 import time
 import uuid
+import weakref
 from abc import ABC, abstractmethod
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
@@ -228,11 +229,36 @@ class Log(ABC):
         """Rows after the slowest reader's progress (all rows if no reader yet)."""
 
 
+def _heartbeats(log: Log, lease: Lease, stop: threading.Event, every: float) -> None:
+    """A ``LogWriter``'s heartbeat thread (it holds no reference to the writer)."""
+    failing = False
+    while not stop.wait(every):
+        try:
+            log.heartbeat(lease)
+        except Fenced:
+            return
+        except Exception as exc:  # any storage error is retried: none may end the beat
+            if not failing:
+                logger.warning(
+                    "buffer %r: writer %r could not send its heartbeat (%s: %s); retrying every %.1f s",
+                    log.name,
+                    lease.name,
+                    type(exc).__name__,
+                    (str(exc).strip().splitlines() or [""])[0],
+                    every,
+                )
+            failing = True
+            continue
+        if failing:
+            logger.warning("buffer %r: writer %r sends its heartbeat again", log.name, lease.name)
+            failing = False
+
+
 class LogWriter(ExperienceWriter):
     """Writes to a ``Log``; with a ``capacity`` it waits while the slowest reader is that far behind.
 
-    A daemon thread sends the heartbeat every ``heartbeat`` seconds until ``finish`` or
-    ``close``; a heartbeat that finds the name taken by another process ends the thread, and
+    A daemon thread sends the heartbeat every ``heartbeat`` seconds until ``finish``, ``close``
+    or the writer is garbage-collected (a process that drops its writer is not writing); a heartbeat that finds the name taken by another process ends the thread, and
     the next write raises ``Fenced``. One that fails otherwise (the database restarting, a
     network drop) is logged once and retried at the next beat, so that a live writer does not
     look dead to readers once its database is back.
@@ -242,34 +268,10 @@ class LogWriter(ExperienceWriter):
         self.log, self.writer, self.capacity = log, writer, capacity
         self.lease = log.open_writer(writer)
         self._stop = threading.Event()
-        self._beat: threading.Thread | None = None
         if heartbeat:
-            self._beat = threading.Thread(target=self._heartbeat, args=(heartbeat,), daemon=True)
-            self._beat.start()
-
-    def _heartbeat(self, every: float) -> None:
-        failing = False
-        while not self._stop.wait(every):
-            try:
-                self.log.heartbeat(self.lease)
-            except Fenced:
-                return
-            except Exception as exc:  # any storage error is retried: none may end the beat
-                if not failing:
-                    first_line = (str(exc).strip().splitlines() or [""])[0]
-                    logger.warning(
-                        "buffer %r: writer %r could not send its heartbeat (%s: %s); retrying every %.1f s",
-                        self.log.name,
-                        self.writer,
-                        type(exc).__name__,
-                        first_line,
-                        every,
-                    )
-                failing = True
-                continue
-            if failing:
-                logger.warning("buffer %r: writer %r sends its heartbeat again", self.log.name, self.writer)
-                failing = False
+            weakref.finalize(self, self._stop.set)  # a writer dropped without close() stops beating too
+            beat = threading.Thread(target=_heartbeats, args=(log, self.lease, self._stop, heartbeat), daemon=True)
+            beat.start()
 
     def write(self, experiences: list[Experience], state: dict[str, Any] | None = None) -> None:
         if not experiences and state is None:
