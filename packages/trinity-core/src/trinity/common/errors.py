@@ -22,3 +22,9 @@ def _rebuild(cls: type[PicklableError], args: tuple, state: dict[str, Any]) -> P
     error.args = args
     error.__dict__.update(state)
     return error
+
+
+def first_line(exc: BaseException) -> str:
+    """An error's first line, for one-line messages (a database's or Ray's text runs on for
+    lines); its type's name when it has no text."""
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]

@@ -8,6 +8,7 @@ import yaml
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from trinity.common.errors import first_line
 from trinity.config.check import check_config
 from trinity.config.load import ConfigError, ConfigIssue, IssueCollector, parse_config, read_yaml
 from trinity.config.schema import Config
@@ -36,7 +37,7 @@ def check_tree(raw: DictConfig | dict) -> tuple[Config, IssueCollector]:
         try:
             raw = OmegaConf.create(raw)
         except OmegaConfBaseException as exc:
-            issues.add("", f"not a config tree: {str(exc).splitlines()[0]}")
+            issues.add("", f"not a config tree: {first_line(exc)}")
             return Config(), issues
     return check_config(parse_config(raw, issues), issues), issues
 

@@ -24,7 +24,7 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 from pydantic import BaseModel, ValidationError
 
-from trinity.common.errors import PicklableError
+from trinity.common.errors import PicklableError, first_line
 from trinity.config.base import EFFECT, ConfigModel
 from trinity.config.schema import Config
 
@@ -137,7 +137,7 @@ def _apply_override(raw: DictConfig, item: str) -> ConfigIssue | None:
         value = OmegaConf.to_container(OmegaConf.from_dotlist([f"value={text}"]), resolve=False)["value"]
         OmegaConf.update(raw, key, value, merge=True, force_add=True)
     except (OmegaConfBaseException, TypeError, ValueError, IndexError) as exc:
-        return ConfigIssue(key, f"cannot apply the override '{item}': {_short(exc)}")
+        return ConfigIssue(key, f"cannot apply the override '{item}': {first_line(exc)}")
     return None
 
 
@@ -181,17 +181,13 @@ def resolve_tree(raw: DictConfig, issues: IssueCollector, keep_unresolved: tuple
         try:
             return container[key]
         except OmegaConfBaseException as exc:
-            issues.add(path, f"cannot resolve {container._get_node(key)._value()!r}: {_short(exc)}")
+            issues.add(path, f"cannot resolve {container._get_node(key)._value()!r}: {first_line(exc)}")
             return _FAILED
 
     return walk(raw, "")
 
 
 _FAILED = object()
-
-
-def _short(exc: Exception) -> str:
-    return str(exc).splitlines()[0]
 
 
 # --- walking the schema --------------------------------------------------------------------

@@ -31,6 +31,7 @@ from trinity.algorithm.experience_ops import ExperiencePipeline, by_group
 from trinity.buffer import EndOfTaskset, TasksetReader, open_experience_writer
 from trinity.checkpoints import explorer_meta_path, saved_checkpoints, trainer_meta_path
 from trinity.common.crash import crash_point
+from trinity.common.errors import first_line
 from trinity.common.experience import Experience, Task
 from trinity.common.files import read_json, write_json
 from trinity.config.schema import Config, InferenceModelConfig, TasksetConfig
@@ -323,7 +324,7 @@ class Explorer:
         saw the same crash find the engines back already. ``crash`` ends the run when an engine
         cannot restart, the sync method cannot feed a new engine (nccl), or the explorer's
         ``MAX_ENGINE_RESTARTS`` are used up."""
-        what = str(crash).splitlines()[0]  # a Ray error's text runs on for lines
+        what = first_line(crash)
         with self._restart_lock:
             crashed = [client for client in self.engines if client.engine.crashed]
             if not crashed:

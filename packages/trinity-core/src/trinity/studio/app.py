@@ -20,6 +20,7 @@ from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 from pydantic import BaseModel
 
+from trinity.common.errors import first_line
 from trinity.config import Config, check_tree
 from trinity.config.load import IssueCollector, children
 from trinity.config.reference import json_schema
@@ -173,7 +174,7 @@ def read_tree(text: str) -> dict[str, Any]:
     try:
         raw = OmegaConf.create(text or "{}")
     except (yaml.YAMLError, OmegaConfBaseException) as exc:
-        raise HTTPException(400, f"not valid YAML: {str(exc).splitlines()[0]}") from None
+        raise HTTPException(400, f"not valid YAML: {first_line(exc)}") from None
     tree = OmegaConf.to_container(raw, resolve=False)
     if not isinstance(tree, dict):
         raise HTTPException(400, "not a config: the top level must be a mapping of sections")

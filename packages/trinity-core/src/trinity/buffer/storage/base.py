@@ -40,6 +40,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from trinity.buffer.errors import BufferTimeout, EndOfBuffer, Fenced
+from trinity.common.errors import first_line
 from trinity.common.experience import Experience
 from trinity.config.schema import StorageConfig
 
@@ -244,7 +245,7 @@ def _heartbeats(log: Log, lease: Lease, stop: threading.Event, every: float) -> 
                     log.name,
                     lease.name,
                     type(exc).__name__,
-                    (str(exc).strip().splitlines() or [""])[0],
+                    first_line(exc),
                     every,
                 )
             failing = True
@@ -258,10 +259,11 @@ class LogWriter(ExperienceWriter):
     """Writes to a ``Log``; with a ``capacity`` it waits while the slowest reader is that far behind.
 
     A daemon thread sends the heartbeat every ``heartbeat`` seconds until ``finish``, ``close``
-    or the writer is garbage-collected (a process that drops its writer is not writing); a heartbeat that finds the name taken by another process ends the thread, and
-    the next write raises ``Fenced``. One that fails otherwise (the database restarting, a
-    network drop) is logged once and retried at the next beat, so that a live writer does not
-    look dead to readers once its database is back.
+    or the writer is garbage-collected (a process that drops its writer is not writing). A
+    heartbeat that finds the name taken by another process ends the thread, and the next write
+    raises ``Fenced``. One that fails otherwise (the database restarting, a network drop) is
+    logged once and retried at the next beat, so that a live writer does not look dead to
+    readers once its database is back.
     """
 
     def __init__(self, log: Log, writer: str, capacity: int | None = None, heartbeat: float | None = None):

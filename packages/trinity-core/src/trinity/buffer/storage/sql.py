@@ -41,6 +41,7 @@ from sqlalchemy.dialects import postgresql
 from trinity.buffer.errors import Fenced
 from trinity.buffer.serialization import deserialize_experience, serialize_experience
 from trinity.buffer.storage.base import Lease, Log, LogStorage, WriterStatus
+from trinity.common.errors import first_line
 from trinity.common.experience import Experience
 from trinity.config.schema import StorageConfig
 
@@ -133,7 +134,7 @@ def _attempt_connections(engine: sa.Engine, reconnect: Reconnect) -> None:
                 logger.warning(
                     "database %s out of reach (%s); attempt %d of %d in %g s (max_retry_times, max_retry_interval)",
                     where,
-                    (str(exc).strip().splitlines() or [type(exc).__name__])[0],
+                    first_line(exc),
                     attempt + 1,
                     reconnect.attempts,
                     reconnect.interval,
