@@ -116,12 +116,27 @@ def test_an_llm_judge_on_a_vllm_auxiliary_model_scores_the_rollouts(tmp_path, ti
     assert judged == pytest.approx([0.7] * 4)
 
 
+def kill_the_vllm_server_after_two_steps(tmp_path: Path, config: Path) -> tuple[subprocess.Popen, str]:
+    """Start ``trinity run``, kill its vLLM engine's process once the explorer has finished two
+    steps, and wait for the run's end: the run and its output."""
+    import psutil
+
+    run = trinity_start(config, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    explored = tmp_path / JOB / "monitor" / "explorer.jsonl"
+    deadline = time.monotonic() + 300
+    while not (explored.is_file() and len(metrics(tmp_path, "explorer")) >= 2):
+        assert run.poll() is None and time.monotonic() < deadline, "the explorer never finished two steps"
+        time.sleep(0.2)
+    (server,) = [p for p in psutil.Process(run.pid).children(recursive=True) if "VLLMServer" in " ".join(p.cmdline())]
+    server.kill()
+    output, _ = run.communicate(timeout=300)
+    return run, output
+
+
 @pytest.mark.slow
 def test_a_crashed_vllm_engine_is_restarted_and_the_run_loses_nothing(tmp_path, tiny_model_dir, arithmetic_data):
     """The engine's actor is killed mid-run: the explorer restarts it, runs the batch it was in
     again, and finishes every step; the buffer holds each step's experiences exactly once."""
-    import psutil
-
     steps = 40
     config = write_experiment(
         tmp_path,
@@ -132,15 +147,7 @@ def test_a_crashed_vllm_engine_is_restarted_and_the_run_loses_nothing(tmp_path, 
         *EXPLORE_ONLY,
         f"buffer.total_steps={steps}",
     )
-    run = trinity_start(config, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    explored = tmp_path / JOB / "monitor" / "explorer.jsonl"
-    deadline = time.monotonic() + 300
-    while not (explored.is_file() and len(metrics(tmp_path, "explorer")) >= 2):
-        assert run.poll() is None and time.monotonic() < deadline, "the explorer never finished two steps"
-        time.sleep(0.2)
-    (server,) = [p for p in psutil.Process(run.pid).children(recursive=True) if "VLLMServer" in " ".join(p.cmdline())]
-    server.kill()
-    output, _ = run.communicate(timeout=300)
+    run, output = kill_the_vllm_server_after_two_steps(tmp_path, config)
     assert run.returncode == 0, output[-4000:]
     assert len(metrics(tmp_path, "explorer")) == steps, output[-3000:]
     assert re.search(r"vllm engine .*Ray actor died .*; restarting it \(restart 1 of 3\)", output), output[-3000:]
@@ -152,8 +159,6 @@ def test_a_crashed_vllm_engine_is_restarted_and_the_run_loses_nothing(tmp_path, 
 def test_with_nccl_sync_a_crashed_vllm_engine_ends_the_run_naming_why(tmp_path, tiny_model_dir, arithmetic_data):
     """nccl's process group cannot take in a restarted engine: the crash ends the run naming the
     engine, and where it hit a rollout, that it was not restarted and why."""
-    import psutil
-
     config = write_experiment(
         tmp_path,
         tiny_model_dir,
@@ -163,15 +168,7 @@ def test_with_nccl_sync_a_crashed_vllm_engine_ends_the_run_naming_why(tmp_path, 
         "synchronizer.sync_method=nccl",
         "buffer.total_steps=400",
     )
-    run = trinity_start(config, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    explored = tmp_path / JOB / "monitor" / "explorer.jsonl"
-    deadline = time.monotonic() + 300
-    while not (explored.is_file() and len(metrics(tmp_path, "explorer")) >= 2):
-        assert run.poll() is None and time.monotonic() < deadline, "the explorer never finished two steps"
-        time.sleep(0.2)
-    (server,) = [p for p in psutil.Process(run.pid).children(recursive=True) if "VLLMServer" in " ".join(p.cmdline())]
-    server.kill()
-    output, _ = run.communicate(timeout=300)
+    run, output = kill_the_vllm_server_after_two_steps(tmp_path, config)
     assert run.returncode == 1, output[-4000:]
     failure = re.search(r"explorer failed: (EngineCrashed|NCCLSyncError): .*vllm engine .*Ray actor died.*", output)
     assert failure, output[-3000:]
