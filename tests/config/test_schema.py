@@ -175,12 +175,22 @@ def test_a_derived_key_in_the_file_is_replaced_with_a_warning(tmp_path, caplog):
 
 
 def test_token_budget_counts_sequence_parallelism(tmp_path, caplog):
-    cfg = load_config(write(tmp_path), ["trainer.ulysses_sequence_parallel_size=4", "model.max_prompt_tokens=3000"])
+    parallel = ["trainer.ulysses_sequence_parallel_size=4", "model.max_prompt_tokens=3000"]
+    cfg = load_config(write(tmp_path), [*parallel, "trainer.trainer_type=verl"])
     assert cfg.model.max_model_len == 3032 and cfg.trainer.max_token_len_per_gpu == 1516  # ceil(2 x 3032 / 4)
     load_config(write(tmp_path), ["trainer.ulysses_sequence_parallel_size=4", "trainer.max_token_len_per_gpu=24"])
     assert "trainer.max_token_len_per_gpu" not in caplog.text  # 24 x 4 >= 96: a full sample fits
     load_config(write(tmp_path), ["trainer.max_token_len_per_gpu=64"])
     assert "trainer.max_token_len_per_gpu: 64 x ulysses_sequence_parallel_size 1 is below" in caplog.text
+
+
+def test_the_torch_engine_budget_is_at_least_16384_tokens_unless_set(tmp_path):
+    """Trinity-RFT's 2 x max_model_len cut the quickstart's batch into 64 micro-batches (5x slower steps)."""
+    torch = ["trainer.trainer_type=torch"]
+    assert load_config(write(tmp_path), torch).trainer.max_token_len_per_gpu == 16384
+    long = load_config(write(tmp_path), [*torch, "model.max_prompt_tokens=10000"])
+    assert long.trainer.max_token_len_per_gpu == 2 * long.model.max_model_len
+    assert load_config(write(tmp_path), [*torch, "trainer.max_token_len_per_gpu=76"]).trainer.max_token_len_per_gpu == 76
 
 
 PLUGIN = '''

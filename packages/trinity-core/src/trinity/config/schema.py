@@ -648,7 +648,10 @@ class TrainerConfig(ConfigModel):
     balance_batch: bool = Field(True, description="Balance tokens across data-parallel ranks (verl).")
     critic_warmup: int = Field(0, ge=0, description="Steps that train only the critic (PPO).")
     max_token_len_per_gpu: int | None = Field(
-        None, ge=1, description="Token budget of a micro-batch; unset: ceil(2 x max_model_len / sequence parallel)."
+        None,
+        ge=1,
+        description="Token budget of a micro-batch; unset: ceil(2 x max_model_len / sequence parallel), "
+        "at least 16384 with the torch engine.",
     )
     micro_batch_size_per_gpu: int = Field(4, ge=1, description="Rows per micro-batch without dynamic batching.")
     ulysses_sequence_parallel_size: int = Field(1, ge=1, description="Ulysses sequence parallel size.")
