@@ -1,0 +1,253 @@
+"""The learning matrix: cells of (task, config, measure, margin), run by the learning tests
+(short budgets, in CI: tests/learning) and by benchmarks/bench_learning.py (every cell, its
+full budget; it writes docs/learning.md).
+
+A cell is the quickstart config (examples/quickstart/quickstart.yaml without its stages) with
+dotlist overrides over the data and models of a :class:`Workspace`, run as ``trinity run``
+runs it: :func:`run_cell` calls ``trinity.launcher.run`` in this process (the tests share one
+Ray) or the CLI in a subprocess (the benchmark). Its measure is one metric of
+``monitor/<role>.jsonl``: the mean of its first ``window`` values against the mean of its last
+``window``; the cell learns when that moves the right way by at least ``margin``.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from omegaconf import OmegaConf
+
+REPO = Path(__file__).resolve().parents[2]
+QUICKSTART = REPO / "examples" / "quickstart"
+PROJECT, NAME = "learning", "cell"
+FORMAT = "{prompt_type: plaintext, prompt_key: question, response_key: answer, system_prompt: Answer with the sum.}"
+"""The arithmetic rows' format (the quickstart's)."""
+
+
+@dataclass(frozen=True)
+class Measure:
+    """Which metric shows learning, and which way it should move."""
+
+    key: str = "rollout/reward/mean"
+    role: str = "explorer"
+    window: int = 5
+    higher_is_better: bool = True
+    label: str = "reward"
+
+    def series(self, job_dir: Path) -> list[float]:
+        """The metric's values in step order (steps without it are skipped)."""
+        from trinity.monitor.console import read_jsonl
+
+        path = job_dir / "monitor" / f"{self.role}.jsonl"
+        rows = read_jsonl(path) if path.exists() else []
+        return [float(row[self.key]) for row in rows if isinstance(row.get(self.key), int | float)]
+
+    def start_end(self, values: Sequence[float]) -> tuple[float, float]:
+        if not values:
+            return math.nan, math.nan
+        k = max(1, min(self.window, len(values) // 2))
+        return sum(values[:k]) / k, sum(values[-k:]) / k
+
+
+class Workspace:
+    """The models and data the cells share, built once under ``root`` (nothing is downloaded).
+
+    ``tiny_model``: a random Qwen2-architecture model with a locally trained tokenizer;
+    ``warm_model``: that model after the quickstart's SFT warm-up (60 full-batch steps on the 25
+    sums), right about a quarter of the time, so that RL has varied groups to learn from;
+    ``data``: the quickstart's arithmetic tasks and SFT rows, and what the cells' makers add.
+    """
+
+    def __init__(self, root: Path) -> None:
+        self.root = Path(root)
+        self.root.mkdir(parents=True, exist_ok=True)
+        self.data = self.root / "data"
+
+    @property
+    def tiny_model(self) -> Path:
+        path = self.root / "tiny_model"
+        if not (path / "config.json").exists():
+            from trinity.common.tiny_model import build_tiny_model
+
+            build_tiny_model(str(path))
+        return path
+
+    @property
+    def arithmetic(self) -> Path:
+        if not (self.data / "tasks.jsonl").exists():
+            subprocess.run([sys.executable, str(QUICKSTART / "make_data.py"), str(self.data)], check=True)
+        return self.data
+
+    @property
+    def warm_model(self) -> Path:
+        path = self.root / "warm_model"
+        if not (path / "config.json").exists():
+            out = self.root / "warmup"
+            config = base_config(out, self.tiny_model, self.arithmetic)
+            config.merge_with_dotlist(
+                [
+                    "mode=train",
+                    "algorithm.algorithm_type=sft",
+                    "buffer.train_batch_size=25",
+                    "buffer.total_epochs=60",
+                    "trainer.save_interval=0",
+                    "buffer.trainer_input.experience_buffer={name: sft, storage_type: file, "
+                    f"path: {self.arithmetic / 'sft.jsonl'}, format: {FORMAT}}}",
+                ]
+            )
+            (summary,) = _run_in_process(_save(config, out))
+            os.replace(summary["model_path"], path)
+        return path
+
+
+def base_config(out_dir: Path, model: Path, data: Path):
+    """The quickstart config (no stages) writing under ``out_dir``, on ``model`` and ``data``."""
+    config = OmegaConf.load(QUICKSTART / "quickstart.yaml")
+    del config["stages"]
+    config.merge_with_dotlist(
+        [
+            f"checkpoint_root_dir={out_dir / 'ckpt'}",
+            f"project={PROJECT}",
+            f"name={NAME}",
+            f"model.model_path={model}",
+            f"buffer.explorer_input.taskset.path={data / 'tasks.jsonl'}",
+            "trainer.save_interval=0",
+        ]
+    )
+    return config
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One row of the learning matrix.
+
+    ``overrides(workspace)`` gives the dotlist over :func:`base_config` (data the cell needs is
+    made there, through the workspace); ``steps`` is the benchmark's budget (``buffer.total_steps``)
+    and ``test_steps`` the learning test's, where one exists; ``margin`` is the least change of the
+    measure, in its direction, that counts as learning. ``model`` is ``warm`` (the SFT'd tiny
+    model) or ``tiny`` (random weights). ``processes`` above 1 marks cells that need their own
+    ``trinity run`` processes (two-process and serve modes): :attr:`runner` runs them instead.
+    """
+
+    name: str
+    family: str
+    overrides: Callable[[Workspace], list[str]]
+    steps: int
+    margin: float
+    measure: Measure = field(default_factory=Measure)
+    model: str = "warm"
+    test_steps: int | None = None
+    runner: Callable[[Cell, Workspace, Path, list[str]], None] | None = None
+    note: str = ""
+
+    def config_path(self, workspace: Workspace, out_dir: Path, steps: int, seed: int, extra: Sequence[str]) -> Path:
+        model = workspace.warm_model if self.model == "warm" else workspace.tiny_model
+        config = base_config(out_dir, model, workspace.arithmetic)
+        config.merge_with_dotlist(
+            [
+                f"buffer.total_steps={steps}",
+                f"buffer.seed={seed}",
+                f"explorer.rollout_model.seed={seed}",
+                *self.overrides(workspace),
+                *extra,
+            ]
+        )
+        return _save(config, out_dir)
+
+
+@dataclass
+class CellResult:
+    cell: Cell
+    steps: int
+    series: list[float]
+    wall_s: float
+    staleness: float = math.nan
+
+    @property
+    def start(self) -> float:
+        return self.cell.measure.start_end(self.series)[0]
+
+    @property
+    def end(self) -> float:
+        return self.cell.measure.start_end(self.series)[1]
+
+    @property
+    def change(self) -> float:
+        """The measure's change in its good direction (positive: it learned)."""
+        delta = self.end - self.start
+        return delta if self.cell.measure.higher_is_better else -delta
+
+    @property
+    def learned(self) -> bool:
+        return math.isfinite(self.change) and self.change >= self.cell.margin
+
+    def describe(self) -> str:
+        m = self.cell.measure
+        return (
+            f"{self.cell.name}: {m.label} {self.start:.3f} -> {self.end:.3f} over {len(self.series)} steps "
+            f"(change {self.change:+.3f}, margin {self.cell.margin}), {self.wall_s:.0f} s"
+        )
+
+
+def job_dir(out_dir: Path) -> Path:
+    return out_dir / "ckpt" / PROJECT / NAME
+
+
+def run_cell(
+    cell: Cell,
+    workspace: Workspace,
+    out_dir: Path,
+    steps: int | None = None,
+    seed: int = 0,
+    extra: Sequence[str] = (),
+    subprocess_run: bool = False,
+) -> CellResult:
+    """Run ``cell`` for ``steps`` (default: its benchmark budget) under ``out_dir``; its measure
+    and wall time. In this process (with the caller's Ray, or one it starts) unless
+    ``subprocess_run``; a cell with a ``runner`` always uses the runner."""
+    steps = steps or cell.steps
+    out_dir.mkdir(parents=True, exist_ok=True)
+    config = cell.config_path(workspace, out_dir, steps, seed, extra)
+    started = time.monotonic()
+    if cell.runner is not None:
+        cell.runner(cell, workspace, config, [])
+    elif subprocess_run:
+        result = subprocess.run(
+            [sys.executable, "-m", "trinity.cli", "run", "--config", str(config)],
+            capture_output=True,
+            text=True,
+            cwd=out_dir,
+        )
+        if result.returncode:
+            raise RuntimeError(f"{cell.name}: trinity run failed\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}")
+    else:
+        _run_in_process(config)
+    wall = time.monotonic() - started
+    job = job_dir(out_dir)
+    staleness = Measure(key="rollout/staleness/mean").series(job)
+    return CellResult(
+        cell=cell,
+        steps=steps,
+        series=cell.measure.series(job),
+        wall_s=wall,
+        staleness=sum(staleness) / len(staleness) if staleness else math.nan,
+    )
+
+
+def _save(config, out_dir: Path) -> Path:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = out_dir / "config.yaml"
+    OmegaConf.save(config, path)
+    return path
+
+
+def _run_in_process(config: Path) -> list[dict]:
+    from trinity.launcher import run
+
+    return run(str(config))
