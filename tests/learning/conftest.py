@@ -4,23 +4,37 @@ with fixed seeds and asserts its stated margin. The models and data are built on
 from __future__ import annotations
 
 import pytest
-from learning_cells import Workspace
+from learning_cells import Workspace, plugin_env
+
+from trinity.plugins import manager as plugin_manager
 
 
 @pytest.fixture(scope="session")
-def workspace(tmp_path_factory: pytest.TempPathFactory) -> Workspace:
+def workspace(tmp_path_factory: pytest.TempPathFactory, learning_plugins) -> Workspace:
     """The tiny model, its SFT warm-up and the cells' data, shared by every learning test."""
     return Workspace(tmp_path_factory.mktemp("learning"))
 
 
+@pytest.fixture(scope="session")
+def learning_plugins():
+    """This process's registry loads the learning plugins (tests/learning/plugins) too."""
+    with pytest.MonkeyPatch.context() as patch:
+        for key, value in plugin_env().items():
+            patch.setenv(key, value)
+        patch.setattr(plugin_manager, "_registry", None)  # rebuilt with the plugin directory
+        yield
+    plugin_manager._registry = None
+
+
 @pytest.fixture(scope="module")
-def learning_ray():
-    """One Ray for a module's runs (each ``trinity.launcher.run`` joins it)."""
+def learning_ray(learning_plugins):
+    """One Ray for a module's runs (each ``trinity.launcher.run`` joins it); its workers load
+    the learning plugins."""
     import ray
 
     if ray.is_initialized():
         ray.shutdown()
-    ray.init(include_dashboard=False)
+    ray.init(include_dashboard=False, runtime_env={"env_vars": plugin_env()})
     try:
         yield
     finally:

@@ -25,6 +25,9 @@ from omegaconf import OmegaConf
 
 REPO = Path(__file__).resolve().parents[2]
 QUICKSTART = REPO / "examples" / "quickstart"
+PLUGINS = Path(__file__).with_name("plugins")
+"""The learning runs' own plugins (broken mechanisms for the controls, task rewards), loaded
+by every learning run through ``TRINITY_PLUGIN_DIRS``: :func:`plugin_env`."""
 PROJECT, NAME = "learning", "cell"
 FORMAT = "{prompt_type: plaintext, prompt_key: question, response_key: answer, system_prompt: Answer with the sum.}"
 """The arithmetic rows' format (the quickstart's)."""
@@ -145,6 +148,9 @@ class Cell:
     test_steps: int | None = None
     runner: Callable[[Cell, Workspace, Path, list[str]], None] | None = None
     note: str = ""
+    controls: dict[str, Callable[[Workspace], list[str]]] = field(default_factory=dict)
+    """The cell with its mechanism broken (label -> extra overrides, e.g. advantages negated):
+    it must not learn by the margin, which shows that the cell's measure can fail."""
 
     def config_path(self, workspace: Workspace, out_dir: Path, steps: int, seed: int, extra: Sequence[str]) -> Path:
         model = workspace.warm_model if self.model == "warm" else workspace.tiny_model
@@ -223,6 +229,7 @@ def run_cell(
             capture_output=True,
             text=True,
             cwd=out_dir,
+            env={**os.environ, **plugin_env()},
         )
         if result.returncode:
             raise RuntimeError(f"{cell.name}: trinity run failed\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}")
@@ -238,6 +245,12 @@ def run_cell(
         wall_s=wall,
         staleness=sum(staleness) / len(staleness) if staleness else math.nan,
     )
+
+
+def plugin_env() -> dict[str, str]:
+    """The environment that loads :data:`PLUGINS` (for Ray's ``runtime_env`` and subprocesses)."""
+    dirs = [str(PLUGINS), *filter(None, os.environ.get("TRINITY_PLUGIN_DIRS", "").split(os.pathsep))]
+    return {"TRINITY_PLUGIN_DIRS": os.pathsep.join(dict.fromkeys(dirs))}
 
 
 def _save(config, out_dir: Path) -> Path:
