@@ -142,6 +142,19 @@ def test_math_rm_rewards_the_reward_models_grade_and_keeps_the_truth_as_a_metric
     assert experiences[0].messages[0]["content"].startswith("A conversation between User and Assistant")
 
 
+def test_a_rubric_judge_keeps_the_tasksets_reward_as_gold_reward(make_workflow, external_judge):
+    judge, _ = external_judge
+    row = {**MATH_ROW, "rubric": "Award 10 if the answer is right."}
+    graded = make_workflow("rubric_judge_workflow", row, auxiliary_models=[judge], format=MATH_FORMAT)
+    (unscored,) = graded.run()
+    assert unscored.reward == 0.7 and "gold_reward" not in unscored.metrics  # no reward function named
+    scored = make_workflow(
+        "rubric_judge_workflow", row, auxiliary_models=[judge], format=MATH_FORMAT, reward_fn_type="math_reward"
+    )
+    (experience,) = scored.run()
+    assert experience.reward == 0.7 and experience.metrics["gold_reward"] == 0.0  # the tiny model does not say 4
+
+
 def test_ruler_ranks_the_group_in_one_judge_call(make_workflow, external_judge):
     judge, prompts = external_judge
     workflow = make_workflow(

@@ -95,6 +95,8 @@ class RubricJudgeWorkflow(JudgedWorkflow):
     ``workflow_args``: ``rubric`` (or the row's ``rubric_key`` column, default ``rubric``),
     ``max_score`` (10), and the judge's (``JudgedWorkflow``).
     The reward component is ``judge``; the judge's reply is kept in ``info["judge_output"]``.
+    When the task names a reward function (``default_reward_fn_type``), its score is the
+    metric ``gold_reward``, so a run shows whether the judge's reward raises the true one.
     """
 
     default_rubric: ClassVar[str | None] = None
@@ -114,6 +116,8 @@ class RubricJudgeWorkflow(JudgedWorkflow):
         experiences = await self.model.chat_async(messages, n=self.repeat_times)
         question = last_user_text(messages) or ""
         await asyncio.gather(*(self._grade(judge, rubric, question, exp, i) for i, exp in enumerate(experiences)))
+        if self.reward_fn is not None:
+            record_gold_reward(self, experiences)
         return experiences
 
     async def _grade(self, judge: ModelWrapper, rubric: str, question: str, exp: Experience, index: int) -> None:
@@ -148,11 +152,6 @@ class MathRMWorkflow(RubricJudgeWorkflow):
     default_reward_fn = "math_reward"
     default_system_prompt = THINK_ANSWER_SYSTEM_PROMPT
     default_rubric = MATH_RUBRIC
-
-    async def rollout(self) -> list[Experience]:
-        experiences = await super().rollout()
-        record_gold_reward(self, experiences)
-        return experiences
 
 
 def record_gold_reward(workflow: CatalogueWorkflow, experiences: list[Experience]) -> None:
