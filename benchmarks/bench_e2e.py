@@ -1,11 +1,16 @@
 """End-to-end figures of ``trinity run`` on a CPU: framework overhead, async speed-up, start-up.
 
-    python benchmarks/bench_e2e.py [overhead|async|skewed|startup|all]
+    python benchmarks/bench_e2e.py [quickstart|overhead|async|skewed|startup|all]
 
 Figures on a shared 2-core machine move 10-20% from run to run, so each is measured
 several times (``OVERHEAD_REPEATS``, ``ASYNC_REPEATS``, ``STARTUPS``), the compared variants
 interleaved, and printed as median (min-max).
 
+- quickstart: seconds per step of the quickstart's GRPO stage (its config unchanged: the
+  quickstart's tiny model, 16 prompts x 8 samples of at most 6 tokens, memory sync after every
+  step) through ``trinity run`` over the same generate + update written directly against
+  transformers/torch in one process. Both start from the untrained tiny model (the SFT warm-up
+  is left out: it would change neither side's step). Target <= 1.15.
 - overhead: seconds per GRPO step through trinity (mode both, memory sync, explorer and
   trainer taking turns) over the same generate + update written directly against
   transformers/torch in one process, on the same prompts (the quickstart's tasks with its
@@ -137,10 +142,18 @@ def trinity_step_seconds(root: Path, model: Path, data: Path, name: str, *change
     return (stamps[-1] - stamps[WARMUP - 1]) / (len(stamps) - WARMUP)
 
 
-def direct_step_seconds(model_dir: Path, data: Path, steps: int = STEPS - WARMUP) -> tuple[float, float]:
+def direct_step_seconds(
+    model_dir: Path,
+    data: Path,
+    steps: int = STEPS - WARMUP,
+    step: tuple[int, int, int] = (PROMPTS, SAMPLES, TOKENS),
+    fixed_length: bool = True,
+) -> tuple[float, float]:
     """The same work without trinity: one process, transformers generate, a GRPO update;
     as many steps as trinity's measured ones, after one of warm-up. The prompts are the
-    quickstart's: its tasks through the chat template with its system prompt.
+    quickstart's: its tasks through the chat template with its system prompt. ``step`` is
+    (prompts, samples, tokens); with ``fixed_length`` every response has about ``tokens``
+    tokens (the overhead bench's ``min_response_tokens``), otherwise at most that many.
 
     Returns seconds per step of the explorer's share (generate, decode, reward, group
     advantages) and of the trainer's (forward, backward, optimizer step), split as trinity
@@ -151,11 +164,12 @@ def direct_step_seconds(model_dir: Path, data: Path, steps: int = STEPS - WARMUP
     from trinity.monitor.console import read_jsonl
     from trinity_workflows.rewards import math_reward
 
+    prompts_n, samples, tokens = step
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     model = AutoModelForCausalLM.from_pretrained(model_dir)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
     system = OmegaConf.load(QUICKSTART / "quickstart.yaml").buffer.explorer_input.taskset.format.system_prompt
-    tasks = read_jsonl(data / "tasks.jsonl")[:PROMPTS]
+    tasks = read_jsonl(data / "tasks.jsonl")[:prompts_n]
     prompts = [
         tokenizer.apply_chat_template(
             [{"role": "system", "content": system}, {"role": "user", "content": task["question"]}],
@@ -172,9 +186,9 @@ def direct_step_seconds(model_dir: Path, data: Path, steps: int = STEPS - WARMUP
             out = model.generate(
                 **inputs,
                 do_sample=True,
-                num_return_sequences=SAMPLES,
-                max_new_tokens=TOKENS,
-                min_new_tokens=TOKENS - 1,
+                num_return_sequences=samples,
+                max_new_tokens=tokens,
+                min_new_tokens=tokens - 1 if fixed_length else 0,
                 pad_token_id=tokenizer.pad_token_id,
                 return_dict_in_generate=True,
                 output_logits=True,
@@ -183,15 +197,15 @@ def direct_step_seconds(model_dir: Path, data: Path, steps: int = STEPS - WARMUP
         responses = out.sequences[:, width:]
         old = torch.stack(out.logits, 1).log_softmax(-1).gather(-1, responses.unsqueeze(-1)).squeeze(-1)
         texts = tokenizer.batch_decode(responses, skip_special_tokens=True)
-        truths = [task["answer"] for task in tasks for _ in range(SAMPLES)]
+        truths = [task["answer"] for task in tasks for _ in range(samples)]
         rewards = torch.tensor(
             [sum(math_reward(response=t, truth=y).values()) for t, y in zip(texts, truths, strict=True)]
         )
-        rewards = rewards.view(PROMPTS, SAMPLES)
+        rewards = rewards.view(prompts_n, samples)
         advantages = ((rewards - rewards.mean(1, keepdim=True)) / (rewards.std(1, keepdim=True) + 1e-6)).view(-1, 1)
         explored = time.perf_counter()
         mask = (responses != tokenizer.pad_token_id).float()
-        attention = torch.cat([inputs["attention_mask"].repeat_interleave(SAMPLES, 0), mask.long()], 1)
+        attention = torch.cat([inputs["attention_mask"].repeat_interleave(samples, 0), mask.long()], 1)
         logits = model(input_ids=out.sequences, attention_mask=attention).logits[:, width - 1 : -1]
         logprobs = logits.log_softmax(-1).gather(-1, responses.unsqueeze(-1)).squeeze(-1)
         ratio = (logprobs - old).exp()
@@ -203,6 +217,38 @@ def direct_step_seconds(model_dir: Path, data: Path, steps: int = STEPS - WARMUP
         durations.append((explored - started, time.perf_counter() - explored))
     measured = durations[1:]  # the first step warms up
     return sum(d[0] for d in measured) / steps, sum(d[1] for d in measured) / steps
+
+
+QUICKSTART_STEPS, QUICKSTART_WARMUP = 40, 5
+"""The quickstart figure's run: its steps are short (a quarter second), so more of them."""
+
+
+def quickstart(root: Path, model: Path, data: Path) -> None:
+    from trinity.common.tiny_model import build_tiny_model
+
+    del model  # the quickstart's own model: the tiny model's defaults
+    tiny = build_tiny_model(root / "quickstart_model")
+    config = OmegaConf.load(QUICKSTART / "quickstart.yaml")
+    step = (config.buffer.batch_size, config.algorithm.repeat_times, config.model.max_response_tokens)
+    ratios = []
+    for repeat in range(OVERHEAD_REPEATS):
+        explore, train = direct_step_seconds(tiny, data, QUICKSTART_STEPS - QUICKSTART_WARMUP, step, fixed_length=False)
+        name = f"quickstart{repeat}"
+        config = write_experiment(root / name, tiny, data, f"name={name}", f"buffer.total_steps={QUICKSTART_STEPS}")
+        subprocess.run(
+            [sys.executable, "-m", "trinity.cli", "run", "--config", str(config)],
+            check=True,
+            capture_output=True,
+            cwd=config.parent,
+        )
+        stamps = [record["timestamp"] for record in metrics(root, name, "trainer")]
+        through = (stamps[-1] - stamps[QUICKSTART_WARMUP - 1]) / (len(stamps) - QUICKSTART_WARMUP)
+        ratios.append(through / (explore + train))
+        print(
+            f"quickstart: direct {explore + train:.3f} s/step (explore {explore:.3f} s, train {train:.3f} s), "
+            f"trinity {through:.3f} s/step, ratio {ratios[-1]:.3f}"
+        )
+    print(f"quickstart: ratio {spread(ratios, '.3f')} over {OVERHEAD_REPEATS} runs (target <= 1.15)")
 
 
 def overhead(root: Path, model: Path, data: Path) -> None:
@@ -314,7 +360,13 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         model, data = prepare(root)
-        benches = (("overhead", overhead), ("async", async_speedup), ("skewed", skewed), ("startup", startup))
+        benches = (
+            ("quickstart", quickstart),
+            ("overhead", overhead),
+            ("async", async_speedup),
+            ("skewed", skewed),
+            ("startup", startup),
+        )
         for name, bench in benches:
             if which in (name, "all"):
                 bench(root, model, data)

@@ -17,8 +17,9 @@ on values can skip it.
 
 Micro-batches hold ``trainer.micro_batch_size_per_gpu`` rows, or with
 ``trainer.use_dynamic_bsz`` as many rows (longest first) as fit ``max_token_len_per_gpu``
-tokens (rows x longest row; without a budget set, fixed micro-batches). DPO rows stay in
-chosen/rejected pairs. Each micro-batch is
+tokens (rows x longest row; without a budget set, fixed micro-batches). Unset, that budget is
+at least 16384 tokens for this engine (``trinity.config.check``), so a batch of short rows
+trains in one micro-batch. DPO rows stay in chosen/rejected pairs. Each micro-batch is
 trimmed to the columns it uses. Each loss term is weighted by the micro-batch's share of the
 batch (tokens for ``token-mean``, non-empty rows otherwise) so the accumulated gradient is
 the full batch's for ``token-mean`` and the row-mean modes.
