@@ -1,0 +1,221 @@
+"""The learning matrix: every cell of tests/learning (algorithm types, workflow families, sync
+styles, two-process and serve modes, engines) run for its step budget with fixed seeds; writes
+docs/learning.md (a table: start -> end, change, margin, wall time, staleness) and
+docs/learning.png (each cell's curve).
+
+    python benchmarks/bench_learning.py [--only SUBSTRING ...] [--controls] [--seed N]
+                                        [--workdir DIR] [--out docs/learning.md]
+
+Each cell runs as ``trinity run`` in a subprocess, one at a time (2 cores). ``--controls`` also
+runs each cell's controls (its mechanism broken: advantages negated, weights not synced, the
+mask off by one turn, ...), which must not learn: they show that a cell's measure can fail.
+``--only`` runs the cells whose name contains one of the substrings and writes the rows it ran
+(the file then says which were left out). The CI learning tests (tests/learning) run a few cells
+on shorter budgets; this is the whole matrix, minutes per cell.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import math
+import platform
+import sys
+import tempfile
+import time
+import traceback
+from dataclasses import dataclass
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(REPO / "tests" / "learning"), str(REPO / "tests")]
+from learning_cells import Cell, CellResult, Workspace, run_cell  # noqa: E402  (shared with the learning tests)
+
+CELL_MODULES = ("single_turn_cells", "multi_turn_cells", "judge_agent_cells", "async_cells")
+"""The modules of tests/learning whose ``CELLS`` make the matrix, in the table's order."""
+
+
+@dataclass
+class Row:
+    """A cell's (or a control's) outcome: its result, or why it has none."""
+
+    cell: Cell
+    control: str = ""
+    result: CellResult | None = None
+    error: str = ""
+
+    @property
+    def label(self) -> str:
+        return f"{self.cell.name} · control: {self.control}" if self.control else self.cell.name
+
+    @property
+    def verdict(self) -> str:
+        if self.result is None:
+            return "failed to run"
+        if self.control:  # a control must not learn
+            return "did not learn (as it must)" if not self.result.learned else "LEARNED: the measure cannot fail"
+        return "learns" if self.result.learned else "does not learn"
+
+
+def all_cells() -> list[Cell]:
+    import importlib
+
+    cells = []
+    for name in CELL_MODULES:
+        try:
+            module = importlib.import_module(name)
+        except ModuleNotFoundError as exc:
+            if exc.name != name:
+                raise
+            continue
+        cells.extend(module.CELLS)
+    return cells
+
+
+def run_row(cell: Cell, workspace: Workspace, out: Path, seed: int, control: str = "") -> Row:
+    row = Row(cell, control)
+    extra = cell.controls[control](workspace) if control else []
+    try:
+        row.result = run_cell(cell, workspace, out, seed=seed, extra=extra, subprocess_run=True)
+    except Exception as exc:  # one cell's failure is a row of the table, not the end of the matrix
+        row.error = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        traceback.print_exc()
+    return row
+
+
+def fmt(value: float, spec: str = ".3f") -> str:
+    return f"{value:{spec}}" if isinstance(value, float) and math.isfinite(value) else "–"
+
+
+def table(rows: list[Row]) -> list[str]:
+    lines = [
+        "| cell | family | measure | start → end | change | margin | steps | wall | staleness | verdict |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for row in rows:
+        r, m = row.result, row.cell.measure
+        if r is None:
+            cells = [row.label, row.cell.family, m.label, "–", "–", str(row.cell.margin), "–", "–", "–"]
+            lines.append("| " + " | ".join(cells) + f" | failed to run: {row.error} |")
+            continue
+        verdict = row.verdict + (f" ({row.cell.note})" if row.cell.note and not row.control else "")
+        cells = [
+            row.label,
+            row.cell.family,
+            m.label + ("" if m.higher_is_better else " (lower is better)"),
+            f"{fmt(r.start)} → {fmt(r.end)}",
+            fmt(r.change, "+.3f"),
+            str(row.cell.margin),
+            str(len(r.series)),
+            f"{r.wall_s:.0f} s",
+            fmt(r.staleness, ".2f"),
+            verdict,
+        ]
+        lines.append("| " + " | ".join(cells) + " |")
+    return lines
+
+
+def plot(rows: list[Row], path: Path) -> None:
+    from matplotlib.figure import Figure
+
+    drawn = [row for row in rows if row.result is not None and row.result.series and not row.control]
+    if not drawn:
+        return
+    columns = 4
+    lines = math.ceil(len(drawn) / columns)
+    figure = Figure(figsize=(4 * columns, 2.6 * lines), layout="constrained")
+    for index, row in enumerate(drawn):
+        axes = figure.add_subplot(lines, columns, index + 1)
+        axes.plot(range(1, len(row.result.series) + 1), row.result.series, linewidth=1)
+        axes.set_title(f"{row.cell.name} ({'ok' if row.result.learned else 'no'})", fontsize=8)
+        axes.set_xlabel("step", fontsize=7)
+        axes.set_ylabel(row.cell.measure.label, fontsize=7)
+        axes.tick_params(labelsize=6)
+    figure.savefig(path, dpi=80)
+
+
+def write_doc(rows: list[Row], out: Path, args: argparse.Namespace, left_out: list[str], seconds: float) -> None:
+    cells = [row for row in rows if not row.control]
+    controls = [row for row in rows if row.control]
+    learned = sum(1 for row in cells if row.result is not None and row.result.learned)
+    today = datetime.date.today().isoformat()
+    lines = [
+        "# The learning matrix",
+        "",
+        "Written by `python benchmarks/bench_learning.py"
+        + (" --controls" if args.controls else "")
+        + "`: each cell of `tests/learning/*_cells.py` "
+        "runs `trinity run` for its step budget with fixed seeds (seed "
+        f"{args.seed}) on a tiny model built locally (nothing is downloaded). A cell learns when its "
+        "measure (the mean of its first steps against the mean of its last) moves the right way by at "
+        "least its margin. The CI learning tests (`tests/learning`) run some of these cells on shorter "
+        "budgets.",
+        "",
+        f"Measured {today} on {platform.machine()}, {_cores()} cores, in {seconds / 60:.0f} minutes: "
+        f"**{learned} of {len(cells)} cells learn by their margin**.",
+        "",
+        *table(cells),
+        "",
+    ]
+    if controls:
+        lines += [
+            "## Controls: the mechanism broken",
+            "",
+            "Each control is its cell with one mechanism broken; it must not learn, which shows that the "
+            "cell's measure can fail.",
+            "",
+            *table(controls),
+            "",
+        ]
+    if left_out:
+        lines += ["Not run this time (`--only`): " + ", ".join(left_out) + ".", ""]
+    lines += [f"![every cell's measure per step]({out.with_suffix('.png').name})", ""]
+    out.write_text("\n".join(lines))
+    plot(rows, out.with_suffix(".png"))
+    raw = [
+        {
+            "cell": row.label,
+            "series": row.result.series if row.result else None,
+            "wall_s": row.result and row.result.wall_s,
+        }
+        for row in rows
+    ]
+    out.with_suffix(".json").write_text(json.dumps(raw, indent=1) + "\n")
+
+
+def _cores() -> int:
+    import os
+
+    return len(os.sched_getaffinity(0))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--only", nargs="*", default=[], help="run the cells whose name contains one of these")
+    parser.add_argument("--controls", action="store_true", help="also run each cell's controls")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--workdir", type=Path, help="keep the models, data and runs here (default: a temporary one)")
+    parser.add_argument("--out", type=Path, default=REPO / "docs" / "learning.md")
+    args = parser.parse_args()
+    cells = all_cells()
+    chosen = [c for c in cells if not args.only or any(s in c.name for s in args.only)]
+    left_out = [c.name for c in cells if c not in chosen]
+    with tempfile.TemporaryDirectory() as tmp:
+        root = args.workdir or Path(tmp)
+        workspace = Workspace(root / "workspace")
+        started = time.monotonic()
+        rows: list[Row] = []
+        plan = [(cell, "") for cell in chosen] + [(c, label) for c in chosen if args.controls for label in c.controls]
+        for index, (cell, control) in enumerate(plan, 1):
+            slug = "".join(ch if ch.isalnum() else "_" for ch in f"{cell.name}_{control}")
+            row = run_row(cell, workspace, root / "runs" / slug, args.seed, control)
+            rows.append(row)
+            described = row.result.describe() if row.result else f"failed to run: {row.error}"
+            print(f"[{index}/{len(plan)}] {row.label}: {row.verdict}; {described}", flush=True)
+        write_doc(rows, args.out, args, left_out, time.monotonic() - started)
+    print(f"wrote {args.out} and {args.out.with_suffix('.png')}")
+
+
+if __name__ == "__main__":
+    main()
