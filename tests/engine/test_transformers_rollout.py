@@ -122,6 +122,7 @@ def test_prompt_truncation(tiny_model_dir: Path) -> None:
     for c in long:
         assert c.prompt_truncated and c.response_token_ids == [] and c.finish_reason == "length"
         assert c.prompt_token_ids == engine.tokenizer(long_prompt)["input_ids"][:16]
+        assert c.truncated_from == len(engine.tokenizer(long_prompt)["input_ids"])  # the length it had
     strict = make_engine(tiny_model_dir, max_prompt_tokens=16, enable_prompt_truncation=False)
     with pytest.raises(ValueError, match="exceeds max_prompt_tokens 16"):
         strict.generate([long_prompt], GREEDY)

@@ -90,10 +90,12 @@ class VLLMRolloutEngine(RolloutEngine):
     async def logprobs_async(self, token_ids: list[list[int]]) -> list[list[float]]:
         return await self._call_async("logprobs", token_ids)
 
-    def _text_prompts(self, prompts: list[str]) -> list[tuple[list[int], bool]]:
+    def _text_prompts(self, prompts: list[str]) -> list[tuple[list[int], int | None]]:
         return [self.prompts.fit(ids) for ids in self.prompts.text_ids(prompts)]
 
-    def _chat_prompts(self, conversations: list[list[dict[str, Any]]], tools: Any) -> list[tuple[list[int], bool]]:
+    def _chat_prompts(
+        self, conversations: list[list[dict[str, Any]]], tools: Any
+    ) -> list[tuple[list[int], int | None]]:
         return [self.prompts.fit(self.prompts.chat_ids(c, tools)) for c in conversations]
 
     def update_weights(

@@ -151,19 +151,19 @@ class VLLMServer:
 
     # -- requests -----------------------------------------------------------------------
 
-    async def generate(self, prompts: list[tuple[list[int], bool]], args: SamplingArgs) -> list[list[Completion]]:
-        """``args.n`` completions per ``(token ids, truncated)`` prompt; truncated ones get
-        empty completions marked ``prompt_truncated``."""
-        return list(await asyncio.gather(*(self._sample(ids, truncated, args) for ids, truncated in prompts)))
+    async def generate(self, prompts: list[tuple[list[int], int | None]], args: SamplingArgs) -> list[list[Completion]]:
+        """``args.n`` completions per ``(token ids, truncated_from)`` prompt; truncated ones (a
+        length in ``truncated_from``) get empty completions that carry it."""
+        return list(await asyncio.gather(*(self._sample(ids, cut, args) for ids, cut in prompts)))
 
     async def logprobs(self, token_ids: list[list[int]]) -> list[list[float]]:
         return list(await asyncio.gather(*(self._prompt_logprobs(ids) for ids in token_ids)))
 
-    async def _sample(self, ids: list[int], truncated: bool, args: SamplingArgs) -> list[Completion]:
+    async def _sample(self, ids: list[int], truncated_from: int | None, args: SamplingArgs) -> list[Completion]:
         version = self.version
-        if truncated:
+        if truncated_from is not None:
             return [
-                Completion(ids, [], [], "", "length", prompt_truncated=True, model_version=version)
+                Completion(ids, [], [], "", "length", truncated_from=truncated_from, model_version=version)
                 for _ in range(args.n)
             ]
         output = await self._run(ids, self._params(args, len(ids)))

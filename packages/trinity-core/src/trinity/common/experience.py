@@ -14,6 +14,10 @@ if TYPE_CHECKING:
     import torch
 
 
+TRUNCATED_FROM = "truncated_from"
+"""The ``info`` key of a truncated prompt's length in tokens before ``max_prompt_tokens`` cut it."""
+
+
 @dataclass(frozen=True)
 class EID:
     """Who an experience is: batch (explorer step or taskset name), task, run and step, and
@@ -60,7 +64,8 @@ class Experience:
     eid: EID = field(default_factory=EID)
     model_version: int = 0
     truncate_status: str | None = None
-    """None, ``"prompt_truncated"`` or ``"response_truncated"``."""
+    """None, ``"prompt_truncated"`` (``info[TRUNCATED_FROM]``: the prompt's length before the cut,
+    where the engine reported it) or ``"response_truncated"``."""
     chosen: torch.Tensor | None = None
     """DPO: token ids of the preferred response."""
     rejected: torch.Tensor | None = None

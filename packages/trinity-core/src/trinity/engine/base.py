@@ -53,8 +53,13 @@ class Completion:
     text: str
     finish_reason: str
     """``stop`` or ``length``."""
-    prompt_truncated: bool = False
+    truncated_from: int | None = None
+    """The prompt's length before ``max_prompt_tokens`` cut it (nothing was generated); None: it fit."""
     model_version: int = 0
+
+    @property
+    def prompt_truncated(self) -> bool:
+        return self.truncated_from is not None
 
 
 class EngineStartError(RuntimeError):

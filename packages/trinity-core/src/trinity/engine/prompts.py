@@ -40,17 +40,18 @@ class PromptFormatter:
         """Token ids of ``messages`` (offering ``tools``) through the chat template, with the generation prompt."""
         return self.chat.prompt_ids(messages, tools)
 
-    def fit(self, ids: list[int]) -> tuple[list[int], bool]:
-        """``(ids, truncated)``: the prompt as the engine should see it."""
+    def fit(self, ids: list[int]) -> tuple[list[int], int | None]:
+        """``(ids, truncated_from)``: the prompt as the engine should see it, and its length
+        before it was cut (None where it fits)."""
         limit = self.max_prompt_tokens
         if limit is None or len(ids) <= limit:
-            return ids, False
+            return ids, None
         if not self.enable_truncation:
             raise ValueError(
                 f"prompt of {len(ids)} tokens exceeds max_prompt_tokens {limit}; "
                 "set model.enable_prompt_truncation to skip such prompts instead"
             )
-        return ids[:limit], True
+        return ids[:limit], len(ids)
 
 
 def response_budget(

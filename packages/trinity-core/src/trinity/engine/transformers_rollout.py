@@ -13,7 +13,7 @@ Semantics follow vLLM's where a workflow can tell the difference:
   sampling temperature does not change them.
 - A prompt longer than ``max_prompt_tokens``: with ``enable_prompt_truncation`` its first
   ``max_prompt_tokens`` tokens are kept, nothing is generated (``n`` empty completions with
-  ``prompt_truncated=True``; the trainer leaves them out of the loss, so the truncation
+  ``truncated_from`` its length; the trainer leaves them out of the loss, so the truncation
   side does not matter); without it, a ``ValueError``.
 
 Sampling settings come from ``SamplingArgs`` over ``ModelConfig`` (temperature, top_p, top_k,
@@ -143,10 +143,10 @@ class TransformersRolloutEngine(RolloutEngine):
         and ``chat`` take after tokenising)."""
         prepared = [self.prompts.fit(ids) for ids in prompts]
         results: list[list[Completion]] = [[] for _ in prompts]
-        live = [i for i, (_, truncated) in enumerate(prepared) if not truncated]
-        for i, (ids, truncated) in enumerate(prepared):
-            if truncated:
-                results[i] = [self._empty(ids) for _ in range(args.n)]
+        live = [i for i, (_, truncated_from) in enumerate(prepared) if truncated_from is None]
+        for i, (ids, truncated_from) in enumerate(prepared):
+            if truncated_from is not None:
+                results[i] = [self._empty(ids, truncated_from) for _ in range(args.n)]
         if live:
             completions = self._sample([prepared[i][0] for i in live], args)
             for k, i in enumerate(live):
@@ -187,8 +187,8 @@ class TransformersRolloutEngine(RolloutEngine):
 
     # -- internals ----------------------------------------------------------------------
 
-    def _empty(self, prompt: list[int]) -> Completion:
-        return Completion(prompt, [], [], "", "length", prompt_truncated=True, model_version=self.model_version)
+    def _empty(self, prompt: list[int], truncated_from: int) -> Completion:
+        return Completion(prompt, [], [], "", "length", truncated_from=truncated_from, model_version=self.model_version)
 
     def _generation_config(self, args: SamplingArgs, prompt_width: int) -> GenerationConfig:
         temperature = _first(args.temperature, self.model_config.temperature)

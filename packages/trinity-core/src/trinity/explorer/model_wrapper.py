@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
-from trinity.common.experience import Experience
+from trinity.common.experience import TRUNCATED_FROM, Experience
 from trinity.common.lazy_import import lazy_module
 from trinity.engine.base import Completion, SamplingArgs
 from trinity.engine.client import EngineClient
@@ -178,6 +178,9 @@ def _to_experience(completion: Completion, messages: list[dict[str, Any]] | None
     status = "prompt_truncated" if completion.prompt_truncated else None
     if completion.finish_reason == "length":
         status = status or "response_truncated"
+    info = {"response_text": completion.text, "finish_reason": completion.finish_reason}
+    if completion.prompt_truncated:
+        info[TRUNCATED_FROM] = completion.truncated_from
     return Experience(
         tokens=torch.tensor(prompt + response, dtype=torch.long),
         prompt_length=len(prompt),
@@ -185,5 +188,5 @@ def _to_experience(completion: Completion, messages: list[dict[str, Any]] | None
         model_version=completion.model_version,
         truncate_status=status,
         messages=[*messages, {"role": "assistant", "content": completion.text}] if messages is not None else None,
-        info={"response_text": completion.text, "finish_reason": completion.finish_reason},
+        info=info,
     )
