@@ -1,7 +1,8 @@
 """Plugins of the algorithm-type runs (loaded through TRINITY_PLUGIN_DIRS).
 
 ``length_parity_reward`` gives an untrained model's samples rewards that differ within a task,
-so the group advantages are not all 0; ``greedy_baseline_workflow`` records the reward of the
+so the group advantages are not all 0 (``constant_reward`` makes them all 0, a run with nothing to
+learn); ``greedy_baseline_workflow`` records the reward of the
 greedy response as ``info["reward_baseline"]``, the baseline ReMax needs.
 """
 
@@ -11,6 +12,10 @@ from trinity_workflows.workflows import SimpleWorkflow
 
 def length_parity_reward(response, truth=None, prompt=None):
     return {"accuracy": float(len(response) % 2)}
+
+
+def constant_reward(response, truth=None, prompt=None):
+    return {"accuracy": 1.0}
 
 
 class GreedyBaselineWorkflow(SimpleWorkflow):
@@ -28,6 +33,7 @@ class GreedyBaselineWorkflow(SimpleWorkflow):
 @hookimpl
 def trinity_register_reward_fns(register):
     register("length_parity_reward", "algorithm_test_plugins:length_parity_reward")
+    register("constant_reward", "algorithm_test_plugins:constant_reward")
 
 
 @hookimpl

@@ -27,9 +27,10 @@ from trinity.common.files import read_json, write_json
 from trinity.config import load_stage_configs
 from trinity.config.load import read_yaml
 from trinity.config.schema import Config
+from trinity.monitor.learnable import nothing_learnable
 from trinity.plugins import Kind, resolve
 from trinity.progress import ProgressDisplay
-from trinity.report import record_config, record_summary
+from trinity.report import read_records, record_config, record_summary
 from trinity.runtime import WORKER_NICENESS, default_threads, quiet_console
 
 logger = logging.getLogger(__name__)
@@ -274,8 +275,17 @@ def run_stage(config: Config, verbose: bool = True) -> dict[str, Any]:
     if trainer_result and trainer_result.get("model_path"):
         summary["model_path"] = trainer_result["model_path"]
     summary["job_dir"] = config.checkpoint_job_dir
+    summary["nothing_learnable"] = _stalls(config, list(results))
     record_summary(summary)
     return summary
+
+
+def _stalls(config: Config, roles: list[str]) -> dict[str, str]:
+    """``{role: "nothing learnable: ..."}`` for the roles whose metrics show a stall (``trinity.monitor.learnable``)."""
+    monitor_dir = Path(config.checkpoint_job_dir) / "monitor"
+    found = {role: monitor_dir / f"{role}.jsonl" for role in roles}
+    stalls = {role: nothing_learnable(read_records(path)) for role, path in found.items() if path.is_file()}
+    return {role: stall for role, stall in stalls.items() if stall}
 
 
 def _take_planned_steps(planned: dict, display: ProgressDisplay, follows: dict[str, str]) -> None:

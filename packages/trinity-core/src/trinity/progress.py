@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from trinity.config.schema import Config
+from trinity.monitor.learnable import Streak
 
 HEADLINE_KEYS = ("rollout/reward/mean", "actor/pg_loss", "actor/sft_loss", "actor/dpo_loss", "actor/loss")
 """The metrics a progress line names, the first two a role logs (reward for the explorer, a loss
@@ -35,6 +36,7 @@ class RoleProgress:
     metrics: dict[str, Any] = field(default_factory=dict)
     first_step_at: float | None = None
     first_step: int = 0
+    streak: Streak = field(default_factory=Streak)
     _offset: int = 0
     _partial: str = ""
 
@@ -58,6 +60,7 @@ class RoleProgress:
                 self.first_step_at, self.first_step = record.get("timestamp", time.time()), record["step"] - 1
             self.step = max(self.step, record["step"])
             self.metrics = record
+            self.streak.add(record)
         return self.step > before
 
     def rate(self) -> float | None:
@@ -69,12 +72,15 @@ class RoleProgress:
         return done / elapsed if elapsed > 0 and done > 1 else None
 
     def headline(self) -> str:
-        """``reward 0.41 · loss 0.12``: the role's key metrics of its last step."""
+        """``reward 0.41 · loss 0.12``: the role's key metrics of its last step, and how long it
+        has had nothing to learn (``trinity.monitor.learnable``) once that is worth saying."""
         shown = [(key, self.metrics[key]) for key in HEADLINE_KEYS if key in self.metrics][:2]
-        return "  ".join(f"{key.split('/')[-2 if key.endswith('/mean') else -1]} {value:.4g}" for key, value in shown)
+        parts = [f"{key.split('/')[-2 if key.endswith('/mean') else -1]} {value:.4g}" for key, value in shown]
+        return "  ".join(part for part in [*parts, self.streak.note(self.total)] if part)
 
     def line(self) -> str:
-        """A plain progress line: ``[explorer] step 40/200 (20%) 1.9 step/s ETA 1m24s reward 0.41``."""
+        """A plain progress line: ``[explorer] step 40/200 (20%) 1.9 step/s ETA 1m24s reward 0.41``
+        (``... reward 0  nothing learnable for 40 steps (all prompts truncated)``)."""
         parts = [f"[{self.role}] step {self.step}" + (f"/{self.total}" if self.total else "")]
         if self.total:
             parts.append(f"({100 * self.step // self.total}%)")

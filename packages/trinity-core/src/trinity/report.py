@@ -21,6 +21,7 @@ from typing import Any
 
 from trinity.common.files import write_json
 from trinity.config import Config, to_yaml
+from trinity.monitor.learnable import nothing_learnable
 
 logger = logging.getLogger(__name__)
 
@@ -182,6 +183,9 @@ class Job:
                 tenth = max(1, len(rewards) // 10)
                 start, end = sum(rewards[:tenth]) / tenth, sum(rewards[-tenth:]) / tenth
                 rows[f"{role} reward"] = f"{start:.3f} at start → {end:.3f} at end ({end - start:+.3f})"
+            stall = nothing_learnable(records)
+            if stall:
+                rows[f"{role} learning"] = stall
         checkpoints = sorted(
             (p for p in self.folder.glob(f"{STEP_PREFIX}*") if checkpoint_step(p) >= 0), key=checkpoint_step
         )

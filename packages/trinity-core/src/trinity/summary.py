@@ -1,4 +1,4 @@
-"""The summary ``trinity run`` prints at the end: what ran, how reward moved, where things are."""
+"""The summary ``trinity run`` prints at the end: what ran, how reward moved, whether it could learn, where things are."""
 
 from __future__ import annotations
 
@@ -33,6 +33,9 @@ def print_summary(summaries: list[dict[str, Any]]) -> None:
             trend = reward_trend(job_dir / "monitor" / f"{role}.jsonl")
             if trend:
                 click.echo(f"    reward: {trend[0]:.3f} at start -> {trend[1]:.3f} at end ({trend[1] - trend[0]:+.3f})")
+            stall = summary.get("nothing_learnable", {}).get(role)
+            if stall:
+                click.echo(f"    {stall}")
         click.echo(f"  checkpoints: {job_dir}")
         click.echo(f"  metrics:     {job_dir / 'monitor'} (one JSONL file per role)")
         if summary.get("model_path"):

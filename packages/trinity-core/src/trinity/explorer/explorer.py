@@ -32,12 +32,19 @@ from trinity.buffer import EndOfTaskset, TasksetReader, open_experience_writer
 from trinity.checkpoints import explorer_meta_path, saved_checkpoints, trainer_meta_path
 from trinity.common.crash import crash_point
 from trinity.common.errors import first_line
-from trinity.common.experience import Experience, Task
+from trinity.common.experience import TRUNCATED_FROM, Experience, Task
 from trinity.common.files import read_json, write_json
 from trinity.config.schema import Config, InferenceModelConfig, TasksetConfig
 from trinity.engine.base import EngineCrashed, EngineStartError, RolloutEngine
 from trinity.engine.client import EngineClient
 from trinity.explorer.runner import BatchOutcome, TaskRunner, over_rollout_minimum, task_pass_rates
+from trinity.monitor.learnable import (
+    EMPTY_RESPONSES,
+    EXPERIENCES,
+    TRUNCATED_PROMPT_LENGTH,
+    TRUNCATED_PROMPTS,
+    CauseWarnings,
+)
 from trinity.monitor.metrics import eval_at_k, gather, stats, timer
 from trinity.plugins import Kind, resolve
 from trinity.runtime import freeze_long_lived_objects, setup_role
@@ -91,6 +98,7 @@ class Explorer:
         self._pipeline_turn = asyncio.Lock()
         self._submitted = self.step
         self._first_step = self.step + 1  # after it, long-lived objects leave the cyclic GC
+        self.warnings = CauseWarnings(self.name)
 
     def _import_task_plugins(self) -> None:
         """Import every taskset's default workflow and reward function before any engine starts:
@@ -192,6 +200,7 @@ class Explorer:
         with timer(metrics, "write_experiences"):
             await asyncio.to_thread(self.write, step, outcome.experiences, positions)
         metrics.update(self.rollout_metrics(outcome, step - 1))
+        self.warn_unlearnable(metrics, step)
         self.monitor.log(metrics, step)
         if step == self._first_step:
             freeze_long_lived_objects()
@@ -249,7 +258,9 @@ class Explorer:
         for exp in experiences:
             exp.eid = dataclasses.replace(exp.eid, batch=str(step))
         self.write(step, experiences, [])
-        self.monitor.log(self.rollout_metrics(BatchOutcome(experiences, 0, 0), self.version), step)
+        metrics = self.rollout_metrics(BatchOutcome(experiences, 0, 0), self.version)
+        self.warn_unlearnable(metrics, step)
+        self.monitor.log(metrics, step)
         return step
 
     def benchmark(self) -> dict[str, Any]:
@@ -417,8 +428,10 @@ class Explorer:
     @staticmethod
     def rollout_metrics(outcome: BatchOutcome, policy_version: int) -> dict[str, float]:
         """The batch's metrics; ``staleness`` of an experience: how many versions its weights lag
-        behind ``policy_version``, the one an on-policy batch is explored with (its step - 1)."""
+        behind ``policy_version``, the one an on-policy batch is explored with (its step - 1).
+        Truncated prompts and empty responses are counted as ``trinity.monitor.learnable`` names them."""
         experiences = outcome.experiences
+        truncated = [e for e in experiences if e.truncate_status == "prompt_truncated"]
         metrics = stats("rollout/reward", [e.reward for e in experiences if e.reward is not None])
         metrics.update(stats("rollout/response_length", [e.response_length for e in experiences]))
         metrics.update(stats("rollout/staleness", [policy_version - e.model_version for e in experiences]))
@@ -427,7 +440,39 @@ class Explorer:
         metrics["rollout/failed_tasks"] = outcome.failed_tasks
         metrics["rollout/failed_runs"] = outcome.failed_runs
         metrics["rollout/dropped_tasks"] = outcome.dropped_tasks
+        metrics[TRUNCATED_PROMPTS] = len(truncated)
+        metrics.update(
+            stats(TRUNCATED_PROMPT_LENGTH, [e.info[TRUNCATED_FROM] for e in truncated if TRUNCATED_FROM in e.info])
+        )
+        metrics[EMPTY_RESPONSES] = sum(e.response_length == 0 for e in experiences)
         return metrics
+
+    def warn_unlearnable(self, metrics: dict[str, float], step: int) -> None:
+        """Warn of prompts over the limit (any), and of a step whose responses are all empty for
+        another reason (an engine that returns no token ids); ``CauseWarnings`` says when."""
+        count, truncated = metrics[EXPERIENCES], metrics[TRUNCATED_PROMPTS]
+        if truncated:
+            limit = self.config.explorer.rollout_model.max_prompt_tokens  # model.max_prompt_tokens unless set apart
+            apart = limit != self.config.model.max_prompt_tokens
+            key = "explorer.rollout_model.max_prompt_tokens" if apart else "model.max_prompt_tokens"
+            longest = metrics.get(f"{TRUNCATED_PROMPT_LENGTH}/max")
+            self.warnings.warn(
+                "truncated prompts",
+                step,
+                truncated == count,
+                f"{truncated} of {count} prompts exceeded {key} {limit}"
+                + (f" (longest {longest:.0f})" if longest else "")
+                + f": nothing was generated for them; raise {key} or shorten the prompt",
+            )
+        if count and metrics[EMPTY_RESPONSES] == count and truncated < count:
+            cut = f" ({truncated} of truncated prompts)" if truncated else ""
+            self.warnings.warn(
+                "empty responses",
+                step,
+                True,
+                f"all {count} responses had no token{cut}: nothing to learn from them; check "
+                "explorer.rollout_model.engine_type (an external endpoint must return token ids) and the workflow",
+            )
 
     async def evaluate(self) -> dict[str, float]:
         """Run every eval taskset once with the current weights; logs ``eval/<taskset>/...``."""

@@ -42,6 +42,13 @@ from trinity.common.crash import crash_point
 from trinity.common.experience import Experience
 from trinity.common.files import read_json, write_json
 from trinity.config.schema import Config, StorageConfig
+from trinity.monitor.learnable import (
+    LEARNABLE_TOKENS,
+    NO_GRADIENT,
+    ZERO_ADVANTAGE_FRACTION,
+    ZERO_ADVANTAGE_GROUPS,
+    CauseWarnings,
+)
 from trinity.monitor.metrics import stats, timer
 from trinity.plugins import Kind, resolve
 from trinity.runtime import freeze_long_lived_objects, setup_role
@@ -103,6 +110,7 @@ class Trainer:
             self.expert_rows = expert[1]
         self.sync = resolve(Kind.SYNC_METHOD, config.synchronizer.sync_method)(config)
         self._stop = threading.Event()
+        self.warnings = CauseWarnings(self.name)
         self.step = 0
         self.saved_step = 0
         self.saved_hf = True  # whether the last checkpoint holds HF weights
@@ -242,15 +250,18 @@ class Trainer:
         batch, metrics = self.sample_strategy.sample(experiences, self.step, self.step)
         if batch.batch_size == 0:  # e.g. staleness_control dropped every row
             logger.warning("%s: no experience of step %d is left after sampling: no update", self.name, self.step + 1)
-            return metrics
+            return {**metrics, NO_GRADIENT: 1.0}
         if self.algorithm.compute_advantage_in_trainer:
             batch, prepared = self.prepare(batch)
             metrics.update(prepared)
             if batch.batch_size == 0:  # e.g. grpo's std_threshold dropped every group
                 logger.warning("%s: the advantage function left no row of step %d: no update", self.name, self.step + 1)
-                return metrics
+                return {**metrics, NO_GRADIENT: 1.0}
         metrics.update(self.engine.train_step(batch))
         metrics.update(self.batch_metrics(batch))
+        metrics.update(self.learning_signal(batch))
+        metrics[NO_GRADIENT] = float(not metrics[LEARNABLE_TOKENS] or metrics.get("actor/grad_norm") == 0)
+        self.warn_unlearnable(batch, metrics)
         return metrics
 
     def prepare(self, batch: Batch) -> tuple[Batch, dict[str, float]]:
@@ -273,6 +284,58 @@ class Trainer:
             valid = batch.advantages[mask > 0]
             metrics.update(stats("critic/advantages", valid.tolist() if valid.numel() else []))
         return metrics
+
+    @staticmethod
+    def learning_signal(batch: Batch) -> dict[str, float]:
+        """What the step could learn from (keys of ``trinity.monitor.learnable``): the tokens under
+        the loss mask with a nonzero advantage (all of them where the batch has no advantages, and
+        an expert row's in a mix), and the groups with response tokens whose advantages are all 0."""
+        mask = batch.response_mask > 0
+        if batch.advantages is None:
+            return {LEARNABLE_TOKENS: float(mask.sum())}
+        signal = mask & (batch.advantages != 0)
+        expert = batch.is_expert if batch.is_expert is not None else mask.new_zeros(batch.batch_size)
+        learnable = signal | (mask & expert[:, None])
+        groups: dict[int, tuple[bool, bool]] = {}  # group -> (any response token, any nonzero advantage)
+        rows = zip(
+            batch.group_ids.tolist(), mask.any(dim=1).tolist(), signal.any(dim=1).tolist(), expert.tolist(), strict=True
+        )
+        for group, tokens, nonzero, is_expert in rows:
+            if not is_expert:
+                had_tokens, had_signal = groups.get(group, (False, False))
+                groups[group] = (had_tokens or tokens, had_signal or nonzero)
+        zero = sum(tokens and not nonzero for tokens, nonzero in groups.values())
+        return {
+            LEARNABLE_TOKENS: float(learnable.sum()),
+            ZERO_ADVANTAGE_GROUPS: zero,
+            ZERO_ADVANTAGE_FRACTION: zero / len(groups) if groups else 0.0,
+        }
+
+    def warn_unlearnable(self, batch: Batch, metrics: dict[str, float]) -> None:
+        """Warn of a step whose groups all had zero advantage, or else of one with no gradient,
+        naming why; ``CauseWarnings`` says when."""
+        step, groups = self.step + 1, metrics.get(ZERO_ADVANTAGE_GROUPS)
+        if metrics.get(ZERO_ADVANTAGE_FRACTION) == 1:
+            self.warnings.warn(
+                "equal rewards",
+                step,
+                True,
+                f"{groups} of {groups} groups had equal rewards (zero advantage): nothing to learn from them; "
+                "check the reward function or raise algorithm.repeat_times",
+            )
+        elif metrics[NO_GRADIENT]:
+            tokens = int(metrics[LEARNABLE_TOKENS])
+            why = (
+                f"grad_norm was 0 with {tokens} tokens of nonzero advantage: the policy loss gave none; "
+                "check algorithm.policy_loss_fn_args"
+                if tokens
+                else f"none of its {batch.batch_size} rows has a response token to train on (empty responses: "
+                "see the explorer's warnings)"
+                if not batch.response_mask.any()
+                else "no response token has a nonzero advantage: check the reward function or raise "
+                "algorithm.repeat_times"
+            )
+            self.warnings.warn("no gradient", step, True, f"no gradient: {why}")
 
     def publish(self) -> None:
         self.sync.publish(self.engine.weights_for_sync(), self.step, fence=self.reader.fenced)
