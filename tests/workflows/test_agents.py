@@ -46,6 +46,14 @@ def test_a_react_agents_calls_become_experiences_with_its_answers_reward(served,
     assert model.extract_experience_from_history() == []
 
 
+@pytest.mark.parametrize("inject", [True, False])
+def test_the_runtime_state_agentscope_injects_can_be_left_out(served, inject):
+    model = ModelWrapper(served, SamplingArgs(n=1, max_tokens=4, temperature=1.0), enable_history=True)
+    args = {"max_iters": 1, "inject_runtime_state": inject}
+    (first, *_) = react(model, workflow_args=args).run()
+    assert ("<current-time>" in str(first.messages)) is inject  # the wall clock: a new prompt every second
+
+
 def test_without_history_the_workflow_says_what_to_enable(served):
     model = ModelWrapper(served, SamplingArgs(n=1, max_tokens=8))
     with pytest.raises(WorkflowError, match="set explorer.rollout_model.enable_history: true"):

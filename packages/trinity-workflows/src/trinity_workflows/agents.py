@@ -27,6 +27,11 @@ class ReActArgs(PluginArgs):
 
     max_iters: int = Field(10, ge=1, description="most reasoning-acting iterations of the agent")
     agent_name: str = Field("assistant", description="the agent's name in its memory")
+    inject_runtime_state: bool = Field(
+        True,
+        description="AgentScope's runtime state (the current time, tasks, context length) injected into the "
+        "agent's context; false keeps prompts free of the wall clock (a new prompt every second)",
+    )
 
 
 class AgentScopeReActWorkflow(CatalogueWorkflow):
@@ -69,6 +74,7 @@ class AgentScopeReActWorkflow(CatalogueWorkflow):
             system_prompt=self.system_prompt or REACT_SYSTEM_PROMPT,
             model=chat_model,
             react_config=agent_module.ReActConfig(max_iters=args.max_iters),
+            injection_config=agent_module.InjectionConfig(inject_runtime_state=args.inject_runtime_state),
         )
 
     async def rollout(self) -> list[Experience]:
