@@ -41,8 +41,9 @@ def sum_pairs(workspace: Workspace) -> Path:
     return path
 
 
-def sum_pair_run(workflow: str, algorithm: str) -> callable:
-    """Overrides of a two-sum cell: ``workflow`` on the sum pairs with ``algorithm``."""
+def sum_pair_cell(name: str, family: str, workflow: str, algorithm: str, **fields) -> Cell:
+    """A two-sum cell: ``workflow`` on the sum pairs with ``algorithm``; its control runs the
+    workflow's ``_env_masked`` twin."""
 
     def overrides(ws: Workspace) -> list[str]:
         return [
@@ -52,44 +53,33 @@ def sum_pair_run(workflow: str, algorithm: str) -> callable:
             TWO_TURN_PROMPT,
         ]
 
-    return overrides
+    masked = [f"buffer.explorer_input.default_workflow_type={workflow}_env_masked"]
+    return Cell(
+        name=name,
+        family=family,
+        overrides=overrides,
+        steps=120,
+        margin=0.15,
+        controls={"mask on the user's turns": lambda ws: masked},
+        **fields,
+    )
 
 
-def env_masked(workflow: str) -> callable:
-    """The control of a two-sum cell: its workflow with the mask on the environment's turns."""
-    return lambda ws: [f"buffer.explorer_input.default_workflow_type={workflow}_env_masked"]
-
-
-STEP_WISE_GRPO = Cell(
-    name="multi-turn: step_wise + multi_step_grpo",
-    family="multi-turn step-wise",
-    overrides=sum_pair_run("sum_pair_step_wise", "multi_step_grpo"),
-    steps=120,
+STEP_WISE_GRPO = sum_pair_cell(
+    "multi-turn: step_wise + multi_step_grpo",
+    "multi-turn step-wise",
+    "sum_pair_step_wise",
+    "multi_step_grpo",
     test_steps=30,
-    margin=0.15,
-    controls={"mask on the user's turns": env_masked("sum_pair_step_wise")},
 )
-"""Step-wise multi-turn RL: one experience per reply, each with the run's GRPO advantage."""
+"""Step-wise multi-turn RL: one experience per reply, each with the run's GRPO advantage. The
+trainer takes two steps per explorer step (two experiences per run)."""
 
-GIGPO = Cell(
-    name="multi-turn: step_wise + gigpo",
-    family="multi-turn step-wise",
-    overrides=sum_pair_run("sum_pair_step_wise", "gigpo"),
-    steps=120,
-    margin=0.15,
-    controls={"mask on the user's turns": env_masked("sum_pair_step_wise")},
-)
+GIGPO = sum_pair_cell("multi-turn: step_wise + gigpo", "multi-turn step-wise", "sum_pair_step_wise", "gigpo")
 """GiGPO: the first replies of a task's runs share a state (an anchor group), the second ones
 do where the first replies agreed."""
 
-MULTI_TURN = Cell(
-    name="workflow: multi_turn",
-    family="multi-turn",
-    overrides=sum_pair_run("sum_pair_multi_turn", "grpo"),
-    steps=120,
-    margin=0.15,
-    controls={"mask on the user's turns": env_masked("sum_pair_multi_turn")},
-)
+MULTI_TURN = sum_pair_cell("workflow: multi_turn", "multi-turn", "sum_pair_multi_turn", "grpo")
 """The whole conversation as one experience, masked to the model's replies."""
 
 
@@ -97,7 +87,10 @@ def teacher(model: Path) -> str:
     return f"explorer.auxiliary_models=[{{model_path: {model}, engine_type: transformers}}]"
 
 
-def distill_run(algorithm: str) -> callable:
+def distill_cell(algorithm: str, **fields) -> Cell:
+    """``algorithm`` with ``on_policy_distill_workflow``: the random tiny model (the student)
+    sampling, the warm model (the teacher) scoring; the control makes the student its own teacher."""
+
     def overrides(ws: Workspace) -> list[str]:
         return [
             f"algorithm.algorithm_type={algorithm}",
@@ -105,34 +98,20 @@ def distill_run(algorithm: str) -> callable:
             teacher(ws.warm_model),
         ]
 
-    return overrides
+    return Cell(
+        name=f"algorithm: {algorithm}",
+        family="distillation",
+        overrides=overrides,
+        model="tiny",
+        measure=Measure(key="rollout/kl_divergence/mean", higher_is_better=False, label="KL to teacher"),
+        steps=60,
+        margin=5.0,
+        controls={"the student as its own teacher": lambda ws: [teacher(ws.tiny_model)]},
+        **fields,
+    )
 
 
-KL_TO_TEACHER = Measure(key="rollout/kl_divergence/mean", higher_is_better=False, label="KL to teacher")
-SELF_TEACHER = {"the student as its own teacher": lambda ws: [teacher(ws.tiny_model)]}
-
-ON_POLICY_DISTILL = Cell(
-    name="algorithm: on_policy_distill",
-    family="distillation",
-    overrides=distill_run("on_policy_distill"),
-    model="tiny",
-    measure=KL_TO_TEACHER,
-    steps=60,
-    test_steps=15,
-    margin=5.0,
-    controls=SELF_TEACHER,
-)
-"""The random tiny model distilled from the warm one: its KL to the teacher falls."""
-
-JSD = Cell(
-    name="algorithm: jsd",
-    family="distillation",
-    overrides=distill_run("jsd"),
-    model="tiny",
-    measure=KL_TO_TEACHER,
-    steps=60,
-    margin=5.0,
-    controls=SELF_TEACHER,
-)
+ON_POLICY_DISTILL = distill_cell("on_policy_distill", test_steps=15)
+JSD = distill_cell("jsd")
 
 CELLS = [STEP_WISE_GRPO, GIGPO, MULTI_TURN, ON_POLICY_DISTILL, JSD]
