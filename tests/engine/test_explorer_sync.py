@@ -4,6 +4,8 @@ an explorer in process on the tiny model, the trainer's side played by ``Checkpo
 from __future__ import annotations
 
 import textwrap
+import threading
+import time
 from collections import deque
 from pathlib import Path
 
@@ -67,12 +69,27 @@ def test_fixed_waits_at_each_interval_for_the_version_offset_steps_behind(tmp_pa
         synced_at(fixed, 6)
 
 
-def test_dynamic_by_explorer_takes_what_is_newer_without_waiting(tmp_path, tiny_model_dir) -> None:
-    dynamic = explorer(tmp_path, tiny_model_dir, "dynamic_by_explorer", timeout=60)
-    assert synced_at(dynamic, 2) == 0  # nothing published: goes on at once with its weights
-    publish(dynamic, tiny_model_dir, 1)
-    assert synced_at(dynamic, 3) == 0  # between intervals
-    assert synced_at(dynamic, 4) == 1
+def test_dynamic_by_explorer_waits_at_each_interval_for_newer_weights(tmp_path, tiny_model_dir) -> None:
+    """As Trinity-RFT's dynamic_by_explorer: at an interval's end the explorer asks for weights
+    newer than its own and waits for them (an explorer that never waited ran ever further ahead
+    of the trainer and did not learn: tests/learning/test_async_learning.py)."""
+    dynamic = explorer(tmp_path, tiny_model_dir, "dynamic_by_explorer", offset=1, timeout=60)
+    assert synced_at(dynamic, 1) == 0  # not a multiple of sync_interval
+    later = threading.Timer(0.5, publish, (dynamic, tiny_model_dir, 1))
+    later.start()
+    assert synced_at(dynamic, 2) == 1  # one step ahead of version 0, more than offset 1: waits
+    publish(dynamic, tiny_model_dir, 3)
+    assert synced_at(dynamic, 3) == 1  # between intervals
+    assert synced_at(dynamic, 4) == 3  # the newest
+    started = time.monotonic()
+    assert synced_at(dynamic, 4) == 3  # within sync_offset of step 4: nothing newer, no wait
+    assert time.monotonic() - started < 30
+
+
+def test_dynamic_by_explorer_goes_on_with_its_weights_after_sync_timeout(tmp_path, tiny_model_dir, caplog) -> None:
+    dynamic = explorer(tmp_path, tiny_model_dir, "explorer_driven", timeout=1)
+    assert synced_at(dynamic, 2) == 0  # waited 1 s for version 1, then went on
+    assert "going on with weights of version 0" in caplog.text
 
 
 def test_trainer_driven_looks_at_every_step(tmp_path, tiny_model_dir) -> None:

@@ -48,7 +48,7 @@ from trinity.monitor.learnable import (
 from trinity.monitor.metrics import eval_at_k, gather, stats, timer
 from trinity.plugins import Kind, resolve
 from trinity.runtime import freeze_long_lived_objects, setup_role
-from trinity.synchronizer.methods import SyncMethod, WeightUpdate
+from trinity.synchronizer.methods import SyncMethod, SyncTimeout, WeightUpdate
 
 logger = logging.getLogger(__name__)
 
@@ -158,8 +158,11 @@ class Explorer:
 
         - ``fixed``, ``explorer_driven``, ``trainer_driven``: the batches of one sync interval
           run together; at its end all are written, then new weights are loaded (``fixed``
-          waits for the version ``step - sync_offset``; the others take what is newer;
-          ``trainer_driven`` also loads, after draining, whenever the trainer has published).
+          waits for the version ``step - sync_offset``; ``explorer_driven``, more than
+          ``sync_offset`` versions ahead, asks for a newer one and waits for it, as Trinity-RFT's
+          dynamic_by_explorer does, going on with its weights after ``sync_timeout``;
+          ``trainer_driven`` takes what is newer, and also loads, after draining, whenever the
+          trainer has published).
         - ``fully_async``: the explorer never waits for the trainer; before each batch it loads
           whatever is newer, while at most ``max_inflight_batches`` batches run.
         """
@@ -239,6 +242,12 @@ class Explorer:
             if wanted <= self.version:
                 return
             update = await asyncio.to_thread(self.sync.fetch, wanted, sync.sync_timeout)
+        elif sync.sync_style == "explorer_driven" and self.version < done - sync.sync_offset:
+            try:  # the version the written batches train next: the trainer can always produce it
+                update = await asyncio.to_thread(self.sync.fetch, self.version + 1, sync.sync_timeout)
+            except SyncTimeout as exc:
+                logger.warning("%s: going on with weights of version %d: %s", self.name, self.version, exc)
+                return
         else:
             update = await asyncio.to_thread(self.sync.fetch, self.version + 1, 0)
         if update is not None:
