@@ -17,6 +17,7 @@ import re
 import threading
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 
 from learning_cells import Cell, Measure, Workspace
 
@@ -187,4 +188,44 @@ MATH_EVAL = Cell(
     "math_eval_workflow measures the 25 sums every 10 steps, 4 samples each.",
 )
 
-CELLS = [MATH_RM, MATH_RULER, RUBRIC_JUDGE, AGENTSCOPE_REACT, SIMPLE, MATH_EVAL]
+
+def countdown_sums(ws: Workspace) -> Path:
+    """The sums as one-number countdown puzzles (Trinity-RFT's layout: the response column holds
+    ``{"numbers", "target"}``): "3+4=" is solved by the equation "7" with numbers [7], target 7."""
+    path = ws.root / "judge_agent" / "countdown_sums.jsonl"
+    if not path.exists():
+        rows = [json.loads(line) for line in (ws.arithmetic / "tasks.jsonl").read_text().splitlines()]
+        path.parent.mkdir(parents=True, exist_ok=True)
+        puzzles = [{**row, "answer": {"numbers": [int(row["answer"])], "target": int(row["answer"])}} for row in rows]
+        path.write_text("".join(json.dumps(puzzle) + "\n" for puzzle in puzzles))
+    return path
+
+
+COUNTDOWN = Cell(
+    name="workflow: countdown_workflow",
+    family="single-turn workflow",
+    overrides=lambda ws: [
+        "buffer.explorer_input.default_workflow_type=countdown_workflow",
+        "buffer.explorer_input.default_reward_fn_type=countdown_reward",
+        f"buffer.explorer_input.taskset.path={countdown_sums(ws)}",
+    ],
+    steps=120,
+    margin=0.15,
+    controls=NEGATED,
+    note="A degenerate countdown: the one allowed number is the sum itself, so the equation is the "
+    "answer (countdown_reward: 0.1 for a well-formed equation, 1 when it also reaches the target). "
+    "A real countdown ([3, 4] -> 7, answered '3+4') needs an SFT warm-up on equations the shared "
+    "warm model (bare digits) lacks.",
+)
+
+CELLS = [MATH_RM, MATH_RULER, RUBRIC_JUDGE, AGENTSCOPE_REACT, SIMPLE, MATH_EVAL, COUNTDOWN]
+NOT_CELLS = {
+    "math_boxed_workflow": "math_boxed_reward scores only a \\boxed{} answer; the shared warm model "
+    "answers bare digits, so all 128 samples score 0 (no advantage). It needs an SFT warm-up on "
+    "boxed answers (5 tokens, within max_response_tokens 6); the Workspace builds warm models from "
+    "the quickstart's SFT rows only.",
+    "alfworld_workflow, sciworld_workflow, webshop_workflow": "the stand-in environments "
+    "(tests/workflows/standin_envs) replay scripted rewards whatever the action, so nothing is "
+    "learnable there; the real games are not installed and need far more than 6-token replies.",
+}
+"""Workflow families without a cell, and why (for the table)."""
