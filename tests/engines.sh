@@ -12,4 +12,4 @@ venv=${TRINITY_ENGINES_VENV:-$HOME/.cache/trinity-engines-venv}
 "$venv/bin/python" -m pip install -q --disable-pip-version-check -r requirements-engines.txt
 "$venv/bin/python" -m pip uninstall -y -q torchvision torchaudio torchcodec 2>/dev/null || true
 "$venv/bin/python" -m pytest tests/verl_engine tests/vllm_engine tests/e2e/test_verl_run.py tests/e2e/test_vllm_run.py \
-  tests/e2e/test_verl_with_vllm.py "$@"
+  tests/e2e/test_verl_with_vllm.py tests/learning/test_engine_learning.py "$@"

@@ -134,8 +134,11 @@ class Cell:
     made there, through the workspace); ``steps`` is the benchmark's budget (``buffer.total_steps``)
     and ``test_steps`` the learning test's, where one exists; ``margin`` is the least change of the
     measure, in its direction, that counts as learning. ``model`` is ``warm`` (the SFT'd tiny
-    model) or ``tiny`` (random weights). ``processes`` above 1 marks cells that need their own
-    ``trinity run`` processes (two-process and serve modes): :attr:`runner` runs them instead.
+    model) or ``tiny`` (random weights). ``runner(cell, workspace, config_path)``, where given, runs the
+    cell instead of one ``trinity run`` (its own processes: two-process and serve modes) and
+    leaves the metrics in the same job directory. ``baseline``: a cell whose final measure this
+    one must reach within ``baseline_margin`` on the same budget (async sync styles against the
+    fixed one).
     """
 
     name: str
@@ -146,11 +149,13 @@ class Cell:
     measure: Measure = field(default_factory=Measure)
     model: str = "warm"
     test_steps: int | None = None
-    runner: Callable[[Cell, Workspace, Path, list[str]], None] | None = None
+    runner: Callable[[Cell, Workspace, Path], None] | None = None
     note: str = ""
     controls: dict[str, Callable[[Workspace], list[str]]] = field(default_factory=dict)
     """The cell with its mechanism broken (label -> extra overrides, e.g. advantages negated):
     it must not learn by the margin, which shows that the cell's measure can fail."""
+    baseline: Cell | None = None
+    baseline_margin: float = math.nan
 
     def config_path(self, workspace: Workspace, out_dir: Path, steps: int, seed: int, extra: Sequence[str]) -> Path:
         model = workspace.warm_model if self.model == "warm" else workspace.tiny_model
@@ -222,7 +227,7 @@ def run_cell(
     config = cell.config_path(workspace, out_dir, steps, seed, extra)
     started = time.monotonic()
     if cell.runner is not None:
-        cell.runner(cell, workspace, config, [])
+        cell.runner(cell, workspace, config)
     elif subprocess_run:
         result = subprocess.run(
             [sys.executable, "-m", "trinity.cli", "run", "--config", str(config)],

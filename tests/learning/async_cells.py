@@ -1,0 +1,247 @@
+"""Cells of the sync styles, the two-process modes and serve mode: the quickstart's GRPO on
+arithmetic with its weights moving another way than the fixed, step-by-step sync of
+single_turn_cells.GRPO, on the same step budget; each must reach that run's final reward
+within its ``baseline_margin``, and its mean staleness goes in the table.
+
+Their control: weights not synced (the ``dropped_memory`` sync method of
+plugins/async_plugins.py, or a sync interval beyond the budget) must not learn.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import httpx
+from learning_cells import Cell, Workspace, plugin_env
+from omegaconf import OmegaConf
+from single_turn_cells import GRPO
+
+from ports import free_port
+
+BUDGET, TEST_BUDGET = GRPO.steps, GRPO.test_steps
+BASELINE_MARGIN = 0.1
+"""How far below the fixed run's final reward (same budget, same seed) an async cell may end."""
+FIXED_FINAL_AT_TEST_BUDGET = 0.888
+"""GRPO with the fixed sync after its test budget of 40 steps, seed 0: the mean reward of the
+last 5 steps (0.50 -> 0.888; 2026-11-27), what the async learning test must come near."""
+DROPPED = {"weights not synced": lambda ws: ["synchronizer.sync_method=dropped_memory"]}
+NEVER_SYNCED = {"weights not synced": lambda ws: [f"synchronizer.sync_interval={10 * BUDGET}"]}
+"""A sync interval beyond any budget: the trainer publishes once, after its last step."""
+OVER_ROLLOUT = ("explorer.over_rollout.ratio=0.25", "explorer.over_rollout.wait_after_min=0")
+"""A step keeps the first 12 of its 16 task groups to finish and cancels the rest."""
+
+
+def _style(style: str, *more: str):
+    return lambda ws: [f"synchronizer.sync_style={style}", *more]
+
+
+def _trinity(config: Path, log: Path, python: str = sys.executable) -> subprocess.Popen:
+    """``trinity run`` on ``config`` in a session of its own, its output into ``log``."""
+    with log.open("w") as out:
+        return subprocess.Popen(
+            [python, "-m", "trinity.cli", "run", "--config", str(config)],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            cwd=config.parent,
+            # vLLM's CPU KV cache (GiB) defaults to far more than the tiny model needs
+            env={"VLLM_CPU_KVCACHE_SPACE": "1", **os.environ, **plugin_env(), "PYTHONUNBUFFERED": "1"},
+            start_new_session=True,
+        )
+
+
+def _variant(config: Path, name: str, *dotlist: str) -> Path:
+    """A copy of the cell's config beside it with ``dotlist`` changed: the same job directory."""
+    variant = OmegaConf.load(config)
+    variant.merge_with_dotlist(list(dotlist))
+    path = config.with_name(f"{name}.yaml")
+    OmegaConf.save(variant, path)
+    return path
+
+
+def _finish(process: subprocess.Popen, log: Path, timeout: float) -> None:
+    """Wait for ``process``; a failure or a timeout raises with the end of its log."""
+    try:
+        code = process.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+        code = "timeout"
+    if code != 0:
+        raise RuntimeError(f"trinity run ({log.stem}) ended with {code}:\n{log.read_text()[-4000:]}")
+
+
+def two_processes(cell: Cell, workspace: Workspace, config: Path) -> None:
+    """``mode: train`` and ``mode: explore`` as two ``trinity run`` processes on one job: the
+    experiences pass through the sqlite-backed queue, the weights as checkpoint files."""
+    train, explore = _variant(config, "train", "mode=train"), _variant(config, "explore", "mode=explore")
+    trainer = _trinity(train, config.with_name("train.log"))
+    explorer = _trinity(explore, config.with_name("explore.log"))
+    try:
+        _finish(explorer, config.with_name("explore.log"), timeout=1800)
+        _finish(trainer, config.with_name("train.log"), timeout=300)
+    finally:
+        for process in (explorer, trainer):
+            if process.poll() is None:
+                os.killpg(process.pid, signal.SIGKILL)
+
+
+def serve_with_agent(cell: Cell, workspace: Workspace, config: Path) -> None:
+    """``mode: serve`` and ``mode: train`` as two processes, and an agent written with the
+    ``openai`` package alone: each step it asks ``repeat_times`` answers to each of
+    ``batch_size`` tasks, rewards the right sums with 1 through ``/feedback`` and commits; it
+    starts a step once the proxy serves the weights trained on the step before last."""
+    cfg = OmegaConf.load(config)
+    steps, tasks_per_step, attempts = cfg.buffer.total_steps, cfg.buffer.batch_size, cfg.algorithm.repeat_times
+    url = f"http://127.0.0.1:{free_port()}"
+    serve = _variant(config, "serve", "mode=serve", f"explorer.proxy_port={url.rsplit(':', 1)[1]}")
+    train = _variant(config, "train", "mode=train")
+    server = _trinity(serve, config.with_name("serve.log"))
+    trainer = None
+    try:
+        _until(lambda: _healthy(url), "the serve proxy never answered", server, config.with_name("serve.log"))
+        trainer = _trinity(train, config.with_name("train.log"))
+        tasks = [json.loads(line) for line in (workspace.arithmetic / "tasks.jsonl").read_text().splitlines()]
+        agent = ArithmeticAgent(url)
+        with ThreadPoolExecutor(32) as pool:
+            for step in range(steps):
+                _until(lambda s=step: _version(url) >= s - 1, "no new weights", trainer, config.with_name("train.log"))
+                batch = [tasks[(step * tasks_per_step + i) % len(tasks)] for i in range(tasks_per_step)]
+                jobs = [(f"{step}-{i}", run, task) for i, task in enumerate(batch) for run in range(attempts)]
+                list(pool.map(lambda job: agent.attempt(*job), jobs))
+                agent.commit()
+        _finish(trainer, config.with_name("train.log"), timeout=300)
+        server.send_signal(signal.SIGTERM)  # a serving run ends cleanly on SIGTERM
+        _finish(server, config.with_name("serve.log"), timeout=60)
+    finally:
+        for process in (server, trainer):
+            if process is not None and process.poll() is None:
+                os.killpg(process.pid, signal.SIGKILL)
+
+
+def engines_python() -> str:
+    """This interpreter where vLLM and verl import (the engines suite), else the environment
+    ``tests/engines.sh`` builds: the engine cells run there from the main environment too."""
+    if importlib.util.find_spec("vllm") and importlib.util.find_spec("verl"):
+        return sys.executable
+    venv = os.environ.get("TRINITY_ENGINES_VENV", str(Path.home() / ".cache" / "trinity-engines-venv"))
+    return str(Path(venv) / "bin" / "python")
+
+
+def in_engines_env(cell: Cell, workspace: Workspace, config: Path) -> None:
+    """One ``trinity run`` with the engines environment's interpreter (vLLM, verl)."""
+    log = config.with_name("run.log")
+    _finish(_trinity(config, log, engines_python()), log, timeout=1800)
+
+
+class ArithmeticAgent:
+    """The agent: an ``openai`` client, a reward it computes itself, two HTTP calls to the proxy."""
+
+    def __init__(self, url: str):
+        import openai
+
+        self.url = url
+        self.client = openai.OpenAI(base_url=f"{url}/v1", api_key="EMPTY")
+
+    def attempt(self, task_id: str, run_id: int, task: dict) -> float:
+        messages = [
+            {"role": "system", "content": "Answer with the sum."},
+            {"role": "user", "content": task["question"]},
+        ]
+        reply = self.client.chat.completions.create(model="policy", messages=messages, max_tokens=6)
+        answer = re.search(r"-?\d+", reply.choices[0].message.content or "")
+        reward = float(answer is not None and answer.group() == task["answer"])
+        feedback = {"reward": reward, "msg_ids": [reply.id], "task_id": task_id, "run_id": run_id}
+        httpx.post(f"{self.url}/feedback", json=feedback, timeout=60).raise_for_status()
+        return reward
+
+    def commit(self) -> None:
+        httpx.post(f"{self.url}/commit", timeout=120).raise_for_status()
+
+
+def _until(ready, what: str, process: subprocess.Popen, log: Path, timeout: float = 300) -> None:
+    """Poll ``ready()`` until it is true; fail with the end of ``log`` once ``process`` has
+    exited or after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while not ready():
+        if process.poll() is not None or time.monotonic() > deadline:
+            raise RuntimeError(f"{what}:\n{log.read_text()[-4000:]}")
+        time.sleep(0.2)
+
+
+def _healthy(url: str) -> bool:
+    try:
+        return httpx.get(f"{url}/health", timeout=1).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+def _version(url: str) -> int:
+    return httpx.get(f"{url}/metrics", timeout=60).json()["model_version"]
+
+
+def async_cell(name: str, family: str, overrides, runner=None, controls=DROPPED, note: str = "") -> Cell:
+    """GRPO's cell (budget, margin) with the weights moving another way; ``GRPO`` is its baseline."""
+    return Cell(
+        name=name,
+        family=family,
+        overrides=overrides,
+        steps=BUDGET,
+        test_steps=TEST_BUDGET,
+        margin=GRPO.margin,
+        runner=runner,
+        note=note,
+        controls=controls,
+        baseline=GRPO,
+        baseline_margin=BASELINE_MARGIN,
+    )
+
+
+TRAINER_DRIVEN = async_cell("sync: trainer_driven", "sync style", _style("trainer_driven"))
+EXPLORER_DRIVEN = async_cell(
+    "sync: explorer_driven + over_rollout",
+    "sync style",
+    _style("explorer_driven", "synchronizer.sync_offset=1", *OVER_ROLLOUT),
+)
+FULLY_ASYNC = async_cell(
+    "sync: fully_async + over_rollout",
+    "sync style",
+    _style("fully_async", "synchronizer.sync_offset=1", *OVER_ROLLOUT),
+)
+TWO_PROCESSES = async_cell(
+    "mode: train + explore (two processes)",
+    "sync style",
+    lambda ws: ["synchronizer.sync_method=checkpoint", "buffer.train_batch_size=128"],
+    runner=two_processes,
+    controls=NEVER_SYNCED,
+)
+SERVE = async_cell(
+    "mode: serve + train (openai agent)",
+    "serve",
+    lambda ws: [
+        "synchronizer.sync_method=checkpoint",
+        "buffer.train_batch_size=128",
+        "explorer.listen_address=127.0.0.1",
+    ],
+    runner=serve_with_agent,
+    controls=NEVER_SYNCED,
+)
+VLLM_ROLLOUT = async_cell(
+    "rollout engine: vllm (vllm-cpu)",
+    "rollout engine",
+    lambda ws: ["explorer.rollout_model.engine_type=vllm", "explorer.rollout_model.enforce_eager=true"],
+    runner=in_engines_env,
+)
+VERL_TRAINER = async_cell(
+    "trainer: verl (FSDP2 on a CPU)", "trainer", lambda ws: ["trainer.trainer_type=verl"], runner=in_engines_env
+)
+
+CELLS = [TRAINER_DRIVEN, EXPLORER_DRIVEN, FULLY_ASYNC, TWO_PROCESSES, SERVE, VLLM_ROLLOUT, VERL_TRAINER]
