@@ -103,6 +103,7 @@ def test_chat_template_thinking_and_prompt_truncation(vllm_engine, tiny_model_di
         (truncated,) = vllm_engine.chat([messages], SamplingArgs(n=3))
         assert [c.prompt_token_ids for c in truncated] == [vllm_engine.prompts.chat_ids(messages)[:4]] * 3
         assert all(c.prompt_truncated and c.response_token_ids == [] for c in truncated)
+        assert {c.truncated_from for c in truncated} == {len(vllm_engine.prompts.chat_ids(messages))}
     finally:
         vllm_engine.prompts = formatter
 
