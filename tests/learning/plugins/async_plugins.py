@@ -1,7 +1,8 @@
 """The broken mechanism of the sync-style cells' controls: ``dropped_memory``, the ``memory``
 sync method except that it passes every version the trainer publishes on to the explorer without
-its weights. The explorer counts versions (its staleness looks right) while its rollout engines
-keep sampling from the initial model: the silent stale-weights bug a learning cell must catch."""
+its weights. The explorer counts versions while its rollout engines keep sampling from the initial
+model: the stale-weights bug a learning cell must catch (only ``rollout/staleness``, from the
+engines' own version, shows it too)."""
 
 from __future__ import annotations
 
