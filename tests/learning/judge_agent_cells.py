@@ -20,6 +20,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 from learning_cells import Cell, Measure, Workspace
+from single_turn_cells import negated
 
 JUDGE_ENV = "TRINITY_LEARNING_JUDGE_URL"
 TRUE_ACCURACY = Measure(key="rollout/gold_reward/mean", label="true accuracy")
@@ -138,7 +139,7 @@ RUBRIC_JUDGE = judge_cell(
     note="A judge with the taskset's own rubric (workflow_args.rubric).",
 )
 
-NEGATED = {"advantages negated": lambda ws: ["algorithm.advantage_fn=negated_grpo"]}
+NEGATED = negated("grpo")
 """GRPO's advantages with the wrong sign (plugins/single_turn_plugins.py): must not learn."""
 
 AGENTSCOPE_REACT = Cell(
