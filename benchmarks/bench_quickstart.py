@@ -1,14 +1,15 @@
 """The whole CPU quickstart (SFT warm-up, then 200 GRPO steps) timed at this checkout and at
 another commit, side by side: runs interleaved, each tree on the same model and data.
 
-    python benchmarks/bench_quickstart.py COMMIT [--repeats N]
+    python benchmarks/bench_quickstart.py COMMIT [--repeats N] [--workdir DIR]
 
 A change that slows the main job shows here as a ratio above 1 (this checkout over COMMIT);
 absolute times on a shared machine move 2x from hour to hour, ratios measured in one window do
 not. The other commit runs from a git worktree under a temporary folder, its sources put ahead
 of the installed (editable) packages on ``PYTHONPATH``: its plugins are the ones this checkout's
 entry points name, so a commit whose plugin modules were renamed since cannot be compared.
-Each run prints its wall time and the reward line of its summary.
+Each run prints its wall time and the reward line of its summary; with ``--workdir`` the runs'
+job folders stay there (``this0/quickstart/...``: ``trinity view`` draws their curves).
 """
 
 from __future__ import annotations
@@ -71,10 +72,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("commit", help="the commit to compare this checkout with, e.g. 9c1b172")
     parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--workdir", type=Path, help="keep the runs here (default: a temporary folder)")
     args = parser.parse_args()
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
     with tempfile.TemporaryDirectory() as tmp:
-        root = Path(tmp)
+        root = args.workdir.resolve() if args.workdir else Path(tmp)
         other = root / "other"
         subprocess.run(["git", "worktree", "add", "--detach", str(other), args.commit], cwd=REPO, check=True)
         try:
