@@ -4,8 +4,9 @@ random weights, each move their measure by their margin in the test budget.
 Each was shown to fail with its mechanism broken (the cells' ``controls``, run once on a shared,
 heavily loaded machine): GRPO 0.53 -> 0.89 in 40 steps, its advantages negated 0.20 -> 0.00
 (reward 0.00 from step 5); PPO 0.52 -> 0.90 in 40 steps, its GAE advantages negated 0.70 -> 0.00
-by step 4 (11 steps run); SFT eval accuracy 0.00 -> 0.69 in 60 steps, answers shuffled among the
-questions 0.00 -> 0.19 (margin 0.3). DPO has no test: single_turn_cells.DPO's note says why.
+by step 4, still 0.00 at step 16 (where it was stopped); SFT eval accuracy 0.00 -> 0.69 in 60
+steps, answers shuffled among the questions 0.00 -> 0.19 (margin 0.3). DPO has no test:
+single_turn_cells.DPO's note says why.
 """
 
 from __future__ import annotations
