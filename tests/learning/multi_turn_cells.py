@@ -6,19 +6,24 @@ mean over both replies, so it needs both turns. The warm model answers a sum rig
 quarter of the time, in the second turn too. Controls: the same runs with the action mask one
 turn off (trained on the user's turn and the template, not the model's replies).
 
-Distillation: the student is the random tiny model, the teacher the warm model; the measure is
-the workflow's ``kl_divergence`` (summed ``logp_student - logp_teacher`` of each sample), which
-falls as the student learns to write what the teacher would. Control: the student is its own
-teacher (the random model), where there is nothing to learn.
+Tool use: sums of two 2-digit numbers with the calculator offered; a model SFT'd briefly on
+expert conversations (call, result, answer) must call it and copy its result.
+
+Distillation: the student is the warm model, the teacher the warm model SFT'd as long again
+(right nearly always); the student's reward rises as it answers as the teacher does. Control:
+the student is its own teacher, where there is nothing to learn.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import random
 from pathlib import Path
 
-from learning_cells import Cell, Measure, Workspace
+from learning_cells import FORMAT, Cell, Workspace, _run_in_process, _save, base_config
+
+from tool_model import CALCULATOR, tool_call_text
 
 TWO_TURN_PROMPT = "model.max_prompt_tokens=64"
 """The second turn's prompt (system, first sum, reply, second sum) is about 50 tokens."""
@@ -71,6 +76,10 @@ STEP_WISE_GRPO = sum_pair_cell(
     "sum_pair_step_wise",
     "multi_step_grpo",
     test_steps=30,
+    note=(
+        "30 trainer steps (about 25 explorer steps): reward 0.394 -> 0.581. Control (mask on the "
+        "user's turns): 0.562 -> 0.086 by explorer step 6, its model unlearning the sums."
+    ),
 )
 """Step-wise multi-turn RL: one experience per reply, each with the run's GRPO advantage. The
 trainer takes two steps per explorer step (two experiences per run)."""
@@ -88,30 +97,128 @@ def teacher(model: Path) -> str:
 
 
 def distill_cell(algorithm: str, **fields) -> Cell:
-    """``algorithm`` with ``on_policy_distill_workflow``: the random tiny model (the student)
-    sampling, the warm model (the teacher) scoring; the control makes the student its own teacher."""
+    """``algorithm`` with ``on_policy_distill_workflow``: the warm model (the student) samples,
+    :func:`teacher_model` scores every token. The reward (``math_reward``, which the distillation
+    advantages never see) rises as the student comes to answer as the teacher does. The
+    control makes the student its own teacher (no divergence: nothing to learn)."""
 
     def overrides(ws: Workspace) -> list[str]:
         return [
             f"algorithm.algorithm_type={algorithm}",
             "buffer.explorer_input.default_workflow_type=on_policy_distill_workflow",
-            teacher(ws.warm_model),
+            teacher(teacher_model(ws)),
         ]
 
     return Cell(
         name=f"algorithm: {algorithm}",
         family="distillation",
         overrides=overrides,
-        model="tiny",
-        measure=Measure(key="rollout/kl_divergence/mean", higher_is_better=False, label="KL to teacher"),
         steps=60,
-        margin=5.0,
-        controls={"the student as its own teacher": lambda ws: [teacher(ws.tiny_model)]},
+        margin=0.15,
+        controls={"the student as its own teacher": lambda ws: [teacher(ws.warm_model)]},
         **fields,
     )
 
 
-ON_POLICY_DISTILL = distill_cell("on_policy_distill", test_steps=15)
+ON_POLICY_DISTILL = distill_cell(
+    "on_policy_distill",
+    test_steps=30,
+    note="30 steps: reward 0.419 -> 0.650 (KL to the teacher 3.3 -> 1.3); 20 steps gave +0.136, short of the margin.",
+)
 JSD = distill_cell("jsd")
 
-CELLS = [STEP_WISE_GRPO, GIGPO, MULTI_TURN, ON_POLICY_DISTILL, JSD]
+
+SYSTEM_PROMPT = "Answer with the sum."
+"""The quickstart's (the cells' taskset format adds it to every task)."""
+
+
+def calculator_tasks(workspace: Workspace) -> Path:
+    """Sums of two 2-digit numbers the tiny model cannot do: the calculator's result must be
+    copied. ``tasks.jsonl`` (``tool_call_workflow`` rows) and ``expert.jsonl`` (the call, the
+    result, the answer: SFT rows with the tool schema), 40 each, under ``multi_turn/calculator``."""
+    out = workspace.root / "multi_turn" / "calculator"
+    if not (out / "tasks.jsonl").exists():
+        rng = random.Random(0)
+        sums = [(rng.randint(10, 49), rng.randint(10, 49)) for _ in range(40)]
+        tools = json.dumps([CALCULATOR])
+        tasks = [{"question": f"{a}+{b}=", "answer": str(a + b), "tools": tools} for a, b in sums]
+        expert = [
+            {
+                "messages": [
+                    {"role": "system", "content": SYSTEM_PROMPT},
+                    {"role": "user", "content": f"{a}+{b}="},
+                    {"role": "assistant", "content": tool_call_text(f"{a}+{b}")},
+                    {"role": "tool", "name": "calculator", "content": str(a + b)},
+                    {"role": "assistant", "content": str(a + b)},
+                ],
+                "tools": tools,
+            }
+            for a, b in sums
+        ]
+        out.mkdir(parents=True, exist_ok=True)
+        for name, rows in (("tasks.jsonl", tasks), ("expert.jsonl", expert)):
+            (out / name).write_text("".join(json.dumps(row) + "\n" for row in rows))
+    return out
+
+
+def sft_model(workspace: Workspace, name: str, start: Path, data: Path, fmt: str, settings: list[str]) -> Path:
+    """``start`` fine-tuned on the SFT rows of ``data`` (``trinity run`` mode train with
+    ``settings``), built once as ``multi_turn/<name>``."""
+    path = workspace.root / "multi_turn" / name
+    if not (path / "config.json").exists():
+        out = workspace.root / "multi_turn" / f"{name}_sft"
+        config = base_config(out, start, workspace.arithmetic)
+        config.merge_with_dotlist(
+            [
+                "mode=train",
+                "algorithm.algorithm_type=sft",
+                f"buffer.trainer_input.experience_buffer={{name: sft, storage_type: file, path: {data}, format: {fmt}}}",
+                *settings,
+            ]
+        )
+        (summary,) = _run_in_process(_save(config, out))
+        os.replace(summary["model_path"], path)
+    return path
+
+
+def calculator_model(workspace: Workspace) -> Path:
+    """The tiny model after a short SFT on the expert conversations: it calls the calculator
+    in the right format and copies the result some of the time."""
+    expert = calculator_tasks(workspace) / "expert.jsonl"
+    settings = ["buffer.train_batch_size=20", "buffer.total_epochs=30", "model.max_prompt_tokens=512"]
+    fmt = "{messages_key: messages, tools_key: tools}"
+    return sft_model(workspace, "calculator_model", workspace.tiny_model, expert, fmt, settings)
+
+
+def teacher_model(workspace: Workspace) -> Path:
+    """The warm model SFT'd as long again (120 full-batch steps in all on the 25 sums): right
+    nearly always, where the warm model is right about a quarter of the time."""
+    settings = ["buffer.train_batch_size=25", "buffer.total_epochs=60"]
+    return sft_model(
+        workspace, "teacher_model", workspace.warm_model, workspace.arithmetic / "sft.jsonl", FORMAT, settings
+    )
+
+
+TOOL_CALL = Cell(
+    name="workflow: tool_call",
+    family="tool use",
+    overrides=lambda ws: [
+        f"model.model_path={calculator_model(ws)}",
+        f"buffer.explorer_input.taskset.path={calculator_tasks(ws) / 'tasks.jsonl'}",
+        "buffer.explorer_input.default_workflow_type=tool_call_workflow",
+        "model.max_prompt_tokens=512",
+        "model.max_response_tokens=80",
+    ],
+    steps=60,
+    margin=0.15,
+    note=(
+        "Not yet run through: on the shared 2-core machine (load 60-130) its expert SFT ran 15 of "
+        "its 60 steps (sft_loss 4.09 -> 2.88) before it had to be stopped for the other cells."
+    ),
+    controls={
+        "mask on the tool's turns": lambda ws: ["buffer.explorer_input.default_workflow_type=tool_call_env_masked"]
+    },
+)
+"""Tool use: the answer is the calculator's result, which the model must call for and copy."""
+
+CELLS = [STEP_WISE_GRPO, GIGPO, MULTI_TURN, TOOL_CALL, ON_POLICY_DISTILL, JSD]

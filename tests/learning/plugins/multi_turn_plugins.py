@@ -4,7 +4,7 @@
 asked, then its ``turns[0]``; the reward is the mean of the reward function over the two
 replies (each against its entry of ``answers``), so it needs both turns.
 
-``*_env_masked``: the same games with the action mask one turn off, the controls: each
+``*_env_masked`` (``tool_call_env_masked`` too): the same workflows with the action mask one turn off, the controls: each
 experience is trained on the environment's turns (the user's follow-up and the template
 between turns) instead of the model's replies. They must not learn.
 """
@@ -15,7 +15,7 @@ import torch
 
 from trinity.plugin_api import Experience, hookimpl
 from trinity_workflows.base import Messages
-from trinity_workflows.conversation import ConversationWorkflow, MultiTurnWorkflow, StepWiseWorkflow
+from trinity_workflows.conversation import ConversationWorkflow, MultiTurnWorkflow, StepWiseWorkflow, ToolCallWorkflow
 
 
 class SumPair(ConversationWorkflow):
@@ -74,9 +74,14 @@ class SumPairMultiTurnEnvMasked(EnvMasked, SumPairMultiTurn):
     pass
 
 
+class ToolCallEnvMasked(EnvMasked, ToolCallWorkflow):
+    pass
+
+
 @hookimpl
 def trinity_register_workflows(register):
     register("sum_pair_step_wise", SumPairStepWise)
     register("sum_pair_multi_turn", SumPairMultiTurn)
     register("sum_pair_step_wise_env_masked", SumPairStepWiseEnvMasked)
     register("sum_pair_multi_turn_env_masked", SumPairMultiTurnEnvMasked)
+    register("tool_call_env_masked", ToolCallEnvMasked)
