@@ -215,7 +215,14 @@ CPT = Cell(
 CELLS = [
     GRPO,
     rl_cell("grpo_verl"),
-    rl_cell("gspo"),
+    rl_cell(
+        "gspo",
+        note=(
+            "Same curve as grpo to 5 decimals (pg_loss and reward at every step): one on-policy update a batch "
+            "keeps the ratio at 1, and with the global loss_agg_mode token-mean (check.py gives it to every fn "
+            "that sets none, over GSPO's own seq-mean-token-mean) GSPO's gradient is GRPO's."
+        ),
+    ),
     rl_cell("dapo", "algorithm.policy_loss_fn_args={clip_range_low: 0.2, clip_range_high: 0.28}", DAPO_PIPELINE),
     PPO,
     OPMD,
