@@ -231,7 +231,9 @@ CELLS = [
     rl_cell("reinforceplusplus"),
     rl_cell("remax", "buffer.explorer_input.default_workflow_type=greedy_baseline_workflow"),
     rl_cell("asymre"),
-    rl_cell("cispo"),
+    rl_cell(
+        "cispo", note="Same curve as grpo (first 15 steps checked): on policy its clipped, stop-gradient ratio is 1."
+    ),
     rl_cell("m2po"),
     rl_cell(
         "raft",
