@@ -160,7 +160,7 @@ AGENTSCOPE_REACT = Cell(
     "clients (the recording one and AgentScope's own, replaced at once), each loading the CA bundle "
     "(ssl load_verify_locations), about 3x a direct call, too slow for a CI test. "
     "inject_runtime_state false: AgentScope's current-time reminder would make every prompt new and "
-    "200 tokens long.",
+    "200 tokens long. Not yet run to completion (a shared machine at load 80 took 100 s a step).",
 )
 """An agent framework's calls, recorded through the OpenAI endpoint, are trained on."""
 

@@ -2,7 +2,8 @@
 API, reached as an auxiliary model with ``engine_type: external``, raises the true accuracy.
 
 Shown to fail when broken (40 steps, seed 0): with the judge inverted the true accuracy fell
-0.20 -> 0.00 (the model learned to answer wrong; the correct judge: 0.53 -> 0.89).
+0.20 -> 0.00 (the model learned to answer wrong), with a random judge 0.32 -> 0.01; the correct
+judge: 0.53 -> 0.89.
 """
 
 from __future__ import annotations
