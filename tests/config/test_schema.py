@@ -190,7 +190,9 @@ def test_the_torch_engine_budget_is_at_least_16384_tokens_unless_set(tmp_path):
     assert load_config(write(tmp_path), torch).trainer.max_token_len_per_gpu == 16384
     long = load_config(write(tmp_path), [*torch, "model.max_prompt_tokens=10000"])
     assert long.trainer.max_token_len_per_gpu == 2 * long.model.max_model_len
-    assert load_config(write(tmp_path), [*torch, "trainer.max_token_len_per_gpu=76"]).trainer.max_token_len_per_gpu == 76
+    assert (
+        load_config(write(tmp_path), [*torch, "trainer.max_token_len_per_gpu=76"]).trainer.max_token_len_per_gpu == 76
+    )
 
 
 PLUGIN = '''
