@@ -25,7 +25,7 @@ interleaved, and printed as median (min-max).
   Overlap cannot beat the slower role, so the bound is (explore + train) / max(explore,
   train); the bench prints it. Target >= 1.8.
 - skewed: steps per minute of ``fully_async`` with ``over_rollout`` (ratio 0.25, no wait after
-  the minimum) over ``fixed`` (sync_offset 0), on a step whose tasks wait on a simulated
+  the minimum, sync_offset 1) over ``fixed`` (sync_offset 0), on a step whose tasks wait on a simulated
   environment first: a Pareto-distributed latency per task (most near 50 ms, a few up to
   3 s), as agent tasks wait on tools and environments. Fixed waits for the slowest task of
   every batch and alternates exploring and training; the other drops the slowest quarter of
@@ -297,6 +297,7 @@ def skewed(root: Path, model: Path, data: Path) -> None:
             "fully_async",
             (
                 "synchronizer.sync_style=fully_async",
+                "synchronizer.sync_offset=1",  # at most one version stale: at 0 the explorer waits for every step
                 "explorer.over_rollout.ratio=0.25",
                 "explorer.over_rollout.wait_after_min=0",
             ),

@@ -100,7 +100,25 @@ def test_trainer_driven_looks_at_every_step(tmp_path, tiny_model_dir) -> None:
 
 
 def test_fully_async_takes_what_is_newer_before_every_batch(tmp_path, tiny_model_dir) -> None:
-    fully = explorer(tmp_path, tiny_model_dir, "fully_async", timeout=60)
-    assert synced_at(fully, 1) == 0  # nothing published: no wait
+    fully = explorer(tmp_path, tiny_model_dir, "fully_async", offset=2, timeout=60)
+    assert synced_at(fully, 1) == 0  # nothing published, within sync_offset: no wait
     publish(fully, tiny_model_dir, 1)
     assert synced_at(fully, 1) == 1  # between interval ends too
+
+
+@pytest.mark.parametrize("style", ["fully_async", "trainer_driven"])
+def test_an_async_explorer_more_than_sync_offset_ahead_waits_for_the_next_version(style, tmp_path, tiny_model_dir):
+    """Staleness stays within sync_offset + 1: an explorer that never waited ran ever further
+    ahead of a slower trainer (staleness 22 by step 40 of the quickstart) and did not learn."""
+    ahead = explorer(tmp_path, tiny_model_dir, style, offset=1, timeout=60)
+    assert synced_at(ahead, 1) == 0  # one step done, version 0: within sync_offset 1
+    threading.Timer(0.5, publish, (ahead, tiny_model_dir, 1)).start()
+    started = time.monotonic()
+    assert synced_at(ahead, 3) == 1  # three done, version 0: waits for version 1
+    assert time.monotonic() - started >= 0.4
+
+
+def test_an_async_explorer_goes_on_with_its_weights_after_sync_timeout(tmp_path, tiny_model_dir, caplog) -> None:
+    fully = explorer(tmp_path, tiny_model_dir, "fully_async", timeout=1)
+    assert synced_at(fully, 1) == 0  # waited 1 s for version 1, then went on
+    assert "going on with weights of version 0" in caplog.text

@@ -684,7 +684,9 @@ class SynchronizerConfig(ConfigModel):
     sync_interval: int = Field(1, ge=1, description="Steps between weight syncs.")
     explorer_sync_interval: int | None = derived(None, "sync_interval, as the explorer counts it.", ge=1)
     trainer_sync_interval: int | None = derived(None, "sync_interval, as the trainer counts it.", ge=1)
-    sync_offset: int = Field(0, ge=0, description="Steps the explorer may run ahead of the trainer.")
+    sync_offset: int = Field(
+        0, ge=0, description="Steps the explorer may run ahead of the trainer (fully_async and trainer_driven too)."
+    )
     sync_timeout: int = Field(3600, gt=0, description="Seconds a sync may wait before it fails.")
     group_name: str = inert("rollout_weight_sync", "Name of the NCCL weight-sync group.")
     wait_for_checkpoint: bool = inert(False, "Wait for the latest checkpoint before syncing.")
