@@ -3,8 +3,8 @@ styles, two-process and serve modes, engines) run for its step budget with fixed
 docs/learning.md (a table: start -> end, change, margin, wall time, staleness) and
 docs/learning.png (each cell's curve).
 
-    python benchmarks/bench_learning.py [--only SUBSTRING ...] [--controls] [--seed N] [--jobs N]
-                                        [--workdir DIR] [--out docs/learning.md]
+    python benchmarks/bench_learning.py [--only SUBSTRING ...] [--update] [--controls] [--seed N]
+                                        [--jobs N] [--workdir DIR] [--out docs/learning.md]
 
 Each cell runs as ``trinity run`` in a subprocess, ``--jobs`` at a time (default 1; with 2 on 2
 cores the matrix takes about a third less time, each cell's wall time grows). A cell with a
@@ -13,7 +13,8 @@ cores the matrix takes about a third less time, each cell's wall time grows). A 
 runs each cell's controls (its mechanism broken: advantages negated, weights not synced, the
 mask off by one turn, ...), which must not learn: they show that a cell's measure can fail.
 ``--only`` runs the cells whose name contains one of the substrings and writes the rows it ran
-(the file then says which were left out). The CI learning tests (tests/learning) run a few cells
+(the file then says which were left out); with ``--update`` it keeps the other rows of the last
+matrix (``docs/learning.json``), so one cell is run again after a change. The CI learning tests (tests/learning) run a few cells
 on shorter budgets; this is the whole matrix, minutes per cell.
 """
 
@@ -117,77 +118,104 @@ def slug(cell: Cell, control: str) -> str:
     return "".join(ch if ch.isalnum() else "_" for ch in f"{cell.name}_{control}")
 
 
-def fmt(value: float, spec: str = ".3f") -> str:
+def fmt(value: float | None, spec: str = ".3f") -> str:
     return f"{value:{spec}}" if isinstance(value, float) and math.isfinite(value) else "–"
 
 
-def table(rows: list[Row]) -> list[str]:
+def record(row: Row) -> dict:
+    """A row as the table, the plot and ``--update`` read it (``docs/learning.json``)."""
+    r, m = row.result, row.cell.measure
+    verdict = row.verdict if r is not None else f"failed to run: {row.error}"
+    if row.cell.note and not row.control:
+        verdict += f" ({row.cell.note})"
+    return {
+        "cell": row.label,
+        "control": bool(row.control),
+        "family": row.cell.family,
+        "measure": m.label + ("" if m.higher_is_better else " (lower is better)"),
+        "start": r.start if r else None,
+        "end": r.end if r else None,
+        "change": r.change if r else None,
+        "margin": row.cell.margin,
+        "steps": len(r.series) if r else None,
+        "wall_s": r.wall_s if r else None,
+        "staleness": r.staleness if r else None,
+        "learned": r.learned if r else None,
+        "verdict": verdict,
+        "series": r.series if r else [],
+    }
+
+
+def table(records: list[dict]) -> list[str]:
     lines = [
         "| cell | family | measure | start → end | change | margin | steps | wall | staleness | verdict |",
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
-    for row in rows:
-        r, m = row.result, row.cell.measure
-        if r is None:
-            cells = [row.label, row.cell.family, m.label, "–", "–", str(row.cell.margin), "–", "–", "–"]
-            lines.append("| " + " | ".join(cells) + f" | failed to run: {row.error} |")
-            continue
-        verdict = row.verdict + (f" ({row.cell.note})" if row.cell.note and not row.control else "")
+    for rec in records:
         cells = [
-            row.label,
-            row.cell.family,
-            m.label + ("" if m.higher_is_better else " (lower is better)"),
-            f"{fmt(r.start)} → {fmt(r.end)}",
-            fmt(r.change, "+.3f"),
-            str(row.cell.margin),
-            str(len(r.series)),
-            f"{r.wall_s:.0f} s",
-            fmt(r.staleness, ".2f"),
-            verdict,
+            rec["cell"],
+            rec["family"],
+            rec["measure"],
+            f"{fmt(rec['start'])} → {fmt(rec['end'])}",
+            fmt(rec["change"], "+.3f"),
+            str(rec["margin"]),
+            str(rec["steps"] or "–"),
+            f"{fmt(rec['wall_s'], '.0f')} s",
+            fmt(rec["staleness"], ".2f"),
+            rec["verdict"],
         ]
         lines.append("| " + " | ".join(cells) + " |")
     return lines
 
 
-def plot(rows: list[Row], path: Path) -> None:
+def plot(records: list[dict], path: Path) -> None:
     from matplotlib.figure import Figure
 
-    drawn = [row for row in rows if row.result is not None and row.result.series and not row.control]
+    drawn = [rec for rec in records if rec["series"] and not rec["control"]]
     if not drawn:
         return
     columns = 4
     lines = math.ceil(len(drawn) / columns)
     figure = Figure(figsize=(4 * columns, 2.6 * lines), layout="constrained")
-    for index, row in enumerate(drawn):
+    for index, rec in enumerate(drawn):
         axes = figure.add_subplot(lines, columns, index + 1)
-        axes.plot(range(1, len(row.result.series) + 1), row.result.series, linewidth=1)
-        axes.set_title(f"{row.cell.name} ({'ok' if row.result.learned else 'no'})", fontsize=8)
+        axes.plot(range(1, len(rec["series"]) + 1), rec["series"], linewidth=1)
+        axes.set_title(f"{rec['cell']} ({'learns' if rec['learned'] else 'no'})", fontsize=8)
         axes.set_xlabel("step", fontsize=7)
-        axes.set_ylabel(row.cell.measure.label, fontsize=7)
+        axes.set_ylabel(rec["measure"], fontsize=7)
         axes.tick_params(labelsize=6)
     figure.savefig(path, dpi=80)
 
 
-def write_doc(rows: list[Row], out: Path, args: argparse.Namespace, left_out: list[str], seconds: float) -> None:
-    cells = [row for row in rows if not row.control]
-    controls = [row for row in rows if row.control]
-    learned = sum(1 for row in cells if row.result is not None and row.result.learned)
+def merged(records: list[dict], previous: Path) -> list[dict]:
+    """``--update``: the rows of the last written matrix, those run now replaced (new ones last)."""
+    if not previous.exists():
+        return records
+    fresh = {rec["cell"]: rec for rec in records}
+    old = json.loads(previous.read_text())["rows"]
+    kept = [fresh.pop(rec["cell"], rec) for rec in old]
+    return kept + list(fresh.values())
+
+
+def write_doc(records: list[dict], out: Path, args: argparse.Namespace, left_out: list[str], seconds: float) -> None:
+    cells = [rec for rec in records if not rec["control"]]
+    controls = [rec for rec in records if rec["control"]]
+    learned = sum(1 for rec in cells if rec["learned"])
     today = datetime.date.today().isoformat()
     lines = [
         "# The learning matrix",
         "",
-        "Written by `python benchmarks/bench_learning.py"
-        + (" --controls" if args.controls else "")
-        + "`: each cell of `tests/learning/*_cells.py` "
+        "Written by `python benchmarks/bench_learning.py`: each cell of `tests/learning/*_cells.py` "
         "runs `trinity run` for its step budget with fixed seeds (seed "
         f"{args.seed}) on a tiny model built locally (nothing is downloaded). A cell learns when its "
         "measure (the mean of its first steps against the mean of its last) moves the right way by at "
         "least its margin. The CI learning tests (`tests/learning`) run some of these cells on shorter "
-        "budgets.",
+        "budgets. Wall times include `trinity run`'s start-up; with `--jobs 2` two cells share the "
+        "machine.",
         "",
-        f"Measured {today} on {platform.machine()}, {_cores()} cores, {args.jobs} cell(s) at a time, "
-        f"in {seconds / 60:.0f} minutes: "
-        f"**{learned} of {len(cells)} cells learn by their margin**.",
+        f"Last written {today} on {platform.machine()}, {_cores()} cores, {args.jobs} cell(s) at a time"
+        + (f", {seconds / 60:.0f} minutes for the rows run then" if seconds else "")
+        + f": **{learned} of {len(cells)} cells learn by their margin**.",
         "",
         *table(cells),
         "",
@@ -203,19 +231,12 @@ def write_doc(rows: list[Row], out: Path, args: argparse.Namespace, left_out: li
             "",
         ]
     if left_out:
-        lines += ["Not run this time (`--only`): " + ", ".join(left_out) + ".", ""]
+        lines += ["Not in this table (`--only`): " + ", ".join(left_out) + ".", ""]
     lines += [f"![every cell's measure per step]({out.with_suffix('.png').name})", ""]
+    out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text("\n".join(lines))
-    plot(rows, out.with_suffix(".png"))
-    raw = [
-        {
-            "cell": row.label,
-            "series": row.result.series if row.result else None,
-            "wall_s": row.result and row.result.wall_s,
-        }
-        for row in rows
-    ]
-    out.with_suffix(".json").write_text(json.dumps(raw, indent=1) + "\n")
+    plot(records, out.with_suffix(".png"))
+    out.with_suffix(".json").write_text(json.dumps({"rows": records}, indent=1) + "\n")
 
 
 def _cores() -> int:
@@ -230,6 +251,7 @@ def main() -> None:
     parser.add_argument("--controls", action="store_true", help="also run each cell's controls")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--jobs", type=int, default=1, help="cells run at once")
+    parser.add_argument("--update", action="store_true", help="keep the other rows of the last written matrix")
     parser.add_argument("--workdir", type=Path, help="keep the models, data and runs here (default: a temporary one)")
     parser.add_argument("--out", type=Path, default=REPO / "docs" / "learning.md")
     args = parser.parse_args()
@@ -254,11 +276,17 @@ def main() -> None:
                 described = row.result.describe() if row.result else f"failed to run: {row.error}"
                 print(f"[{done}/{len(plan)}] {row.label}: {described}", flush=True)
         rows.sort(key=lambda row: plan.index((row.cell, row.control)))
-        ends = {row.cell.name: row.result.end for row in rows if row.result is not None and not row.control}
+        records = [record(row) for row in rows]
+        if args.update:
+            records = merged(records, args.out.with_suffix(".json"))
+        ends = {rec["cell"]: rec["end"] for rec in records if rec["end"] is not None and not rec["control"]}
         for row in rows:
             if row.cell.baseline is not None:
                 row.baseline_end = ends.get(row.cell.baseline.name, math.nan)
-        write_doc(rows, args.out, args, left_out, time.monotonic() - started)
+        fresh = {row.label: record(row) for row in rows}  # again, with the baselines' ends
+        records = [fresh.get(rec["cell"], rec) for rec in records]
+        left_out = [name for name in left_out if name not in {rec["cell"] for rec in records}]
+        write_doc(records, args.out, args, left_out, time.monotonic() - started)
     print(f"wrote {args.out} and {args.out.with_suffix('.png')}")
 
 
