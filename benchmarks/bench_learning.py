@@ -3,8 +3,9 @@ styles, two-process and serve modes, engines) run for its step budget with fixed
 docs/learning.md (a table: start -> end, change, margin, wall time, staleness) and
 docs/learning.png (each cell's curve).
 
-    python benchmarks/bench_learning.py [--only SUBSTRING ...] [--update] [--controls] [--seed N]
-                                        [--jobs N] [--workdir DIR] [--out docs/learning.md]
+    python benchmarks/bench_learning.py [--only SUBSTRING ...] [--skip SUBSTRING ...] [--update]
+                                        [--short] [--controls] [--seed N] [--jobs N]
+                                        [--workdir DIR] [--out docs/learning.md]
 
 Each cell runs as ``trinity run`` in a subprocess, ``--jobs`` at a time (default 1; with 2 on 2
 cores the matrix takes about a third less time, each cell's wall time grows). A cell with a
@@ -39,6 +40,10 @@ from learning_cells import Cell, CellResult, Workspace, run_cell  # noqa: E402  
 
 CELL_MODULES = ("single_turn_cells", "multi_turn_cells", "judge_agent_cells", "async_cells")
 """The modules of tests/learning whose ``CELLS`` make the matrix, in the table's order."""
+
+
+SHORT_STEPS = 40
+"""``--short``: a cell's budget is its learning test's (or at most this many steps)."""
 
 
 @dataclass
@@ -92,11 +97,12 @@ def all_cells() -> list[Cell]:
     return cells
 
 
-def run_row(cell: Cell, workspace: Workspace, out: Path, seed: int, control: str = "") -> Row:
+def run_row(cell: Cell, workspace: Workspace, out: Path, seed: int, control: str = "", short: bool = False) -> Row:
     row = Row(cell, control)
     extra = cell.controls[control](workspace) if control else []
+    steps = (cell.test_steps or min(cell.steps, SHORT_STEPS)) if short else cell.steps
     try:
-        row.result = run_cell(cell, workspace, out, seed=seed, extra=extra, subprocess_run=True)
+        row.result = run_cell(cell, workspace, out, steps=steps, seed=seed, extra=extra, subprocess_run=True)
     except Exception as exc:  # one cell's failure is a row of the table, not the end of the matrix
         row.error = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         traceback.print_exc()
@@ -197,7 +203,7 @@ def merged(records: list[dict], previous: Path) -> list[dict]:
     return kept + list(fresh.values())
 
 
-def write_doc(records: list[dict], out: Path, args: argparse.Namespace, left_out: list[str], seconds: float) -> None:
+def write_doc(records: list[dict], out: Path, args: argparse.Namespace, left_out: list[Cell], seconds: float) -> None:
     cells = [rec for rec in records if not rec["control"]]
     controls = [rec for rec in records if rec["control"]]
     learned = sum(1 for rec in cells if rec["learned"])
@@ -206,7 +212,9 @@ def write_doc(records: list[dict], out: Path, args: argparse.Namespace, left_out
         "# The learning matrix",
         "",
         "Written by `python benchmarks/bench_learning.py`: each cell of `tests/learning/*_cells.py` "
-        "runs `trinity run` for its step budget with fixed seeds (seed "
+        "runs `trinity run` for its step budget"
+        + (" (`--short`: its learning test's, or at most 40 steps)" if args.short else "")
+        + " with fixed seeds (seed "
         f"{args.seed}) on a tiny model built locally (nothing is downloaded). A cell learns when its "
         "measure (the mean of its first steps against the mean of its last) moves the right way by at "
         "least its margin. The CI learning tests (`tests/learning`) run some of these cells on shorter "
@@ -231,7 +239,9 @@ def write_doc(records: list[dict], out: Path, args: argparse.Namespace, left_out
             "",
         ]
     if left_out:
-        lines += ["Not in this table (`--only`): " + ", ".join(left_out) + ".", ""]
+        lines += ["Not run this time (`--only`, `--skip`):", ""]
+        lines += [f"- {cell.name} ({cell.family}){': ' + cell.note if cell.note else ''}" for cell in left_out]
+        lines.append("")
     lines += [f"![every cell's measure per step]({out.with_suffix('.png').name})", ""]
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text("\n".join(lines))
@@ -248,6 +258,8 @@ def _cores() -> int:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--only", nargs="*", default=[], help="run the cells whose name contains one of these")
+    parser.add_argument("--skip", nargs="*", default=[], help="leave out the cells whose name contains one of these")
+    parser.add_argument("--short", action="store_true", help="each cell for its learning test's budget (or 40 steps)")
     parser.add_argument("--controls", action="store_true", help="also run each cell's controls")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--jobs", type=int, default=1, help="cells run at once")
@@ -256,8 +268,12 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=REPO / "docs" / "learning.md")
     args = parser.parse_args()
     cells = all_cells()
-    chosen = [c for c in cells if not args.only or any(s in c.name for s in args.only)]
-    left_out = [c.name for c in cells if c not in chosen]
+    chosen = [
+        c
+        for c in cells
+        if (not args.only or any(s in c.name for s in args.only)) and not any(s in c.name for s in args.skip)
+    ]
+    left_out = [c for c in cells if c not in chosen]
     with tempfile.TemporaryDirectory() as tmp:
         root = args.workdir or Path(tmp)
         workspace = Workspace(root / "workspace")
@@ -267,7 +283,9 @@ def main() -> None:
         rows: list[Row] = []
         with concurrent.futures.ThreadPoolExecutor(args.jobs) as pool:
             futures = {
-                pool.submit(run_row, cell, workspace, root / "runs" / slug(cell, control), args.seed, control): index
+                pool.submit(
+                    run_row, cell, workspace, root / "runs" / slug(cell, control), args.seed, control, args.short
+                ): index
                 for index, (cell, control) in enumerate(plan)
             }
             for done, future in enumerate(concurrent.futures.as_completed(futures), 1):
@@ -285,7 +303,7 @@ def main() -> None:
                 row.baseline_end = ends.get(row.cell.baseline.name, math.nan)
         fresh = {row.label: record(row) for row in rows}  # again, with the baselines' ends
         records = [fresh.get(rec["cell"], rec) for rec in records]
-        left_out = [name for name in left_out if name not in {rec["cell"] for rec in records}]
+        left_out = [cell for cell in left_out if cell.name not in {rec["cell"] for rec in records}]
         write_doc(records, args.out, args, left_out, time.monotonic() - started)
     print(f"wrote {args.out} and {args.out.with_suffix('.png')}")
 
