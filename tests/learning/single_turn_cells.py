@@ -38,7 +38,15 @@ def expert_buffer(ws) -> str:
     )
 
 
-def rl_cell(name: str, *overrides: str, note: str = "", expert: bool = False, negate: bool = True) -> Cell:
+def rl_cell(
+    name: str,
+    *overrides: str,
+    note: str = "",
+    expert: bool = False,
+    negate: bool = True,
+    measure: Measure | None = None,
+    margin: float = 0.15,
+) -> Cell:
     """The RL type ``name`` on the arithmetic (overrides after its ``algorithm_type``); its control
     negates the type's advantages unless not ``negate`` (types whose learning has another source)."""
     return Cell(
@@ -47,7 +55,8 @@ def rl_cell(name: str, *overrides: str, note: str = "", expert: bool = False, ne
         overrides=lambda ws: [*algorithm(name, *overrides), *([expert_buffer(ws)] if expert else [])],
         steps=120,
         test_steps=40,
-        margin=0.15,
+        margin=margin,
+        measure=measure or Measure(),
         note=note,
         controls=negated(name) if negate else {},
     )
@@ -243,6 +252,9 @@ CELLS = [
         "raft",
         "data_processor.experience_pipeline.operators=[{name: reward_filter, args: {threshold: 1.0}}]",
         negate=False,
+        # the reward after RAFT's filter is always 1: the samples it keeps are the right ones
+        measure=Measure(key="rollout/experience_count", label="right samples of 128"),
+        margin=0.15 * 128,
     ),
     rl_cell("rec"),
     rl_cell("sapo"),
