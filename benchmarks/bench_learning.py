@@ -132,8 +132,6 @@ def record(row: Row) -> dict:
     """A row as the table, the plot and ``--update`` read it (``docs/learning.json``)."""
     r, m = row.result, row.cell.measure
     verdict = row.verdict if r is not None else f"failed to run: {row.error}"
-    if row.cell.note and not row.control:
-        verdict += f" ({row.cell.note})"
     return {
         "cell": row.label,
         "control": bool(row.control),
@@ -148,6 +146,7 @@ def record(row: Row) -> dict:
         "staleness": r.staleness if r else None,
         "learned": r.learned if r else None,
         "verdict": verdict,
+        "note": "" if row.control else row.cell.note,
         "series": r.series if r else [],
     }
 
@@ -168,7 +167,7 @@ def table(records: list[dict]) -> list[str]:
             str(rec["steps"] or "–"),
             f"{fmt(rec['wall_s'], '.0f')} s",
             fmt(rec["staleness"], ".2f"),
-            rec["verdict"],
+            rec["verdict"] + (f" ({rec['note']})" if rec.get("note") else ""),
         ]
         lines.append("| " + " | ".join(cells) + " |")
     return lines
@@ -193,12 +192,17 @@ def plot(records: list[dict], path: Path) -> None:
     figure.savefig(path, dpi=80)
 
 
-def merged(records: list[dict], previous: Path) -> list[dict]:
-    """``--update``: the rows of the last written matrix, those run now replaced (new ones last)."""
+def merged(records: list[dict], previous: Path, cells: list[Cell]) -> list[dict]:
+    """``--update``: the rows of the last written matrix, those run now replaced (new ones last);
+    the rows kept take their cell's current note."""
     if not previous.exists():
         return records
     fresh = {rec["cell"]: rec for rec in records}
+    notes = {cell.name: cell.note for cell in cells}
     old = json.loads(previous.read_text())["rows"]
+    for rec in old:
+        if not rec["control"] and rec["cell"] in notes:
+            rec["note"] = notes[rec["cell"]]
     kept = [fresh.pop(rec["cell"], rec) for rec in old]
     return kept + list(fresh.values())
 
@@ -296,7 +300,7 @@ def main() -> None:
         rows.sort(key=lambda row: plan.index((row.cell, row.control)))
         records = [record(row) for row in rows]
         if args.update:
-            records = merged(records, args.out.with_suffix(".json"))
+            records = merged(records, args.out.with_suffix(".json"), cells)
         ends = {rec["cell"]: rec["end"] for rec in records if rec["end"] is not None and not rec["control"]}
         for row in rows:
             if row.cell.baseline is not None:
