@@ -77,16 +77,23 @@ STEP_WISE_GRPO = sum_pair_cell(
     "multi_step_grpo",
     test_steps=30,
     note=(
-        "30 trainer steps (two per explorer step; the explorer ran 25): reward 0.394 -> 0.581. Control "
-        "(mask on the user's turns): 0.312 -> 0.105 over 14 explorer steps (28 trainer steps, when the "
-        "shared machine's Ray died), the model unlearning the sums."
+        "30 trainer steps (two per explorer step; the explorer ran 25): reward 0.394 -> 0.581, but in the "
+        "2026-11-27 matrix (two cells at a time) 0.420 -> 0.421: under load the engine batches concurrent "
+        "requests differently, so the samples differ, and this cell's margin does not hold run to run. "
+        "Control (mask on the user's turns): 0.312 -> 0.105 over 14 explorer steps, the model unlearning "
+        "the sums."
     ),
 )
 """Step-wise multi-turn RL: one experience per reply, each with the run's GRPO advantage. The
 trainer takes two steps per explorer step (two experiences per run)."""
 
 GIGPO = sum_pair_cell(
-    "multi-turn: step_wise + gigpo", "multi-turn step-wise", "sum_pair_step_wise", "gigpo", note="Not yet run."
+    "multi-turn: step_wise + gigpo",
+    "multi-turn step-wise",
+    "sum_pair_step_wise",
+    "gigpo",
+    test_steps=40,
+    note="40 steps in the 2026-11-27 matrix (two cells at a time): 0.405 -> 0.661.",
 )
 """GiGPO: the first replies of a task's runs share a state (an anchor group), the second ones
 do where the first replies agreed."""

@@ -4,11 +4,13 @@ How each was shown to fail with its mechanism broken: the cells' ``controls`` an
 from __future__ import annotations
 
 from learning_cells import run_cell
-from multi_turn_cells import ON_POLICY_DISTILL, STEP_WISE_GRPO
+from multi_turn_cells import GIGPO, ON_POLICY_DISTILL
 
 
-def test_step_wise_multi_step_grpo_learns_two_sums(workspace, learning_ray, tmp_path):
-    result = run_cell(STEP_WISE_GRPO, workspace, tmp_path, steps=STEP_WISE_GRPO.test_steps)
+def test_step_wise_gigpo_learns_two_sums(workspace, learning_ray, tmp_path):
+    """GiGPO over the two replies of each run (its control, the mask on the user's turns, unlearns:
+    multi_turn_cells.STEP_WISE_GRPO's note)."""
+    result = run_cell(GIGPO, workspace, tmp_path, steps=GIGPO.test_steps)
     assert result.learned, result.describe()
 
 
