@@ -8,7 +8,8 @@ docs/learning.png (each cell's curve).
                                         [--workdir DIR] [--out docs/learning.md]
 
 Each cell runs as ``trinity run`` in a subprocess, ``--jobs`` at a time (default 1; with 2 on 2
-cores the matrix takes about a third less time, each cell's wall time grows). A cell with a
+cores the matrix takes about a third less time, each cell's wall time grows; the cells whose runner
+runs trinity in this process, sft and dpo, need the default). A cell with a
 ``baseline`` (the async sync styles: the fixed sync's cell) must also end within its
 ``baseline_margin`` of that cell's final measure. ``--controls`` also
 runs each cell's controls (its mechanism broken: advantages negated, weights not synced, the
@@ -285,18 +286,23 @@ def main() -> None:
         plan = [(cell, "") for cell in chosen] + [(c, label) for c in chosen if args.controls for label in c.controls]
         prepare(workspace, plan)
         rows: list[Row] = []
-        with concurrent.futures.ThreadPoolExecutor(args.jobs) as pool:
-            futures = {
-                pool.submit(
-                    run_row, cell, workspace, root / "runs" / slug(cell, control), args.seed, control, args.short
-                ): index
-                for index, (cell, control) in enumerate(plan)
-            }
-            for done, future in enumerate(concurrent.futures.as_completed(futures), 1):
-                row = future.result()
-                rows.append(row)
-                described = row.result.describe() if row.result else f"failed to run: {row.error}"
-                print(f"[{done}/{len(plan)}] {row.label}: {described}", flush=True)
+
+        def finished(row: Row) -> None:
+            rows.append(row)
+            described = row.result.describe() if row.result else f"failed to run: {row.error}"
+            print(f"[{len(rows)}/{len(plan)}] {row.label}: {described}", flush=True)
+
+        runs = [
+            (cell, workspace, root / "runs" / slug(cell, control), args.seed, control, args.short)
+            for cell, control in plan
+        ]
+        if args.jobs == 1:  # in this thread: a runner that runs trinity in this process sets signal handlers
+            for run in runs:
+                finished(run_row(*run))
+        else:
+            with concurrent.futures.ThreadPoolExecutor(args.jobs) as pool:
+                for future in concurrent.futures.as_completed([pool.submit(run_row, *run) for run in runs]):
+                    finished(future.result())
         rows.sort(key=lambda row: plan.index((row.cell, row.control)))
         records = [record(row) for row in rows]
         if args.update:
