@@ -10,14 +10,15 @@ from trinity.plugins import manager as plugin_manager
 
 
 @pytest.fixture(scope="session")
-def workspace(tmp_path_factory: pytest.TempPathFactory, learning_plugins) -> Workspace:
+def workspace(tmp_path_factory: pytest.TempPathFactory) -> Workspace:
     """The tiny model, its SFT warm-up and the cells' data, shared by every learning test."""
     return Workspace(tmp_path_factory.mktemp("learning"))
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def learning_plugins():
-    """This process's registry loads the learning plugins (tests/learning/plugins) too."""
+    """This process's registry loads the learning plugins (tests/learning/plugins) too, for one
+    module only: the suites that run after it (tests/plugins) see the installed plugins alone."""
     with pytest.MonkeyPatch.context() as patch:
         for key, value in plugin_env().items():
             patch.setenv(key, value)
