@@ -24,6 +24,7 @@ import time
 from pathlib import Path
 
 from figures import spread  # benchmarks/, the running script's folder
+from omegaconf import OmegaConf
 
 REPO = Path(__file__).resolve().parents[1]
 QUICKSTART = Path("examples") / "quickstart"
@@ -41,10 +42,11 @@ def run_quickstart(tree: Path, model: Path, data: Path, out: Path) -> tuple[floa
         "TRINITY_CHECKPOINT_ROOT_DIR": str(out),
         "TRINITY_MODEL_PATH": str(model),
     }
-    data_paths = [
-        f"buffer.explorer_input.taskset.path={data / 'tasks.jsonl'}",
-        f"stages.0.buffer.trainer_input.experience_buffer.path={data / 'sft.jsonl'}",
-    ]
+    config = OmegaConf.load(tree / QUICKSTART / "quickstart.yaml")  # the data paths set in the file:
+    config.buffer.explorer_input.taskset.path = str(data / "tasks.jsonl")  # older commits merge no
+    config.stages[0].buffer.trainer_input.experience_buffer.path = str(data / "sft.jsonl")  # stages.N overrides
+    out.mkdir(parents=True, exist_ok=True)
+    OmegaConf.save(config, out / "quickstart.yaml")
     started = time.monotonic()
     result = subprocess.run(
         [
@@ -53,8 +55,7 @@ def run_quickstart(tree: Path, model: Path, data: Path, out: Path) -> tuple[floa
             "trinity.cli",
             "run",
             "--config",
-            str(tree / QUICKSTART / "quickstart.yaml"),
-            *data_paths,
+            str(out / "quickstart.yaml"),
         ],
         cwd=tree,
         env=env,

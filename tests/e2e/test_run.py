@@ -346,25 +346,34 @@ def test_an_auxiliary_model_that_cannot_start_fails_the_run_naming_its_key(tmp_p
     assert re.search(cause, output), output[-3000:]
 
 
-def test_mix_trains_on_rollouts_and_expert_data(tmp_path, tiny_model_dir, arithmetic_data):
-    """algorithm mix: half of each batch comes from the auxiliary SFT dataset, and its position is
-    saved with the checkpoint."""
-    expert = "buffer.trainer_input.auxiliary_buffers.sft_dataset"
-    config = write_experiment(
+EXPERT = "buffer.trainer_input.auxiliary_buffers.sft_dataset"
+
+
+def mix_experiment(tmp_path: Path, model: Path, data: Path, *changes: str) -> Path:
+    """mix on 4 tasks x 4 samples a step, with the quickstart's SFT answers as its expert buffer:
+    16 rollouts and 16 expert rows a step (expert_data_ratio 0.5)."""
+    return write_experiment(
         tmp_path,
-        tiny_model_dir,
-        arithmetic_data,
+        model,
+        data,
         "algorithm.algorithm_type=mix",
         "algorithm.repeat_times=4",
         "buffer.batch_size=4",
-        "buffer.train_batch_size=32",  # 16 rollouts + 16 expert rows (expert_data_ratio 0.5)
-        "buffer.total_steps=2",
-        f"{expert}.storage_type=file",
-        f"{expert}.path={arithmetic_data / 'sft.jsonl'}",
-        f"{expert}.format.prompt_type=plaintext",
-        f"{expert}.format.prompt_key=question",
-        f"{expert}.format.response_key=answer",
-        f"{expert}.total_epochs=10",
+        "buffer.train_batch_size=32",
+        f"{EXPERT}.storage_type=file",
+        f"{EXPERT}.path={data / 'sft.jsonl'}",
+        f"{EXPERT}.format.prompt_type=plaintext",
+        f"{EXPERT}.format.prompt_key=question",
+        f"{EXPERT}.format.response_key=answer",
+        *changes,
+    )
+
+
+def test_mix_trains_on_rollouts_and_expert_data(tmp_path, tiny_model_dir, arithmetic_data):
+    """algorithm mix: half of each batch comes from the auxiliary SFT dataset, and its position is
+    saved with the checkpoint."""
+    config = mix_experiment(
+        tmp_path, tiny_model_dir, arithmetic_data, "buffer.total_steps=2", f"{EXPERT}.total_epochs=10"
     )
     assert_ok(trinity_run(config))
     trainer = metrics(tmp_path, "trainer")
@@ -372,3 +381,24 @@ def test_mix_trains_on_rollouts_and_expert_data(tmp_path, tiny_model_dir, arithm
     assert all(r["experience_count"] == 32 and r["expert_fraction"] == 0.5 for r in trainer)
     assert all("actor/expert/sft_loss" in r and "actor/usual/pg_loss" in r for r in trainer), trainer[0].keys()
     assert read_json(tmp_path / JOB / "meta" / "trainer.json")["expert_reader"]["served"] == 32
+
+
+def test_a_trainer_that_ends_first_stops_the_explorer_with_the_reason(tmp_path, tiny_model_dir, arithmetic_data):
+    """mix's 25 expert rows, read once, end the training at step 2 of 8: the run ends then, saying
+    why and which key to raise, instead of the explorer waiting ``sync_timeout`` for version 3."""
+    config = mix_experiment(  # read once, the 25 expert rows make two steps
+        tmp_path,
+        tiny_model_dir,
+        arithmetic_data,
+        "buffer.total_steps=8",
+        "synchronizer.sync_timeout=600",
+        "trainer.save_interval=0",
+    )
+    started = time.monotonic()
+    result = trinity_run(config)
+    assert_ok(result)
+    assert time.monotonic() - started < 300  # not the 600 s of sync_timeout
+    output = result.stdout + result.stderr
+    assert f"raise {EXPERT}.total_epochs to train longer" in output, output[-3000:]
+    assert "exploring stops after step 3: the trainer finished at version 2" in output, output[-3000:]
+    assert [r["step"] for r in metrics(tmp_path, "trainer")] == [1, 2]

@@ -15,7 +15,7 @@ from safetensors.torch import load_file
 
 from trinity.config import load_config
 from trinity.explorer.explorer import Explorer
-from trinity.synchronizer.methods import CheckpointSync, SyncTimeout
+from trinity.synchronizer.methods import CheckpointSync, SyncTimeout, TrainerFinished
 
 
 def explorer(tmp_path: Path, model: Path, style: str, offset: int = 0, timeout: int = 1) -> Explorer:
@@ -122,3 +122,24 @@ def test_an_async_explorer_goes_on_with_its_weights_after_sync_timeout(tmp_path,
     fully = explorer(tmp_path, tiny_model_dir, "fully_async", timeout=1)
     assert synced_at(fully, 1) == 0  # waited 1 s for version 1, then went on
     assert "going on with weights of version 0" in caplog.text
+
+
+def test_an_explorer_waiting_for_weights_stops_when_the_trainer_finishes(tmp_path, tiny_model_dir) -> None:
+    """The trainer's end (its data ran out) ends the explorer's wait at once, not after sync_timeout."""
+    waiting = explorer(tmp_path, tiny_model_dir, "fixed", timeout=60)
+    threading.Timer(0.5, CheckpointSync(waiting.config).finish, (0,)).start()
+    started = time.monotonic()
+    with pytest.raises(TrainerFinished, match="the trainer finished at version 0: no version >= 2 will come"):
+        synced_at(waiting, 2)
+    assert time.monotonic() - started < 10
+
+
+def test_an_earlier_runs_end_does_not_stop_a_resumed_explorer(tmp_path, tiny_model_dir) -> None:
+    """The end marker of the job's previous run predates this explorer: it waits as usual."""
+    earlier = CheckpointSync(explorer(tmp_path, tiny_model_dir, "fixed").config)
+    earlier.finish(0)
+    time.sleep(0.05)
+    resumed = explorer(tmp_path, tiny_model_dir, "fixed", timeout=1)
+    assert resumed.sync.root == earlier.root  # the same job: its marker is there
+    with pytest.raises(SyncTimeout):
+        synced_at(resumed, 2)

@@ -31,10 +31,11 @@ def algorithm(name: str, *more: str) -> tuple[str, ...]:
 
 
 def expert_buffer(ws) -> str:
-    """The quickstart's 25 SFT answers as the auxiliary (expert) buffer of mix and mix_chord."""
+    """The quickstart's 25 SFT answers as the auxiliary (expert) buffer of mix and mix_chord, read
+    64 a step (expert_data_ratio 0.5 of 128): ``total_epochs`` keeps them for the whole budget."""
     return (
         "buffer.trainer_input.auxiliary_buffers={sft_dataset: {name: sft_dataset, storage_type: file, "
-        f"path: {ws.arithmetic / 'sft.jsonl'}, format: {FORMAT}}}}}"
+        f"path: {ws.arithmetic / 'sft.jsonl'}, format: {FORMAT}, total_epochs: 1000}}}}"
     )
 
 
@@ -68,10 +69,11 @@ DAPO_PIPELINE = (
 )
 """DAPO's experience side: groups all right or all wrong dropped and refilled; overlong shaping."""
 
-MIX_STALLS = (
-    "stalled in the 2026-11-27 matrix: the trainer saved after step 1 and took no step 2 (its 25 expert rows "
-    "were all read at step 1), while the explorer waited for version 2; not yet investigated (the 3-step run "
-    "of tests/e2e/test_every_algorithm_type, 2 tasks a step, passes)"
+MIX_EXPERT = (
+    "Half of each batch is the 25 expert answers (SFT loss), read over and over (total_epochs 1000). With "
+    "total_epochs 1 (Trinity-RFT's default) training ends at step 1: an earlier matrix stalled there, the "
+    "explorer waiting for weights that never came; the trainer now says why it ended and the explorer stops "
+    "(tests/e2e/test_run.py)."
 )
 
 GRPO = rl_cell("grpo")
@@ -266,8 +268,8 @@ CELLS = [
     rl_cell("sapo"),
     rl_cell("sppo"),
     rl_cell("topr"),
-    rl_cell("mix", expert=True, negate=False, note=MIX_STALLS),
-    rl_cell("mix_chord", expert=True, negate=False, note=MIX_STALLS),
+    rl_cell("mix", expert=True, negate=False, note=MIX_EXPERT),
+    rl_cell("mix_chord", expert=True, negate=False, note=MIX_EXPERT),
     DPO,
     SFT,
     CPT,

@@ -25,6 +25,9 @@ class DroppedWeights(SyncMethod):
     def publish(self, state_dict, version, fence=nullcontext):
         self.inner.publish(state_dict, version, fence)
 
+    def finish(self, version):
+        self.inner.finish(version)
+
     def awaited(self):
         return self.inner.awaited()
 

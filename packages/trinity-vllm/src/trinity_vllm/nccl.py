@@ -192,6 +192,9 @@ class NCCLSync(SyncMethod):
         except self._ray.exceptions.RayTaskError as exc:
             raise exc.cause from None
 
+    def finish(self, version: int) -> None:
+        self._ray.get(self.coordinator.finish.remote(version))
+
     def awaited(self) -> int | None:
         return self._ray.get(self.coordinator.awaited.remote())
 

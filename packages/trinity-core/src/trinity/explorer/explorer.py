@@ -48,7 +48,7 @@ from trinity.monitor.learnable import (
 from trinity.monitor.metrics import eval_at_k, gather, stats, timer
 from trinity.plugins import Kind, resolve
 from trinity.runtime import freeze_long_lived_objects, setup_role
-from trinity.synchronizer.methods import SyncMethod, SyncTimeout, WeightUpdate
+from trinity.synchronizer.methods import SyncMethod, SyncTimeout, TrainerFinished, WeightUpdate
 
 logger = logging.getLogger(__name__)
 
@@ -180,7 +180,11 @@ class Explorer:
             tasks = self.next_tasks()  # first: at the end of data, finish without waiting for weights
             if tasks is None:
                 break
-            await self.take_weights(inflight)
+            try:
+                await self.take_weights(inflight)
+            except TrainerFinished as exc:
+                logger.warning("%s: exploring stops after step %d: %s", self.name, self._submitted, exc)
+                break
             step = self._submitted = self._submitted + 1
             previous = inflight[-1] if inflight else None
             positions = [reader.state_dict() for reader in self.tasksets]  # what a resume after this step reads next
@@ -426,8 +430,12 @@ class Explorer:
     def final_sync(self) -> None:
         """Wait for the trainer's weights after the last explored step (mode both)."""
         if self.config.in_one_run and self.step > self.version:
-            update = self.sync.fetch(self.step, timeout=self.config.synchronizer.sync_timeout)
-            self.load_weights(update)
+            try:
+                update = self.sync.fetch(self.step, timeout=self.config.synchronizer.sync_timeout)
+            except TrainerFinished as exc:
+                update = self.sync.fetch(exc.last_version, timeout=0)  # the last there is
+            if update is not None and update.version > self.version:
+                self.load_weights(update)
 
     def load_weights(self, update: WeightUpdate) -> None:
         """Put a published version into every rollout engine."""

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from trinity.common.errors import PicklableError
 from trinity.common.files import read_json, write_json
 from trinity.config.schema import Config
 
@@ -50,6 +51,15 @@ class WeightUpdate:
 
 class SyncTimeout(TimeoutError):
     """The explorer waited ``sync_timeout`` seconds for a version the trainer did not publish."""
+
+
+class TrainerFinished(PicklableError):
+    """The explorer asked for a version after the trainer's last: none will come (the trainer
+    reached its ``total_steps`` or the end of a buffer before the explorer's tasks ended)."""
+
+    def __init__(self, last_version: int, wanted: int):
+        super().__init__(f"the trainer finished at version {last_version}: no version >= {wanted} will come")
+        self.last_version = last_version
 
 
 class SyncMethod(ABC):
@@ -87,6 +97,11 @@ class SyncMethod(ABC):
         While it waits, ``awaited()`` reports ``min_version``.
         """
 
+    def finish(self, version: int) -> None:  # noqa: B027 (optional hook)
+        """Trainer side, at its end: ``version`` was its last; an explorer's ``fetch`` for a later
+        one raises ``TrainerFinished`` instead of waiting ``sync_timeout`` for nothing. A method
+        without it leaves such an explorer waiting that long, then going on with its weights."""
+
     @abstractmethod
     def awaited(self) -> int | None:
         """Trainer side: the version an explorer is blocked waiting for, if any.
@@ -102,6 +117,17 @@ class CheckpointSync(SyncMethod):
     def __init__(self, config: Config):
         super().__init__(config)
         self.root = Path(config.checkpoint_job_dir) / "sync"
+        self._since = time.time()  # an earlier run's end marker (a resumed job) is older than this
+
+    def finish(self, version: int) -> None:
+        write_json(self.root / "finished.json", {"version": version, "time": time.time()})
+
+    def _finished_before(self, min_version: int) -> int | None:
+        """The trainer's last version when it finished, in this run, before ``min_version``."""
+        marker = read_json(self.root / "finished.json")
+        if marker and marker["time"] >= self._since and marker["version"] < min_version:
+            return marker["version"]
+        return None
 
     def publish(self, state_dict: dict[str, torch.Tensor], version: int, fence: Fence = nullcontext) -> None:
         from safetensors.torch import save_file
@@ -127,6 +153,9 @@ class CheckpointSync(SyncMethod):
                 latest = read_json(self.root / "latest.json")
                 if latest and latest["version"] >= min_version:
                     return WeightUpdate(latest["version"], path=latest["path"])
+                last = self._finished_before(min_version)
+                if last is not None:
+                    raise TrainerFinished(last, min_version)
                 if time.monotonic() >= deadline:
                     if timeout > 0:
                         raise SyncTimeout(
@@ -167,11 +196,17 @@ class MemorySync(SyncMethod):
         ref = self._ray.put(state_dict)
         self._ray.get(self.store.publish.remote(version, [ref]))
 
+    def finish(self, version: int) -> None:
+        self._ray.get(self.store.finish.remote(version))
+
     def awaited(self) -> int | None:
         return self._ray.get(self.store.awaited.remote())
 
     def fetch(self, min_version: int, timeout: float) -> WeightUpdate | None:
-        found = self._ray.get(self.store.wait_for.remote(min_version, timeout))
+        try:
+            found = self._ray.get(self.store.wait_for.remote(min_version, timeout))
+        except self._ray.exceptions.RayTaskError as exc:
+            raise exc.cause from None
         if found is None:
             if timeout > 0:
                 raise SyncTimeout(f"no weights of version >= {min_version} published after {timeout:.0f} s")
@@ -237,6 +272,7 @@ class WeightStore:
         self.payload: list = []
         self.changed = asyncio.Condition()
         self.waiting: list[int] = []
+        self.finished: int | None = None  # the trainer's last version, once it ended
 
     async def awaited(self) -> int | None:
         return min(self.waiting) if self.waiting else None
@@ -246,16 +282,28 @@ class WeightStore:
             self.version, self.payload = version, payload
             self.changed.notify_all()
 
+    async def finish(self, version: int) -> None:
+        async with self.changed:
+            self.finished = version
+            self.changed.notify_all()
+
     async def wait_for(self, min_version: int, timeout: float) -> tuple[int, list] | None:
+        """The newest version and payload once it is >= ``min_version``; None after ``timeout``;
+        ``TrainerFinished`` when the trainer ended before it."""
         async with self.changed:
             if self.version < min_version:
                 self.waiting.append(min_version)
                 try:
-                    await asyncio.wait_for(self.changed.wait_for(lambda: self.version >= min_version), timeout)
+                    await asyncio.wait_for(
+                        self.changed.wait_for(lambda: self.version >= min_version or self.finished is not None),
+                        timeout,
+                    )
                 except asyncio.TimeoutError:
                     return None
                 finally:
                     self.waiting.remove(min_version)
+            if self.version < min_version:
+                raise TrainerFinished(self.finished, min_version)
             return self.version, self.payload
 
 

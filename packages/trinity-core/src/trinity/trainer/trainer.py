@@ -103,11 +103,11 @@ class Trainer:
         self.engine = resolve(Kind.TRAINER_ENGINE, config.trainer.trainer_type, "trainer.trainer_type")(config)
         storage = config.buffer.trainer_input
         self.reader = self._open_reader(storage.experience_buffer, self.algorithm.data_schema)
-        self.expert_reader, self.expert_rows = None, 0
+        self.expert_reader, self.expert_rows, self.expert_buffer = None, 0, ""
         expert = self.sample_strategy.expert_reads(config.buffer.train_batch_size)
         if expert:
-            self.expert_reader = self._open_reader(storage.auxiliary_buffers[expert[0]], "sft")
-            self.expert_rows = expert[1]
+            self.expert_buffer, self.expert_rows = expert
+            self.expert_reader = self._open_reader(storage.auxiliary_buffers[self.expert_buffer], "sft")
         self.sync = resolve(Kind.SYNC_METHOD, config.synchronizer.sync_method)(config)
         self._stop = threading.Event()
         self.warnings = CauseWarnings(self.name)
@@ -182,6 +182,7 @@ class Trainer:
                 freeze_long_lived_objects()
         if self.step % self.config.synchronizer.sync_interval:
             self.publish()
+        self.sync.finish(self.step)  # an explorer waiting for a later version stops instead
         if self.step != self.saved_step or (self.hf_weights(final=True) and not self.saved_hf):
             self.save(final=True)
         model_path = checkpoint_dir(self.config, self.step) / HF_WEIGHTS_SUBDIR
@@ -232,7 +233,18 @@ class Trainer:
         """This step's expert rows (the sample strategy's ``expert_reads``), tagged as such."""
         if self.expert_reader is None:
             return []
-        rows = self.expert_reader.read(self.expert_rows)
+        try:
+            rows = self.expert_reader.read(self.expert_rows)
+        except EndOfBuffer as exc:
+            logger.warning(
+                "%s: the expert data ended (%s): training stops after step %d; raise "
+                "buffer.trainer_input.auxiliary_buffers.%s.total_epochs to train longer",
+                self.name,
+                exc,
+                self.step,
+                self.expert_buffer,
+            )
+            raise
         for exp in rows:
             exp.info["is_expert"] = True
         return rows
