@@ -4,13 +4,15 @@ The recorded fixture comes from ``reference/make_trinity_rft_reference.py`` (Tri
 source in verl's venv): its losses, advantages and KL on the seeded batch of
 ``make_verl_reference.py`` and on a batch of multi-step runs. Our functions are resolved by
 their registered names with the same args. Intentional differences, checked as such: a task
-with a single run gets advantage 0 here (Trinity-RFT gives it its score), and
-``seq-mean-token-mean`` averages over non-empty rows (Trinity-RFT over all rows).
+with a single run gets advantage 0 here (Trinity-RFT gives it its score),
+``seq-mean-token-mean`` averages over non-empty rows (Trinity-RFT over all rows), and ``jsd``'s
+advantage is the JSD's policy gradient (``test_distillation_advantages``).
 """
 
 from __future__ import annotations
 
 import importlib.util
+import math
 from pathlib import Path
 
 import torch
@@ -113,10 +115,25 @@ def test_entropy_clip_advantages(make_batch):
 
 
 def test_distillation_advantages(make_batch):
+    """on_policy_distill and jsd at beta 0 as recorded; jsd otherwise by its intended difference:
+    Trinity-RFT's advantage lacks the teacher term ``kl_coef beta (t - log m)`` of the JSD's
+    gradient (``JSDAdvantage``), and at beta 1 is ``kl_coef (s - t)`` for ``kl_coef (exp(t - s) - 1)``."""
     batch = seeded_batch(make_batch)
     for case, (name, args) in ref.DISTILL.items():
         out, _ = resolve(Kind.ADVANTAGE_FN, name)(**args)(batch)
-        close(out.advantages, CASES[case]["advantages"], MASK)
+        theirs = CASES[case]["advantages"]
+        beta, coef, temperature = (
+            args.get(k, d) for k, d in (("lambda_coef", 0.5), ("kl_coef", 1.0), ("temperature", 1.0))
+        )
+        if name == "jsd" and beta > 0:
+            s, t = X["old_logprobs"].float() / temperature, X["ref_logprobs"].float() / temperature
+            if beta == 1:
+                close(theirs, coef * (s - t) * MASK, MASK)
+                theirs = coef * torch.expm1(t - s)
+            else:
+                m = torch.logaddexp(s + math.log1p(-beta), t + math.log(beta))
+                theirs = theirs + coef * beta * (t - m)
+        close(out.advantages, theirs, MASK)
 
 
 def test_kl(make_batch):
