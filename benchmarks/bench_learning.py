@@ -142,7 +142,7 @@ def record(row: Row) -> dict:
         "end": r.end if r else None,
         "change": r.change if r else None,
         "margin": row.cell.margin,
-        "steps": len(r.series) if r else None,
+        "steps": r.steps if r else None,
         "wall_s": r.wall_s if r else None,
         "staleness": r.staleness if r else None,
         "learned": r.learned if r else None,
