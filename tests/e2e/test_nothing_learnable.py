@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from e2e_helpers import trinity_run, write_experiment
 
 from trinity.common.files import read_json
@@ -59,18 +60,31 @@ def test_a_system_prompt_over_max_prompt_tokens_warns_at_step_one_and_the_summar
     assert f"<th>explorer learning</th><td>{stall}</td>" in (job / "report.html").read_text()
 
 
-def test_a_constant_reward_warns_of_equal_rewards_and_the_summary_says_nothing_was_learnable(
-    tmp_path, tiny_model_dir, arithmetic_data, monkeypatch
+@pytest.mark.parametrize(
+    ("reward", "warning", "cause"),
+    [
+        (
+            "truth_parity_reward",
+            "4 of 4 groups had equal rewards (zero advantage): nothing to learn from them; "
+            "check the reward function or raise algorithm.repeat_times",
+            "all groups had equal rewards",
+        ),
+        (
+            "constant_reward",  # as a solved task's steps: every sample right
+            "all 8 samples scored 1 (zero advantage): none is better to learn from; the task is solved if that "
+            "is the best score, else check the reward function",
+            "every sample scored 1",
+        ),
+    ],
+)
+def test_equal_rewards_in_every_group_warn_and_the_summary_says_nothing_was_learnable(
+    reward, warning, cause, tmp_path, tiny_model_dir, arithmetic_data, monkeypatch
 ):
     monkeypatch.setenv("TRINITY_PLUGIN_DIRS", str(PLUGINS))
     output, job = run(
-        tmp_path, tiny_model_dir, arithmetic_data, "buffer.explorer_input.default_reward_fn_type=constant_reward"
+        tmp_path, tiny_model_dir, arithmetic_data, f"buffer.explorer_input.default_reward_fn_type={reward}"
     )
-    warning = (
-        "trainer: step 1: 4 of 4 groups had equal rewards (zero advantage): nothing to learn from them; "
-        "check the reward function or raise algorithm.repeat_times"
-    )
-    assert warning in output and output.count("(zero advantage)") == 1  # not again at every step
+    assert f"trainer: step 1: {warning}" in output and output.count("(zero advantage)") == 1  # not at every step
     trainer = read_jsonl(job / "monitor" / "trainer.jsonl")
     assert [r["critic/zero_advantage_groups"] for r in trainer] == [4, 4, 4]
     assert [r["critic/zero_advantage_group_fraction"] for r in trainer] == [1.0] * 3
@@ -78,6 +92,6 @@ def test_a_constant_reward_warns_of_equal_rewards_and_the_summary_says_nothing_w
     explorer = read_jsonl(job / "monitor" / "explorer.jsonl")
     assert [r["rollout/truncated_prompts"] for r in explorer] == [0, 0, 0]
     assert "prompts exceeded" not in output
-    stall = "nothing learnable: 3 of 3 steps (all groups had equal rewards)"
+    stall = f"nothing learnable: 3 of 3 steps ({cause})"
     assert read_json(job / "meta" / "summary.json")["nothing_learnable"] == {"trainer": stall}
     assert f"    {stall}" in output

@@ -89,9 +89,12 @@ def test_a_step_is_unlearnable_when_its_prompts_responses_groups_or_gradient_lea
     assert step_cause(truncated) == "all prompts truncated"
     assert step_cause(empty) == "all responses empty"
     assert step_cause(fine) is None
-    assert step_cause({"critic/zero_advantage_group_fraction": 1.0, "actor/no_gradient": 1.0}) == (
+    scores = {"critic/score/min": 0.0, "critic/score/max": 1.0}
+    assert step_cause({"critic/zero_advantage_group_fraction": 1.0, "actor/no_gradient": 1.0, **scores}) == (
         "all groups had equal rewards"
     )
+    solved = {"critic/zero_advantage_group_fraction": 1.0, "critic/score/min": 1.0, "critic/score/max": 1.0}
+    assert step_cause(solved) == "every sample scored 1"
     assert step_cause({"critic/zero_advantage_group_fraction": 0.5, "actor/no_gradient": 1.0}) == "no gradient"
     assert step_cause({"critic/zero_advantage_group_fraction": 0.5, "actor/no_gradient": 0.0}) is None
 

@@ -2,7 +2,7 @@
 
 ``length_parity_reward`` gives an untrained model's samples rewards that differ within a task,
 so the group advantages are not all 0 (``constant_reward`` makes them all 0, a run with nothing to
-learn); ``greedy_baseline_workflow`` records the reward of the
+learn, and so does ``truth_parity_reward``, though tasks score differently); ``greedy_baseline_workflow`` records the reward of the
 greedy response as ``info["reward_baseline"]``, the baseline ReMax needs.
 """
 
@@ -16,6 +16,11 @@ def length_parity_reward(response, truth=None, prompt=None):
 
 def constant_reward(response, truth=None, prompt=None):
     return {"accuracy": 1.0}
+
+
+def truth_parity_reward(response, truth=None, prompt=None):
+    """The same for every sample of a task, different between tasks: groups agree, the batch does not."""
+    return {"accuracy": float(int(truth) % 2)}
 
 
 class GreedyBaselineWorkflow(SimpleWorkflow):
@@ -34,6 +39,7 @@ class GreedyBaselineWorkflow(SimpleWorkflow):
 def trinity_register_reward_fns(register):
     register("length_parity_reward", "algorithm_test_plugins:length_parity_reward")
     register("constant_reward", "algorithm_test_plugins:constant_reward")
+    register("truth_parity_reward", "algorithm_test_plugins:truth_parity_reward")
 
 
 @hookimpl

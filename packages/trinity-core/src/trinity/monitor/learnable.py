@@ -32,6 +32,8 @@ ZERO_ADVANTAGE_FRACTION = "critic/zero_advantage_group_fraction"
 LEARNABLE_TOKENS = "actor/learnable_tokens"
 """Tokens under the loss mask with a nonzero advantage (every such token where the algorithm has
 no advantages, and an expert row's in a mix)."""
+SCORE_MIN, SCORE_MAX = "critic/score/min", "critic/score/max"
+"""The lowest and highest reward of a trainer step's samples."""
 NO_GRADIENT = "actor/no_gradient"
 """1 for a step with no learnable token or a ``grad_norm`` of 0, else 0."""
 
@@ -50,10 +52,18 @@ def step_cause(record: Mapping[str, Any]) -> str | None:
     if experiences and record.get(EMPTY_RESPONSES) == experiences:
         return "all prompts truncated" if record.get(TRUNCATED_PROMPTS) == experiences else "all responses empty"
     if record.get(ZERO_ADVANTAGE_FRACTION) == 1:
-        return "all groups had equal rewards"
+        score = uniform_score(record)
+        return "all groups had equal rewards" if score is None else f"every sample scored {score:g}"
     if record.get(NO_GRADIENT) == 1:
         return "no gradient"
     return None
+
+
+def uniform_score(record: Mapping[str, Any]) -> float | None:
+    """The one score every sample of a trainer step had (``critic/score`` min = max), else None:
+    a solved task's steps (or a reward that cannot tell samples apart), not just agreeing groups."""
+    low, high = record.get(SCORE_MIN), record.get(SCORE_MAX)
+    return high if low is not None and low == high else None
 
 
 def is_step(record: Mapping[str, Any]) -> bool:

@@ -48,6 +48,7 @@ from trinity.monitor.learnable import (
     ZERO_ADVANTAGE_FRACTION,
     ZERO_ADVANTAGE_GROUPS,
     CauseWarnings,
+    uniform_score,
 )
 from trinity.monitor.metrics import stats, timer
 from trinity.plugins import Kind, resolve
@@ -326,8 +327,16 @@ class Trainer:
     def warn_unlearnable(self, batch: Batch, metrics: dict[str, float]) -> None:
         """Warn of a step whose groups all had zero advantage, or else of one with no gradient,
         naming why; ``CauseWarnings`` says when."""
-        step, groups = self.step + 1, metrics.get(ZERO_ADVANTAGE_GROUPS)
-        if metrics.get(ZERO_ADVANTAGE_FRACTION) == 1:
+        step, groups, score = self.step + 1, metrics.get(ZERO_ADVANTAGE_GROUPS), uniform_score(metrics)
+        if metrics.get(ZERO_ADVANTAGE_FRACTION) == 1 and score is not None:
+            self.warnings.warn(
+                "one score",
+                step,
+                True,
+                f"all {batch.batch_size} samples scored {score:g} (zero advantage): none is better "
+                "to learn from; the task is solved if that is the best score, else check the reward function",
+            )
+        elif metrics.get(ZERO_ADVANTAGE_FRACTION) == 1:
             self.warnings.warn(
                 "equal rewards",
                 step,
