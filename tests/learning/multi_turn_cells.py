@@ -75,13 +75,12 @@ STEP_WISE_GRPO = sum_pair_cell(
     "multi-turn step-wise",
     "sum_pair_step_wise",
     "multi_step_grpo",
-    test_steps=30,
+    test_steps=40,
     note=(
-        "30 trainer steps (two per explorer step; the explorer ran 25): reward 0.394 -> 0.581, but in the "
-        "2026-11-27 matrix (two cells at a time) 0.420 -> 0.421: under load the engine batches concurrent "
-        "requests differently, so the samples differ, and this cell's margin does not hold run to run. "
-        "Control (mask on the user's turns): 0.312 -> 0.105 over 14 explorer steps, the model unlearning "
-        "the sums."
+        "40 steps alone on the machine: 0.326 -> 0.758. Two cells at a time, an earlier matrix's 30 steps gave "
+        "0.420 -> 0.421 (and 0.394 -> 0.581 another time): the engine batches concurrent requests as they "
+        "arrive, so under load the samples differ, and 30 steps did not hold the margin run to run. Control "
+        "(mask on the user's turns): 0.312 -> 0.105 over 14 explorer steps, the model unlearning the sums."
     ),
 )
 """Step-wise multi-turn RL: one experience per reply, each with the run's GRPO advantage. The
