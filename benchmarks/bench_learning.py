@@ -83,19 +83,27 @@ class Row:
         return verdict
 
 
-def all_cells() -> list[Cell]:
+def cell_modules() -> list:
+    """The modules of :data:`CELL_MODULES` that are there."""
     import importlib
 
-    cells = []
+    modules = []
     for name in CELL_MODULES:
         try:
-            module = importlib.import_module(name)
+            modules.append(importlib.import_module(name))
         except ModuleNotFoundError as exc:
             if exc.name != name:
                 raise
-            continue
-        cells.extend(module.CELLS)
-    return cells
+    return modules
+
+
+def all_cells() -> list[Cell]:
+    return [cell for module in cell_modules() for cell in module.CELLS]
+
+
+def without_cells() -> dict[str, str]:
+    """Workflows that have no cell, and why (each module's ``NOT_CELLS``)."""
+    return {name: why for module in cell_modules() for name, why in getattr(module, "NOT_CELLS", {}).items()}
 
 
 def run_row(cell: Cell, workspace: Workspace, out: Path, seed: int, control: str = "", short: bool = False) -> Row:
@@ -246,6 +254,11 @@ def write_doc(records: list[dict], out: Path, args: argparse.Namespace, left_out
     if left_out:
         lines += ["Not run this time (`--only`, `--skip`):", ""]
         lines += [f"- {cell.name} ({cell.family}){': ' + cell.note if cell.note else ''}" for cell in left_out]
+        lines.append("")
+    without = without_cells()
+    if without:
+        lines += ["## Workflows without a cell", ""]
+        lines += [f"- {names}: {why}" for names, why in without.items()]
         lines.append("")
     lines += [f"![every cell's measure per step]({out.with_suffix('.png').name})", ""]
     out.parent.mkdir(parents=True, exist_ok=True)
