@@ -12,7 +12,7 @@ from engine_helpers import make_config
 from trinity.common.batch import Batch
 from trinity.common.experience import EID, Experience
 from trinity.config.schema import InferenceModelConfig, ModelConfig
-from trinity.engine.base import SamplingArgs
+from trinity.engine.base import CheckpointRefused, SamplingArgs
 from trinity.engine.torch_trainer import TorchTrainingEngine, lr_factor, micro_batches
 from trinity.engine.transformers_rollout import TransformersRolloutEngine
 from trinity.plugins import Kind, resolve
@@ -303,3 +303,27 @@ def test_entropy_scores_for_clipb_clipv(tiny_model_dir: Path, experiences: list[
     out, metrics = resolve(Kind.ADVANTAGE_FN, "clipb")(mu=0.5)(prepared)
     assert out.response_mask.sum() <= mask.sum() and 0 <= metrics["frac_clipped"] < 1
     assert engine.prepare_batch(batch).entropy_scores is None  # only when asked
+
+
+class _Payload:
+    """What a tampered checkpoint could hold: unpickling it would create ``marker``."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self):
+        return (Path.touch, (self.marker,))
+
+
+def test_a_checkpoint_holding_more_than_tensors_is_refused_unrun(tiny_model_dir: Path, tmp_path: Path) -> None:
+    """A checkpoint folder may be shared: ``extra_state.pt`` loads with ``weights_only``, so a
+    pickled object in it is refused, naming the file, and its code never runs."""
+    config = make_config(tiny_model_dir, "grpo")
+    TorchTrainingEngine(config).save_checkpoint(str(tmp_path), step=1)
+    state_file = tmp_path / "actor" / "extra_state.pt"
+    state = torch.load(state_file, weights_only=True)
+    marker = tmp_path / "ran"
+    torch.save({**state, "step": _Payload(marker)}, state_file)
+    with pytest.raises(CheckpointRefused, match=f"{state_file} holds objects other than tensors and plain values"):
+        TorchTrainingEngine(config).load_checkpoint(str(tmp_path))
+    assert not marker.exists()

@@ -137,6 +137,11 @@ class RolloutEngine(ABC):
         """Release the engine's resources."""
 
 
+class CheckpointRefused(ValueError):
+    """A checkpoint file holds objects other than tensors and plain values: loading it would run
+    the code of whoever wrote it (``torch.load`` unpickles), so it is not loaded."""
+
+
 class ExportError(ValueError):
     """A checkpoint that cannot become a Hugging Face folder (what is missing is named)."""
 

@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import copy
 import math
+import pickle
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -49,8 +50,9 @@ import torch.nn.functional as F
 from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForTokenClassification, AutoTokenizer
 
 from trinity.common.batch import Batch
+from trinity.common.errors import first_line
 from trinity.config.schema import Config, OptimizerConfig
-from trinity.engine.base import Metrics, TrainingEngine
+from trinity.engine.base import CheckpointRefused, Metrics, TrainingEngine
 from trinity.engine.losses import LossFns, Totals, batch_totals, critic_micro_loss
 from trinity.engine.modeling import (
     HF_SUBDIR,
@@ -144,6 +146,19 @@ def _trimmed(mb: Batch) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, int, 
 
 def _pad_to(values: torch.Tensor, width: int) -> torch.Tensor:
     return F.pad(values, (0, width - values.shape[1]))
+
+
+def load_plain_state(path: Path) -> dict[str, Any]:
+    """A ``torch.save``d state of tensors and plain values (optimizer, scheduler, RNG, step),
+    unpickled with ``weights_only``: a file that holds anything else runs nobody's code, it is
+    refused (``CheckpointRefused``). A checkpoint folder may be shared with other jobs."""
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as exc:
+        raise CheckpointRefused(
+            f"{path} holds objects other than tensors and plain values, which trinity does not unpickle "
+            f"(it would run their code); trinity's own checkpoints never do: was the file replaced? ({first_line(exc)})"
+        ) from None
 
 
 class TorchTrainingEngine(TrainingEngine):
@@ -380,7 +395,7 @@ class TorchTrainingEngine(TrainingEngine):
             root = Path(directory) / name
             with torch.no_grad():
                 load_weights_into(model, read_hf_weights(root / HF_SUBDIR))
-            state = torch.load(root / "extra_state.pt", map_location="cpu", weights_only=False)
+            state = load_plain_state(root / "extra_state.pt")
             optimizer.load_state_dict(state["optimizer"])
             scheduler.load_state_dict(state["scheduler"])
             torch.set_rng_state(state["rng"])
