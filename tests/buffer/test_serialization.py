@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import pickle
 import struct
+from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 from buffer_helpers import make_experience
@@ -11,6 +14,7 @@ from buffer_helpers import make_experience
 from trinity.buffer import SerializationError
 from trinity.buffer.serialization import (
     FORMAT_VERSION,
+    MAGIC,
     TENSOR_FIELDS,
     deserialize_experience,
     deserialize_experiences,
@@ -72,10 +76,41 @@ def test_token_ids_beyond_int32_keep_int64():
     assert torch.equal(deserialize_experience(serialize_experience(exp)).tokens, exp.tokens)
 
 
-def test_info_json_cannot_hold_falls_back_to_pickle():
+def test_info_json_cannot_hold_is_converted_to_plain_values():
     exp = make_experience(1)
-    exp.info = {"when": {1, 2}}  # a set: not JSON
-    assert deserialize_experience(serialize_experience(exp)).info == {"when": {1, 2}}
+    exp.info = {"when": {1, 2}, "score": np.float32(0.5), "ids": np.array([3, 4]), "t": torch.tensor([1.5])}
+    exp.metrics = {"steps": np.int64(3)}
+    back = deserialize_experience(serialize_experience(exp))
+    assert back.info == {"when": [1, 2], "score": 0.5, "ids": [3, 4], "t": [1.5]}
+    assert back.metrics == {"steps": 3} and type(back.metrics["steps"]) is int
+
+
+def test_an_object_the_buffer_cannot_store_is_named_not_pickled():
+    exp = make_experience(1)
+    exp.info = {"env": {"state": object()}}
+    with pytest.raises(SerializationError, match=r"experience\.info\['env'\]\['state'\] holds a object"):
+        serialize_experience(exp)
+
+
+class _Payload:
+    """What a row forged by whoever can write the buffer's database could hold."""
+
+    def __init__(self, marker):
+        self.marker = marker
+
+    def __reduce__(self):
+        return (Path.touch, (self.marker,))
+
+
+def test_a_row_with_a_pickled_header_is_refused_unrun(tmp_path):
+    """Codec 1 (a pickled header, as trinity wrote for exotic info values before) is never
+    unpickled: its code would run in the trainer."""
+    marker = tmp_path / "ran"
+    meta = pickle.dumps({"p": 1, "r": 0.0, "i": _Payload(marker), "t": []})
+    blob = struct.pack("<3sBBI", MAGIC, FORMAT_VERSION, 1, len(meta)) + meta
+    with pytest.raises(SerializationError, match="pickled header .* not read"):
+        deserialize_experience(blob)
+    assert not marker.exists()
 
 
 def test_list_round_trip_and_collation():

@@ -3,9 +3,13 @@
 One experience serialises to ``MAGIC | version | codec | header length | header | tensors``.
 The header holds the scalar fields and, per tensor, its name, stored dtype, shape and the
 dtype to restore; tensors follow as raw little-endian bytes, each 8-byte aligned. Token
-ids are stored as int32 (vocabularies fit) and restored as int64. A header that JSON
-cannot encode (exotic objects in ``info`` or ``messages``) falls back to pickle for that
-header only, so the hot path never pickles tensors.
+ids are stored as int32 (vocabularies fit) and restored as int64.
+
+Nothing is pickled: a stored row is read by another process, perhaps from a database other
+jobs can write, and unpickling it would run whatever code its writer put there. In ``info``,
+``metrics`` and ``messages``, numpy and torch values become numbers and lists, sets and tuples
+lists, paths strings; any other object is a ``SerializationError`` naming where it is. A row
+with a pickled header (codec 1, written by trinity before this rule) is refused, not read.
 
 A list serialises to ``LIST_MAGIC | version | count | (length | experience)*``. A blob
 of another format version raises ``SerializationError`` naming both versions.
@@ -14,10 +18,11 @@ of another format version raises ``SerializationError`` naming both versions.
 from __future__ import annotations
 
 import json
-import pickle
 import struct
+from pathlib import PurePath
 from typing import Any
 
+import numpy as np
 import torch
 
 from trinity.buffer.errors import SerializationError
@@ -29,7 +34,8 @@ LIST_MAGIC = b"TRXL"
 _HEAD = struct.Struct("<3sBBI")  # magic, version, header codec, header length
 _LIST_HEAD = struct.Struct("<4sBI")  # magic, version, count
 _LEN = struct.Struct("<I")
-_JSON, _PICKLE = 0, 1
+_JSON = 0
+"""The header codec byte: JSON (1 was pickle, no longer read or written)."""
 TENSOR_FIELDS = (  # the Experience fields that hold tensors
     "tokens",
     "logprobs",
@@ -92,11 +98,37 @@ def serialize_experience(exp: Experience) -> bytes:
         "i": exp.info, "t": specs,
     }  # fmt: skip
     try:
-        meta, codec = json.dumps(header, separators=(",", ":")).encode(), _JSON
-    except (TypeError, ValueError):
-        meta, codec = pickle.dumps(header, protocol=pickle.HIGHEST_PROTOCOL), _PICKLE
+        meta = json.dumps(header, separators=(",", ":")).encode()
+    except (TypeError, ValueError):  # numpy values, sets...: converted, or an error naming where
+        meta = json.dumps(_plain(header, "experience"), separators=(",", ":")).encode()
     meta += b" " * _pad(_HEAD.size + len(meta))
-    return b"".join([_HEAD.pack(MAGIC, FORMAT_VERSION, codec, len(meta)), meta, *chunks])
+    return b"".join([_HEAD.pack(MAGIC, FORMAT_VERSION, _JSON, len(meta)), meta, *chunks])
+
+
+_FIELDS = {"m": "messages", "mt": "metrics", "i": "info"}
+"""Header keys of the free-form fields, by their ``Experience`` names (for errors)."""
+
+
+def _plain(value: Any, where: str) -> Any:
+    """``value`` as JSON's types (see the module docstring); ``where`` names it in an error."""
+    if value is None or isinstance(value, str | bool | int | float):
+        return value
+    if isinstance(value, dict):
+        named = {key: _FIELDS.get(key, key) for key in value} if where == "experience" else {}
+        return {
+            key: _plain(item, f"{where}.{named[key]}" if named else f"{where}[{key!r}]") for key, item in value.items()
+        }
+    if isinstance(value, list | tuple | set | frozenset):
+        return [_plain(item, f"{where}[{index}]") for index, item in enumerate(value)]
+    if isinstance(value, torch.Tensor | np.ndarray | np.generic):
+        return value.tolist()
+    if isinstance(value, PurePath):
+        return str(value)
+    raise SerializationError(
+        f"{where} holds a {type(value).__name__}, which the buffer does not store: only strings, numbers, "
+        "booleans, None, lists and dicts (and numpy/torch values, sets, tuples and paths, converted) are kept, "
+        "never pickled objects (a stored pickle runs code when read); convert it to one of those"
+    )
 
 
 def _dtype_name(dtype: torch.dtype) -> str:
@@ -121,8 +153,13 @@ def deserialize_experience(blob: bytes | bytearray | memoryview) -> Experience:
         raise SerializationError("not a serialised experience (bad magic bytes)")
     _, version, codec, meta_len = _HEAD.unpack_from(buf)
     _check_version(version, "serialised experience")
-    meta = bytes(buf[_HEAD.size : _HEAD.size + meta_len])
-    header = json.loads(meta) if codec == _JSON else pickle.loads(meta)
+    if codec != _JSON:
+        raise SerializationError(
+            "a stored experience with a pickled header (codec 1, written by a trinity before 2026-11-27 for an "
+            "info value JSON could not hold): not read, since unpickling runs whatever code the row's writer put "
+            "there; write the buffer again with this trinity"
+        )
+    header = json.loads(bytes(buf[_HEAD.size : _HEAD.size + meta_len]))
     offset = _HEAD.size + meta_len
     tensors: dict[str, torch.Tensor] = {}
     for name, stored, shape, restore in header["t"]:
