@@ -3,6 +3,9 @@
 An Experience is one trajectory: prompt + response token ids, response logprobs, reward
 and identity (``EID``). A DPO experience carries ``chosen`` and ``rejected`` responses
 instead of one. Experiences become training batches through ``Batch.from_experiences``.
+``info``, ``metrics`` and ``messages`` hold plain values (strings, numbers, booleans, None, lists,
+dicts; numpy and torch values, sets, tuples and paths are converted): the buffer stores them as
+JSON and never pickles (``trinity.buffer.serialization``).
 """
 
 from __future__ import annotations
