@@ -79,7 +79,8 @@ STEP_WISE_GRPO = sum_pair_cell(
     note=(
         "40 steps alone on the machine: 0.326 -> 0.758. Two cells at a time, an earlier matrix's 30 steps gave "
         "0.420 -> 0.421 (and 0.394 -> 0.581 another time): the engine batches concurrent requests as they "
-        "arrive, so under load the samples differ, and 30 steps did not hold the margin run to run. Control "
+        "arrive, so under load the samples differ, and 30 steps did not hold the margin run to run; at 40 steps "
+        "0.379 -> 0.725 in another run alone, and one of three learning-test runs failed its margin. Control "
         "(mask on the user's turns): 0.312 -> 0.105 over 14 explorer steps, the model unlearning the sums."
     ),
 )
