@@ -109,15 +109,17 @@ _FIELDS = {"m": "messages", "mt": "metrics", "i": "info"}
 """Header keys of the free-form fields, by their ``Experience`` names (for errors)."""
 
 
+def _child(where: str, key: Any) -> str:
+    """Where ``key`` of the dict at ``where`` is: ``experience.info``, then ``experience.info['env']``."""
+    return f"{where}.{_FIELDS.get(key, key)}" if where == "experience" else f"{where}[{key!r}]"
+
+
 def _plain(value: Any, where: str) -> Any:
     """``value`` as JSON's types (see the module docstring); ``where`` names it in an error."""
     if value is None or isinstance(value, str | bool | int | float):
         return value
     if isinstance(value, dict):
-        named = {key: _FIELDS.get(key, key) for key in value} if where == "experience" else {}
-        return {
-            key: _plain(item, f"{where}.{named[key]}" if named else f"{where}[{key!r}]") for key, item in value.items()
-        }
+        return {key: _plain(item, _child(where, key)) for key, item in value.items()}
     if isinstance(value, list | tuple | set | frozenset):
         return [_plain(item, f"{where}[{index}]") for index, item in enumerate(value)]
     if isinstance(value, torch.Tensor | np.ndarray | np.generic):
