@@ -30,6 +30,8 @@ def print_summary(summaries: list[dict[str, Any]]) -> None:
         for role, result in summary["roles"].items():
             steps = result.get("steps")
             click.echo(f"  {role}: {steps} steps" if steps is not None else f"  {role}: done")
+            if result.get("stopped_early"):  # also logged by the role, but a role's last log lines can miss the console
+                click.echo(f"    {result['stopped_early']}")
             trend = reward_trend(job_dir / "monitor" / f"{role}.jsonl")
             if trend:
                 click.echo(f"    reward: {trend[0]:.3f} at start -> {trend[1]:.3f} at end ({trend[1] - trend[0]:+.3f})")

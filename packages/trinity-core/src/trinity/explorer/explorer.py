@@ -97,6 +97,7 @@ class Explorer:
         self.pipeline = ExperiencePipeline.from_config(config)
         self._pipeline_turn = asyncio.Lock()
         self._submitted = self.step
+        self.stopped_early = ""  # why exploring ended before its data did, for the run's summary
         self._first_step = self.step + 1  # after it, long-lived objects leave the cyclic GC
         self.warnings = CauseWarnings(self.name)
 
@@ -150,7 +151,10 @@ class Explorer:
         """Explore until the tasksets end; returns a summary."""
         start_step = self.step
         self.runner.loop.run_until_complete(self._explore())
-        return {"role": self.name, "steps": self.step - start_step, "model_version": self.version}
+        result = {"role": self.name, "steps": self.step - start_step, "model_version": self.version}
+        if self.stopped_early:
+            result["stopped_early"] = self.stopped_early
+        return result
 
     async def _explore(self) -> None:
         """Batches go in as their tasks are read; each finishes on its own and is written in step
@@ -183,7 +187,8 @@ class Explorer:
             try:
                 await self.take_weights(inflight)
             except TrainerFinished as exc:
-                logger.warning("%s: exploring stops after step %d: %s", self.name, self._submitted, exc)
+                self.stopped_early = f"exploring stops after step {self._submitted}: {exc}"
+                logger.warning("%s: %s", self.name, self.stopped_early)
                 break
             step = self._submitted = self._submitted + 1
             previous = inflight[-1] if inflight else None
