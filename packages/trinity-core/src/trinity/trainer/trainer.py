@@ -111,6 +111,7 @@ class Trainer:
             self.expert_reader = self._open_reader(storage.auxiliary_buffers[self.expert_buffer], "sft")
         self.sync = resolve(Kind.SYNC_METHOD, config.synchronizer.sync_method)(config)
         self._stop = threading.Event()
+        self.stopped_early = ""  # why training ended before total_steps, for the run's summary
         self.warnings = CauseWarnings(self.name)
         self.step = 0
         self.saved_step = 0
@@ -163,7 +164,8 @@ class Trainer:
             except (EndOfBuffer, _StopRequested):
                 break
             except BufferTimeout as exc:
-                logger.warning("%s: stopping: %s", self.name, exc)
+                self.stopped_early = f"stopping: {exc}"
+                logger.warning("%s: %s", self.name, self.stopped_early)
                 break
             except WritersGone:
                 if self.step != self.saved_step:
@@ -187,12 +189,15 @@ class Trainer:
         if self.step != self.saved_step or (self.hf_weights(final=True) and not self.saved_hf):
             self.save(final=True)
         model_path = checkpoint_dir(self.config, self.step) / HF_WEIGHTS_SUBDIR
-        return {
+        result = {
             "role": self.name,
             "steps": self.step - start_step,
             "final_step": self.step,
             "model_path": str(model_path),
         }
+        if self.stopped_early:
+            result["stopped_early"] = self.stopped_early
+        return result
 
     def request_stop(self) -> None:
         """End ``run`` after the current step: it saves and returns (``trinity run`` on SIGTERM)."""
@@ -237,14 +242,11 @@ class Trainer:
         try:
             rows = self.expert_reader.read(self.expert_rows)
         except EndOfBuffer as exc:
-            logger.warning(
-                "%s: the expert data ended (%s): training stops after step %d; raise "
-                "buffer.trainer_input.auxiliary_buffers.%s.total_epochs to train longer",
-                self.name,
-                exc,
-                self.step,
-                self.expert_buffer,
+            self.stopped_early = (
+                f"the expert data ended ({exc}): training stops after step {self.step}; raise "
+                f"buffer.trainer_input.auxiliary_buffers.{self.expert_buffer}.total_epochs to train longer"
             )
+            logger.warning("%s: %s", self.name, self.stopped_early)
             raise
         for exp in rows:
             exp.info["is_expert"] = True
