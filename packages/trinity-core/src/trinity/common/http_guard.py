@@ -1,0 +1,160 @@
+"""What every HTTP door of trinity checks before a handler runs: the token, the content type, the size.
+
+One ASGI middleware, worn by the serve proxy, the engines' OpenAI endpoint, the studio and the
+Data-Juicer service (``docs/security.md`` says who can reach each):
+
+- **same site**: a browser names the page's origin in ``Origin``; a request from another site's
+  page (its origin is not this door's ``Host``) is refused with 403, whatever its method or type.
+  A door bound to loopback also answers only to loopback host names (``hosts``), which stops a
+  page whose own name resolves to 127.0.0.1 (DNS rebinding).
+- **token**: when the door has one, a request must carry it as ``Authorization: Bearer <token>``
+  (what the ``openai`` client sends for ``api_key``) or, for a browser page, in the named cookie;
+  else 401. Compared in constant time. ``open_paths`` (``/health``) need none.
+- **JSON only**: a request with a body must say ``Content-Type: application/json``, else 415. A web
+  page can post ``text/plain`` or a form to any address without the browser asking first; JSON
+  makes the browser ask (a CORS preflight), and no door of ours answers yes.
+- **size**: a body over ``max_body_bytes`` is refused with 413 naming the limit, counted as it
+  arrives (a missing or false ``Content-Length`` does not get past it).
+
+Errors are OpenAI's shape (``{"error": {"message", "type", "code"}}``), which its client reads.
+"""
+
+from __future__ import annotations
+
+import hmac
+import ipaddress
+import json
+from collections.abc import Awaitable, Callable, Iterable, MutableMapping
+from http.cookies import SimpleCookie
+from typing import Any
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+BODY_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
+LOOPBACK_HOSTS = frozenset({"localhost", "127.0.0.1", "[::1]"})
+DEFAULT_MAX_BODY_BYTES = 8 * 1024 * 1024
+
+
+def is_loopback(host: str) -> bool:
+    """Whether binding to ``host`` keeps a door on this machine (``localhost``, 127.0.0.0/8, ``::1``)."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:  # a host name: it may resolve to anything
+        return False
+
+
+def _host_name(host: str) -> str:
+    """The name in a ``Host`` header, without its port (``[::1]:80`` -> ``[::1]``)."""
+    if host.startswith("["):
+        return host.split("]")[0] + "]"
+    return host.rsplit(":", 1)[0] if host.count(":") == 1 else host
+
+
+class _BodyTooLarge(Exception):
+    pass
+
+
+class RequestGuard:
+    """ASGI middleware: token, JSON content type and body size, before the app sees a request."""
+
+    def __init__(
+        self,
+        app: ASGIApp,
+        *,
+        token: str | None = None,
+        cookie: str | None = None,
+        max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+        open_paths: Iterable[str] = ("/health",),
+        hosts: Iterable[str] | None = None,
+    ):
+        self.app = app
+        self.hosts = frozenset(hosts) if hosts is not None else None
+        self.token = token or None
+        self.cookie = cookie
+        self.max_body_bytes = max_body_bytes
+        self.open_paths = frozenset(open_paths)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
+        problem = self._refusal(scope, headers)
+        if problem:
+            return await _reply(send, *problem)
+        if scope["method"] not in BODY_METHODS:
+            return await self.app(scope, receive, send)
+        return await self._bounded(scope, receive, send)
+
+    def _refusal(self, scope: Scope, headers: dict[str, str]) -> tuple[int, str, str] | None:
+        """(status, error type, message) when the request is refused before its body is read."""
+        host = headers.get("host", "")
+        if self.hosts is not None and _host_name(host) not in self.hosts:
+            return 403, "permission_error", f"this endpoint answers to {sorted(self.hosts)} only, not the host {host!r}"
+        origin = headers.get("origin")
+        if origin is not None and origin.split("://", 1)[-1] != host:
+            return 403, "permission_error", f"a request from another site's page ({origin}) is refused"
+        if self.token and scope["path"] not in self.open_paths and not self._authorized(headers):
+            return 401, "authentication_error", "a valid token is required: send Authorization: Bearer <token>"
+        if scope["method"] in BODY_METHODS:
+            media_type = headers.get("content-type", "").split(";")[0].strip().lower()
+            has_body = headers.get("content-length", "0") != "0" or "transfer-encoding" in headers
+            if media_type != "application/json" and (media_type or has_body):
+                shown = media_type or "none"
+                return 415, "invalid_request_error", f"Content-Type must be application/json (got {shown})"
+            length = headers.get("content-length", "")
+            if length.isdigit() and int(length) > self.max_body_bytes:
+                return 413, "invalid_request_error", self._too_large()
+        return None
+
+    def _authorized(self, headers: dict[str, str]) -> bool:
+        given = headers.get("authorization", "")
+        if given[:7].lower() == "bearer " and hmac.compare_digest(given[7:].strip().encode(), self.token.encode()):
+            return True
+        if self.cookie and "cookie" in headers:
+            morsel = SimpleCookie(headers["cookie"]).get(self.cookie)
+            return morsel is not None and hmac.compare_digest(morsel.value.encode(), self.token.encode())
+        return False
+
+    def _too_large(self) -> str:
+        return f"the body is over this endpoint's limit of {self.max_body_bytes} bytes"
+
+    async def _bounded(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Run the app with a receive that stops a body at ``max_body_bytes``; refuse it with 413
+        unless the app has already started its answer."""
+        received = 0
+        started = False
+
+        async def counted_receive() -> Message:
+            nonlocal received
+            message = await receive()
+            if message["type"] == "http.request":
+                received += len(message.get("body", b""))
+                if received > self.max_body_bytes:
+                    raise _BodyTooLarge
+            return message
+
+        async def tracked_send(message: Message) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.app(scope, counted_receive, tracked_send)
+        except _BodyTooLarge:
+            if not started:
+                await _reply(send, 413, "invalid_request_error", self._too_large())
+
+
+async def _reply(send: Send, status: int, kind: str, message: str) -> None:
+    body = json.dumps({"error": {"message": message, "type": kind, "param": None, "code": status}}).encode()
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+    if status == 401:
+        headers.append((b"www-authenticate", b"Bearer"))
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
