@@ -110,12 +110,19 @@ def test_gpu_allocation_error_shows_the_arithmetic(tmp_path):
             "explorer.rollout_model.tensor_parallel_size=2",
         ],
     )
-    assert found["cluster"] == (
+    assert found["explorer.rollout_model.engine_num"] == (
         "no GPU left for the trainer: rollout_model 2 engines x 2 GPUs = 4 GPUs for the explorer, "
-        "of node_num 1 x gpu_per_node 4 = 4"
+        "of node_num 1 x gpu_per_node 4 = 4: lower explorer.rollout_model.engine_num or tensor_parallel_size, "
+        "or raise cluster.node_num or cluster.gpu_per_node"
     )
     one_gpu = issues_of(write(tmp_path), ["cluster.node_num=1", "cluster.gpu_per_node=1"])
-    assert one_gpu["cluster"].endswith("= 1; mode colocate shares one GPU between explorer and trainer")
+    assert one_gpu["explorer.rollout_model.engine_num"].endswith(
+        "; or mode: colocate, which shares one GPU between explorer and trainer"
+    )
+    explore_only = issues_of(
+        write(tmp_path), ["mode=explore", "cluster.gpu_per_node=1", "explorer.rollout_model.engine_num=2"]
+    )
+    assert explore_only["explorer.rollout_model.engine_num"].startswith("not enough GPUs: rollout_model 2 engines")
 
 
 def test_sync_method_must_suit_the_mode(tmp_path, caplog):
@@ -164,9 +171,14 @@ def test_token_limits(tmp_path, caplog):
     assert found["model.max_model_len"] == "max_prompt_tokens 64 + max_response_tokens 32 = 96 exceeds max_model_len 80"
     found = issues_of(write(tmp_path), ["model.max_prompt_tokens=null"])
     assert "set it, or both model.max_prompt_tokens and model.max_response_tokens" in found["model.max_model_len"]
-    # As Trinity-RFT: a minimum that leaves no room is lowered, and the rest derived from what is given.
-    cfg = load_config(write(tmp_path), ["model.min_response_tokens=40"])
-    assert cfg.model.min_response_tokens == 31 and "model.min_response_tokens: 40 leaves no room" in caplog.text
+    # As Trinity-RFT: a minimum equal to the maximum is lowered, and the rest derived from what is given.
+    cfg = load_config(write(tmp_path), ["model.min_response_tokens=32"])
+    assert cfg.model.min_response_tokens == 31 and "model.min_response_tokens: 32 leaves no room" in caplog.text
+    # Unlike Trinity-RFT, which lowers it too, a minimum over the maximum is a mistake to correct.
+    found = issues_of(write(tmp_path), ["model.min_response_tokens=40"])
+    assert found["model.min_response_tokens"] == (
+        "40 is more than max_response_tokens 32: lower model.min_response_tokens or raise model.max_response_tokens"
+    )
     cfg = load_config(
         write(tmp_path), ["model.max_model_len=100", "model.max_prompt_tokens=null", "model.max_response_tokens=null"]
     )
@@ -177,9 +189,20 @@ def test_token_limits(tmp_path, caplog):
     assert (cfg.model.max_prompt_tokens, cfg.model.max_response_tokens) == (1, 99)
 
 
-def test_repeat_times_and_forced_values(tmp_path, caplog):
-    load_config(write(tmp_path), ["algorithm.repeat_times=1"])  # Trinity-RFT runs it: a warning, not an error
-    assert "algorithm 'grpo' compares several rollouts of a task" in caplog.text
+def test_repeat_times_and_forced_values(tmp_path):
+    """A group algorithm with one rollout per task trains on nothing (Trinity-RFT runs it anyway)."""
+    found = issues_of(write(tmp_path), ["algorithm.repeat_times=1"])
+    assert found["algorithm.repeat_times"] == (
+        "algorithm 'grpo' compares several rollouts of a task, and repeat_times is 1: every advantage would be 0; "
+        "set algorithm.repeat_times to 2 or more"
+    )
+    # no training on these rollouts; an advantage that does not compare a group; verl's GRPO keeps a lone score
+    for accepted in (
+        ["mode=bench"],
+        ["algorithm.advantage_fn=reinforceplusplus"],
+        ["algorithm.algorithm_type=grpo_verl"],
+    ):
+        assert load_config(write(tmp_path), ["algorithm.repeat_times=1", *accepted]).algorithm.repeat_times == 1
     cfg = load_config(
         write(tmp_path),
         ["algorithm.algorithm_type=dpo", "algorithm.repeat_times=1", "mode=train", "buffer.train_batch_size=8"],

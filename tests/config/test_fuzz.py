@@ -101,3 +101,39 @@ def test_config_check_never_raises_a_traceback(workdir, edits):
     assert result.exit_code in (0, 2), (config, result.output, result.exception)
     if result.exit_code == 2:
         assert "error" in result.output
+
+
+GROUP_ALGORITHMS = ["grpo", "dapo", "gspo", "opmd", "rloo", "asymre", "rec"]
+OTHER_ALGORITHMS = ["grpo_verl", "reinforceplusplus", "remax", "topr"]
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    algorithm=st.sampled_from(GROUP_ALGORITHMS + OTHER_ALGORITHMS),
+    repeat_times=st.integers(1, 3),
+    min_response=st.integers(0, 48),
+    gpus=st.tuples(st.integers(1, 2), st.integers(0, 4), st.integers(1, 3), st.sampled_from([1, 2])),
+)
+def test_the_rules_that_would_waste_a_run_are_errors_naming_their_key(
+    workdir, algorithm, repeat_times, min_response, gpus
+):
+    """One rollout per task under a group algorithm, a minimum response over the maximum (32), and
+    more GPUs for the explorer than the cluster has: each is an error naming the key to change, and
+    a config that breaks none of them is not refused for them."""
+    node_num, gpu_per_node, engine_num, tensor_parallel = gpus
+    config = copy.deepcopy(BASE)
+    config["algorithm"] = {"algorithm_type": algorithm, "repeat_times": repeat_times}
+    config["model"]["min_response_tokens"] = min_response
+    config["cluster"] = {"node_num": node_num, "gpu_per_node": gpu_per_node}
+    config["explorer"]["rollout_model"] |= {"engine_num": engine_num, "tensor_parallel_size": tensor_parallel}
+    file = workdir / "rules.yaml"
+    file.write_text(yaml.safe_dump(config))
+    output = CliRunner().invoke(main, ["config", "check", str(file)]).output
+    total = node_num * gpu_per_node
+    broken = {
+        "algorithm.repeat_times": algorithm in GROUP_ALGORITHMS and repeat_times == 1,
+        "model.min_response_tokens": min_response > 32,
+        "explorer.rollout_model.engine_num": 0 < total <= engine_num * tensor_parallel,
+    }
+    for key, is_broken in broken.items():
+        assert (f"{key}:" in output) == is_broken, (key, config, output)

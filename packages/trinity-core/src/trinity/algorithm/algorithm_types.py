@@ -36,6 +36,7 @@ GRPO_VERL = replace(
     summary="GRPO with verl's exact advantage (a task with one rollout keeps its score)",
     paper="Shao et al. 2024, arXiv:2402.03300; verl compute_grpo_outcome_advantage",
     advantage_fn="grpo_verl",
+    requires_repeat_times_gt_1=False,  # verl keeps the score of a task with one rollout
 )
 
 DAPO = replace(

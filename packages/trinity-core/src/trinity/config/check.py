@@ -158,11 +158,12 @@ def check_algorithm(config: Config, issues: IssueCollector) -> None:
         return
     if algorithm.repeat_times is not None:
         algo_cfg.repeat_times = algorithm.repeat_times
-    if algorithm.requires_repeat_times_gt_1 and algo_cfg.repeat_times < 2 and config.mode != "train":
-        issues.warn(
+    compares_group = algorithm.requires_repeat_times_gt_1 and algo_cfg.advantage_fn in (None, algorithm.advantage_fn)
+    if compares_group and algo_cfg.repeat_times < 2 and config.mode in ("both", "explore", "colocate"):
+        issues.add(  # Trinity-RFT runs it, training on nothing: every advantage is 0
             "algorithm.repeat_times",
             f"algorithm '{algorithm.name}' compares several rollouts of a task, and repeat_times is "
-            f"{algo_cfg.repeat_times}: every advantage will be 0",
+            f"{algo_cfg.repeat_times}: every advantage would be 0; set algorithm.repeat_times to 2 or more",
         )
     for field_name, kind in _ALGORITHM_FNS.items():
         name = getattr(algo_cfg, field_name) or getattr(algorithm, field_name)
@@ -260,7 +261,13 @@ def _derive_token_limits(model: Any, path: str, issues: IssueCollector) -> None:
         return
     model.max_model_len, model.max_prompt_tokens, model.max_response_tokens = total, prompt, response
     minimum = model.min_response_tokens
-    if minimum is not None and minimum >= response:
+    if minimum is not None and minimum > response:  # Trinity-RFT lowers it; more than the maximum is a mistake
+        issues.add(
+            f"{path}.min_response_tokens",
+            f"{minimum} is more than max_response_tokens {response}: lower {path}.min_response_tokens "
+            f"or raise {path}.max_response_tokens",
+        )
+    elif minimum is not None and minimum == response:
         model.min_response_tokens = response - 1
         issues.warn(
             f"{path}.min_response_tokens",
@@ -297,12 +304,17 @@ def check_cluster(config: Config, issues: IssueCollector) -> None:
         + f"= {cluster.explorer_gpu_num} GPUs for the explorer, of node_num {cluster.node_num} x gpu_per_node "
         f"{cluster.gpu_per_node} = {total}"
     )
+    change = (
+        "lower explorer.rollout_model.engine_num or tensor_parallel_size"
+        + (" (or explorer.auxiliary_models' engine_num)" if aux else "")
+        + ", or raise cluster.node_num or cluster.gpu_per_node"
+    )
     if config.mode == "both" and cluster.explorer_gpu_num >= total:
-        hint = "; mode colocate shares one GPU between explorer and trainer" if total == 1 else ""
-        issues.add("cluster", f"no GPU left for the trainer: {arithmetic}{hint}")
+        hint = "; or mode: colocate, which shares one GPU between explorer and trainer" if total == 1 else ""
+        issues.add("explorer.rollout_model.engine_num", f"no GPU left for the trainer: {arithmetic}: {change}{hint}")
         return
     if config.mode in ("explore", "bench", "serve") and cluster.explorer_gpu_num > total:
-        issues.add("cluster", f"not enough GPUs: {arithmetic}")
+        issues.add("explorer.rollout_model.engine_num", f"not enough GPUs: {arithmetic}: {change}")
         return
     if config.mode == "colocate" and total != 1:
         issues.add("mode", f"colocate shares one GPU between explorer and trainer; the cluster has {total}")

@@ -133,6 +133,11 @@ def markdown() -> str:
         "Keys are Trinity-RFT's. **No effect yet**: accepted, warns when set (an error under",
         "`trinity config check --strict`). *Derived*: filled by trinity; a value in the file is replaced.",
         "",
+        "Stricter than Trinity-RFT, which runs these and wastes the run: a group algorithm (grpo, dapo,",
+        "opmd, ...) with `algorithm.repeat_times: 1` (every advantage would be 0), and a",
+        "`min_response_tokens` over `max_response_tokens` (Trinity-RFT lowers it). Each is an error",
+        "naming the key; GPU arithmetic errors name the keys to change.",
+        "",
     ]
     for model, paths in found.items():
         where = ", ".join(f"`{p}`" for p in paths if p) or "the top level"
