@@ -68,10 +68,11 @@ def test_a_writer_without_heartbeat_is_dead_after_writer_timeout(kind, tmp_path)
     reader = open_experience_reader(storage, auto_commit=False)
     since = time.time()
     time.sleep(0.8)
-    assert reader.dead_writers(since) == {}  # its heartbeat runs
+    assert reader.dead_writers(since) == {} and reader.silent_writers() == []  # its heartbeat runs
     alive.close()  # the heartbeat stops, as when the process dies
-    time.sleep(0.2)
+    time.sleep(0.25)  # two beats (0.1 s each) missed: silent, not yet dead
     assert reader.dead_writers(time.time()) == {}  # counted from when the reader began to wait
+    assert reader.silent_writers() == ["alive"]
     time.sleep(0.6)
     dead = reader.dead_writers(since)
     assert list(dead) == ["alive"] and dead["alive"] >= 0.4

@@ -82,11 +82,16 @@ def test_mode_both_killed_as_a_whole_group_resumes_without_loss(tmp_path, tiny_m
     assert result.clean(), result
 
 
-def test_a_trainer_whose_explorer_died_for_good_exits_non_zero_naming_it(tmp_path, tiny_model_dir):
+@pytest.mark.parametrize(("writer_timeout", "max_read_timeout"), [(3, 600), (6, 1)])
+def test_a_trainer_whose_explorer_died_for_good_exits_non_zero_naming_it(
+    tmp_path, tiny_model_dir, writer_timeout, max_read_timeout
+):
     """The explorer is SIGKILLed after its second step and never comes back: the trainer
-    trains what there is, then stops within writer_timeout, not max_read_timeout."""
-    explore = write_experiment(tmp_path, tiny_model_dir, "explore", writer_timeout=3, max_read_timeout=600)
-    train = write_experiment(tmp_path, tiny_model_dir, "train", writer_timeout=3, max_read_timeout=600)
+    trains what there is, then stops within writer_timeout, not max_read_timeout; and when
+    max_read_timeout is the shorter, not with exit 0 as if the data had ended."""
+    timeouts = {"writer_timeout": writer_timeout, "max_read_timeout": max_read_timeout}
+    explore = write_experiment(tmp_path, tiny_model_dir, "explore", **timeouts)
+    train = write_experiment(tmp_path, tiny_model_dir, "train", **timeouts)
     explorer = start_role("explorer", explore, "explorer.after_meta:2", tmp_path / "explorer.json")
     explorer.join(120)
     assert explorer.exitcode == -signal.SIGKILL

@@ -209,6 +209,10 @@ class Trainer:
         Fewer: the buffer ended, ``max_read_timeout`` passed, or an explorer is blocked
         waiting for the weights this very step will produce (its last step came up short,
         e.g. failed tasks), so waiting longer would deadlock.
+
+        While a writer is silent (it missed a heartbeat), the wait goes past ``max_read_timeout``
+        until ``writer_timeout`` tells a dead explorer (``WritersGone``: the run fails, naming it)
+        from a stalled one, whichever timeout is the shorter.
         """
         wanted = self.config.buffer.train_batch_size - self.expert_rows
         wait = self.config.buffer.trainer_input.experience_buffer.max_read_timeout
@@ -222,9 +226,13 @@ class Trainer:
             except BufferTimeout as exc:
                 if self._stop.is_set() and not got:
                     raise _StopRequested from None
-                if remaining <= _READ_SLICE and not got:
-                    raise BufferTimeout(exc.buffer, wait) from None
                 dead = self.reader.dead_writers(since)
+                if remaining <= _READ_SLICE and not got and not dead:
+                    undecided = time.monotonic() - started < self._writer_timeout + 2 * _READ_SLICE
+                    if undecided and self.reader.silent_writers():
+                        deadline += _READ_SLICE  # not over before the silent writer is known dead or alive
+                        continue
+                    raise BufferTimeout(exc.buffer, wait) from None
                 if dead:
                     raise WritersGone(exc.buffer, dead, time.monotonic() - started, self._writer_timeout) from None
             except EndOfBuffer:

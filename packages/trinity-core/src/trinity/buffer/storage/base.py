@@ -124,6 +124,12 @@ class ExperienceReader(ABC):
         Empty as well for storages without heartbeats."""
         return {}
 
+    def silent_writers(self) -> list[str]:
+        """The unfinished writers that have missed a heartbeat: dead or stalled, which
+        ``dead_writers`` decides once ``writer_timeout`` has passed. Empty for storages without
+        heartbeats."""
+        return []
+
     def state_dict(self) -> dict[str, Any]:
         return {}
 
@@ -353,6 +359,12 @@ class LogReader(ExperienceReader):
         if not pending or any(now - max(w.updated, since) < self.writer_timeout for w in pending):
             return {}
         return {w.name: now - w.updated for w in pending}
+
+    def silent_writers(self) -> list[str]:
+        if not self.writer_timeout:
+            return []
+        missed = time.time() - 2 * self.writer_timeout / HEARTBEATS_PER_TIMEOUT
+        return [w.name for w in self.log.writer_statuses() if not w.finished and w.updated < missed]
 
     def state_dict(self) -> dict[str, Any]:
         return {"position": self.position}
