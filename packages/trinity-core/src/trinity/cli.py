@@ -274,6 +274,46 @@ def convert(checkpoint: str, out: str, engine: str | None) -> None:
     click.echo(f"{source} -> {Path(out).resolve()} (exported by {how})")
 
 
+@main.group()
+def buffer() -> None:
+    """Commands on a run's stored buffers."""
+
+
+@buffer.command("migrate")
+@click.argument("database")
+@click.option(
+    "--trust-pickled-rows",
+    is_flag=True,
+    help="Read the pickled rows to rewrite them: only for a database no one but you has written.",
+)
+def buffer_migrate(database: str, trust_pickled_rows: bool) -> None:
+    """Rewrite the experience rows an older trinity pickled (DATABASE: a sqlite file or a URL).
+
+    Without --trust-pickled-rows it only counts them: reading one runs whatever code its writer
+    put there. Exit 1 while pickled rows remain.
+    """
+    from trinity.buffer.migrate import migrate
+
+    result = migrate(database, trust_pickled_rows, lambda line: click.echo(line, err=True))
+    total = sum(result.pickled.values())
+    for table, count in result.pickled.items():
+        click.echo(f"{table}: {count} pickled rows")
+    if not total:
+        click.echo("no pickled rows: nothing to migrate")
+        return
+    if not trust_pickled_rows:
+        click.echo(
+            f"{total} pickled rows left as they are; if only you ever wrote this database, run again with "
+            "--trust-pickled-rows to rewrite them without pickle"
+        )
+        sys.exit(1)
+    click.echo(f"rewritten without pickle: {result.rewritten} of {total}")
+    for failure in result.failed:
+        click.echo(f"kept as it was: {failure}", err=True)
+    if result.failed:
+        sys.exit(1)
+
+
 @main.command("tiny-model")
 @click.argument("out_dir", type=click.Path(file_okay=False))
 @click.option("--hidden-size", default=128, show_default=True)

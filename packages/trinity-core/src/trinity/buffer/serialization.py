@@ -9,7 +9,9 @@ Nothing is pickled: a stored row is read by another process, perhaps from a data
 jobs can write, and unpickling it would run whatever code its writer put there. In ``info``,
 ``metrics`` and ``messages``, numpy and torch values become numbers and lists, sets and tuples
 lists, paths strings; any other object is a ``SerializationError`` naming where it is. A row
-with a pickled header (codec 1, written by trinity before this rule) is refused, not read.
+with a pickled header (codec 1, written by trinity before this rule) is refused, not read,
+unless the buffer's ``trust_pickled_rows`` says that only its owner ever wrote the store;
+``trinity buffer migrate`` rewrites such rows without pickle.
 
 A list serialises to ``LIST_MAGIC | version | count | (length | experience)*``. A blob
 of another format version raises ``SerializationError`` naming both versions.
@@ -18,6 +20,7 @@ of another format version raises ``SerializationError`` naming both versions.
 from __future__ import annotations
 
 import json
+import pickle
 import struct
 from pathlib import PurePath
 from typing import Any
@@ -34,8 +37,14 @@ LIST_MAGIC = b"TRXL"
 _HEAD = struct.Struct("<3sBBI")  # magic, version, header codec, header length
 _LIST_HEAD = struct.Struct("<4sBI")  # magic, version, count
 _LEN = struct.Struct("<I")
-_JSON = 0
-"""The header codec byte: JSON (1 was pickle, no longer read or written)."""
+_JSON, _PICKLE = 0, 1
+"""The header codec byte: JSON; pickle was written before 2026-11-27 and is read only when trusted."""
+PICKLED_ROW = (
+    "a stored experience with a pickled header (codec 1, written by a trinity before 2026-11-27 for an info value "
+    "JSON could not hold): not read, since unpickling runs whatever code the row's writer put there. If only you "
+    "ever wrote this store, rewrite it without pickle (trinity buffer migrate), or set the buffer's "
+    "trust_pickled_rows: true"
+)
 TENSOR_FIELDS = (  # the Experience fields that hold tensors
     "tokens",
     "logprobs",
@@ -148,20 +157,26 @@ def _check_version(version: int, what: str) -> None:
         )
 
 
-def deserialize_experience(blob: bytes | bytearray | memoryview) -> Experience:
-    """The experience ``serialize_experience`` wrote; tensors are fresh CPU tensors."""
+def is_pickled(blob: bytes | bytearray | memoryview) -> bool:
+    """Whether a stored experience has a pickled header (codec 1), without reading it."""
+    return len(blob) >= _HEAD.size and bytes(blob[:3]) == MAGIC and blob[4] == _PICKLE
+
+
+def deserialize_experience(blob: bytes | bytearray | memoryview, trust_pickle: bool = False) -> Experience:
+    """The experience ``serialize_experience`` wrote; tensors are fresh CPU tensors. A pickled
+    header (an older trinity's) is read only with ``trust_pickle``."""
     buf = bytearray(blob)
     if len(buf) < _HEAD.size or buf[:3] != MAGIC:
         raise SerializationError("not a serialised experience (bad magic bytes)")
     _, version, codec, meta_len = _HEAD.unpack_from(buf)
     _check_version(version, "serialised experience")
-    if codec != _JSON:
-        raise SerializationError(
-            "a stored experience with a pickled header (codec 1, written by a trinity before 2026-11-27 for an "
-            "info value JSON could not hold): not read, since unpickling runs whatever code the row's writer put "
-            "there; write the buffer again with this trinity"
-        )
-    header = json.loads(bytes(buf[_HEAD.size : _HEAD.size + meta_len]))
+    meta = bytes(buf[_HEAD.size : _HEAD.size + meta_len])
+    if codec == _PICKLE and trust_pickle:
+        header = pickle.loads(meta)  # noqa: S301 - its owner vouched for the store
+    elif codec == _JSON:
+        header = json.loads(meta)
+    else:
+        raise SerializationError(PICKLED_ROW if codec == _PICKLE else f"unknown header codec {codec}")
     offset = _HEAD.size + meta_len
     tensors: dict[str, torch.Tensor] = {}
     for name, stored, shape, restore in header["t"]:

@@ -210,6 +210,12 @@ class ExperienceBufferConfig(StorageConfig):
         "dead and stops (sql, file and durable queue buffers); writers beat 4 times per timeout.",
     )
     durability: Durability = derived("fast", "buffer.durability.")
+    trust_pickled_rows: bool = Field(
+        False,
+        description="Read rows a trinity before 2026-11-27 stored with a pickled header (sql). Unpickling runs "
+        "whatever code a row's writer put there: only for a database no one else can write; "
+        "`trinity buffer migrate` rewrites them without pickle instead.",
+    )
     replay_buffer: ReplayBufferConfig = Field(
         default_factory=ReplayBufferConfig,
         description="Prioritised replay of experiences (queue; with a path it survives restarts).",

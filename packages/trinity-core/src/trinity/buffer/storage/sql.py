@@ -238,8 +238,16 @@ def _retry_busy(action: Callable[[], _T]) -> _T:
 class SqlLog(Log):
     """A ``Log`` in the tables ``<name>_exp``, ``<name>_writers``, ``<name>_cursors``."""
 
-    def __init__(self, url: str, name: str, durability: str = "fast", reconnect: Reconnect = Reconnect()):
+    def __init__(
+        self,
+        url: str,
+        name: str,
+        durability: str = "fast",
+        reconnect: Reconnect = Reconnect(),
+        trust_pickled_rows: bool = False,
+    ):
         self.name = name
+        self.trust_pickled_rows = trust_pickled_rows
         self.engine = shared_engine(url, durability, reconnect)
         prefix = table_prefix(name)
         meta = sa.MetaData()
@@ -348,7 +356,7 @@ class SqlLog(Log):
         rows = conn.execute(query.limit(n)).all()
         if not rows:
             return [], after
-        return [deserialize_experience(data) for _, data in rows], rows[-1][0]
+        return [deserialize_experience(data, self.trust_pickled_rows) for _, data in rows], rows[-1][0]
 
     def fetch(self, after: int, n: int) -> tuple[list[Experience], int]:
         with self.engine.connect() as conn:
@@ -409,4 +417,5 @@ class SQLStorage(LogStorage):
 
     def open_log(self) -> SqlLog:
         durability = getattr(self.storage, "durability", "fast")
-        return SqlLog(self.url, self.storage.name, durability, Reconnect.of(self.storage))
+        trusted = getattr(self.storage, "trust_pickled_rows", False)  # experience buffers have it, tasksets not
+        return SqlLog(self.url, self.storage.name, durability, Reconnect.of(self.storage), trusted)
