@@ -1,30 +1,78 @@
 """``service.data_juicer``: recipes run by trinity's Data-Juicer server, started for the run
 (``auto_start``) or found at ``server_url``; a server that cannot start or be reached is an
-error naming its key."""
+error naming its key. The server is a door (``docs/security.md``): it needs its token, takes
+JSON only, bounds bodies, rows and its cache, answers a malformed request with a 4xx naming the
+field, and runs no code from a recipe unless started with ``--allow-code-ops``."""
 
 from __future__ import annotations
 
+import http.client
+import json
+import os
 import socket
+import subprocess
+import sys
+import time
 
 import pytest
 
 from ports import free_port
 from trinity.algorithm.experience_ops import DataJuicer
-from trinity.buffer.data_juicer import DataJuicerError, RecipeClient, recipe
+from trinity.buffer.data_juicer import TOKEN_ENV, DataJuicerError, RecipeClient, recipe
 from trinity.config.schema import DataJuicerServiceConfig
 
 RECIPE = recipe("test", [{"text_length_filter": {"min_len": 5}}], num_process=1)
 ROWS = [{"text": "long enough", "i": 0}, {"text": "no", "i": 1}]
+TOKEN = "test-token"
+MAX_ROWS = 3
 
 
-def test_an_auto_started_server_runs_the_recipe_and_stops_with_its_client():
+def request(port: int, method: str, path: str, body: bytes | dict | None = None, **headers: str):
+    """(status, JSON reply) of one request; ``headers`` with ``_`` for ``-``."""
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
+    if isinstance(body, dict):
+        body = json.dumps(body).encode()
+    sent = {name.replace("_", "-"): value for name, value in headers.items()}
+    connection.request(method, path, body=body, headers=sent)
+    response = connection.getresponse()
+    return response.status, json.loads(response.read() or b"null")
+
+
+def post(port: int, body: bytes | dict, token: str | None = TOKEN, **headers: str):
+    headers.setdefault("Content_Type", "application/json")
+    return request(port, "POST", "/process", body, **headers, **({"Authorization": f"Bearer {token}"} if token else {}))
+
+
+@pytest.fixture(scope="module")
+def server():
+    """A server on a free port with its token, a 1 MiB body limit and at most ``MAX_ROWS`` rows."""
+    port = free_port()
+    command = [sys.executable, "-m", "trinity.buffer.data_juicer", "--port", str(port), "--max-request-mb", "1"]
+    process = subprocess.Popen(command + ["--max-rows", str(MAX_ROWS)], env={**os.environ, TOKEN_ENV: TOKEN})
+    deadline = time.monotonic() + 120
+    while True:
+        try:
+            request(port, "GET", "/health")
+            break
+        except OSError:
+            assert process.poll() is None and time.monotonic() < deadline, "the server did not start"
+            time.sleep(0.2)
+    yield port
+    process.terminate()
+    process.wait(timeout=30)
+
+
+def test_an_auto_started_server_runs_the_recipe_and_stops_with_its_client(monkeypatch):
     port = free_port()
     client = RecipeClient("test", RECIPE, DataJuicerServiceConfig(auto_start=True, port=port))
     try:
         kept = client.run(ROWS)
         assert [row["i"] for row in kept] == [0] and kept[0]["__dj__stats__"]["text_len"] == 11
+        assert client.token not in " ".join(client.process.args)  # through the environment, not ps
+        assert post(port, {"recipe": RECIPE, "rows": ROWS}, token=None)[0] == 401
+        monkeypatch.setenv(TOKEN_ENV, client.token)  # a second client of the same server
         other = RecipeClient("other", RECIPE, DataJuicerServiceConfig(server_url=f"http://127.0.0.1:{port}/"))
-        assert [row["i"] for row in other.run(ROWS)] == [0]  # a second client of the same server
+        assert [row["i"] for row in other.run(ROWS)] == [0]
         with pytest.raises(DataJuicerError, match="^bad: Data-Juicer rejects the recipe"):
             RecipeClient("bad", {"process": [{"no_such_op": {}}]}, DataJuicerServiceConfig(server_url=client.url))
     finally:
@@ -60,3 +108,152 @@ def test_an_unreachable_server_or_one_that_cannot_start_names_its_key():
             RecipeClient("test", RECIPE, DataJuicerServiceConfig(auto_start=True, port=busy))
     with pytest.raises(DataJuicerError, match="^service.data_juicer: set server_url, or auto_start: true"):
         RecipeClient("test", RECIPE, DataJuicerServiceConfig())
+
+
+def test_the_server_needs_its_token(server, monkeypatch):
+    assert request(server, "GET", "/health")[0] == 200  # open: a client's start probe
+    status, reply = post(server, {"recipe": RECIPE, "rows": ROWS}, token=None)
+    assert status == 401 and "Authorization: Bearer" in reply["error"]["message"]
+    assert post(server, {"recipe": RECIPE, "rows": ROWS}, token="wrong")[0] == 401
+    assert post(server, {"recipe": RECIPE, "rows": ROWS})[0] == 200
+    status, schema = request(server, "GET", "/openapi.json", Authorization=f"Bearer {TOKEN}")
+    assert status == 200 and "/process" in schema["paths"]
+    # a page whose own name resolves to 127.0.0.1 (DNS rebinding) is not this server
+    assert post(server, {"recipe": RECIPE, "rows": ROWS}, Host="attacker.example")[0] == 403
+    monkeypatch.delenv(TOKEN_ENV, raising=False)
+    with pytest.raises(DataJuicerError, match=rf"^test: a valid token is required.*\${TOKEN_ENV}"):
+        RecipeClient("test", RECIPE, DataJuicerServiceConfig(server_url=f"http://127.0.0.1:{server}"))
+    monkeypatch.setenv(TOKEN_ENV, TOKEN)
+    RecipeClient("test", RECIPE, DataJuicerServiceConfig(server_url=f"http://127.0.0.1:{server}"))
+
+
+def test_the_server_takes_json_only(server):
+    """A web page may post text/plain anywhere without the browser asking first."""
+    status, reply = post(server, json.dumps({"recipe": RECIPE, "rows": ROWS}).encode(), Content_Type="text/plain")
+    assert status == 415 and "application/json" in reply["error"]["message"]
+
+
+@pytest.mark.parametrize(
+    ("body", "status", "message"),
+    [
+        (b'{"recipe": {', 400, "the body is not JSON"),
+        ({"rows": []}, 422, "recipe: Field required"),
+        ({"recipe": RECIPE, "rows": "text"}, 422, "rows: Input should be a valid list"),
+        ({"recipe": RECIPE, "rows": [1]}, 422, "rows.0: Input should be a valid dictionary"),
+        ({"recipe": RECIPE, "rows": [], "extra": 1}, 422, "extra: Extra inputs are not permitted"),
+        (
+            {"recipe": {"process": "text_length_filter"}, "rows": []},
+            422,
+            "recipe.process: Input should be a valid list",
+        ),
+        (
+            {"recipe": {**RECIPE, "temp_dir": "/tmp"}, "rows": []},
+            422,
+            "recipe.temp_dir: Extra inputs are not permitted",
+        ),
+        ({"recipe": {"process": [{"a_filter": {}, "b_filter": {}}]}, "rows": []}, 422, "recipe.process.0: "),
+        ({"recipe": {"process": [{"no_such_op": {}}]}, "rows": []}, 400, "Data-Juicer rejects the recipe"),
+    ],
+)
+def test_a_malformed_request_is_a_4xx_naming_the_field(server, body, status, message):
+    got, reply = post(server, body)
+    assert got == status and message in reply["error"]["message"]
+
+
+CODE = {  # what names the refusal: the recipe's operators, given the file that running them writes
+    "python_lambda_mapper": lambda marker: [
+        {"python_lambda_mapper": {"lambda_str": f"lambda s: (open({str(marker)!r}, 'w').close(), s)[1]"}}
+    ],
+    "python_file_mapper": lambda marker: [
+        {"general_fused_op": {"fused_op_list": [{"python_file_mapper": {"file_path": str(marker)}}]}}
+    ],
+    "text_chunk_mapper.trust_remote_code": lambda marker: [{"text_chunk_mapper": {"trust_remote_code": True}}],
+}
+
+
+@pytest.mark.parametrize("named", CODE)
+def test_operators_that_execute_code_are_refused(server, tmp_path, named):
+    marker = tmp_path / "ran"
+    body = {"recipe": {"process": CODE[named](marker)}, "rows": [{"text": "some text"}]}
+    status, reply = post(server, body)
+    assert status == 400 and reply["error"]["message"].startswith(f"{named}: executes code")
+    assert "--allow-code-ops" in reply["error"]["message"] and not marker.exists()
+
+
+def test_custom_operator_files_are_not_imported(server, tmp_path):
+    marker, module = tmp_path / "ran", tmp_path / "trinity_test_custom_op.py"
+    module.write_text(f"open({str(marker)!r}, 'w').close()\n")
+    recipe_ = {**RECIPE, "custom_operator_paths": [str(module)]}
+    status, reply = post(server, {"recipe": recipe_, "rows": []})
+    assert status == 400 and reply["error"]["message"].startswith("custom_operator_paths: executes code")
+    assert not marker.exists()
+
+
+def test_code_operators_run_on_a_server_started_with_the_opt_in(monkeypatch):
+    lambda_op = {"python_lambda_mapper": {"lambda_str": "lambda s: {**s, 'text': s['text'].upper()}"}}
+    code_recipe = recipe("test", [lambda_op], num_process=1)
+    client = RecipeClient("test", code_recipe, DataJuicerServiceConfig(auto_start=True, allow_code_ops=True))
+    try:
+        assert "--allow-code-ops" in client.process.args
+        assert [row["text"] for row in client.run(ROWS)] == ["LONG ENOUGH", "NO"]
+        monkeypatch.setenv(TOKEN_ENV, client.token)
+        with pytest.raises(DataJuicerError, match=r"^service.data_juicer.allow_code_ops: sets up the server trinity"):
+            RecipeClient("test", code_recipe, DataJuicerServiceConfig(server_url=client.url, allow_code_ops=True))
+    finally:
+        client.close()
+
+
+def test_a_recipe_files_own_input_and_output_are_left_out(server):
+    """A standalone recipe names its job's files; on the service the rows come and go with the request."""
+    job = {"project_name": "p", "dataset_path": "/no/such/input.jsonl", "export_path": "/no/such/out.jsonl"}
+    status, reply = post(server, {"recipe": {**RECIPE, **job}, "rows": ROWS})
+    assert status == 200 and [row["i"] for row in reply["rows"]] == [0]
+
+
+def test_the_recipe_cache_is_bounded(server):
+    for min_len in range(10):  # ten recipes: the cache keeps the last eight
+        assert (
+            post(
+                server,
+                {"recipe": recipe("t", [{"text_length_filter": {"min_len": min_len}}], num_process=1), "rows": []},
+            )[0]
+            == 200
+        )
+    health = request(server, "GET", "/health")[1]
+    assert health["recipes"] == health["max_recipes"] == 8
+
+
+def test_bodies_and_rows_are_bounded(server):
+    big = {"recipe": RECIPE, "rows": [{"text": "x" * (1 << 20)}]}
+    status, reply = post(server, big)
+    assert status == 413 and "limit of 1048576 bytes" in reply["error"]["message"]
+    status, reply = post(server, {"recipe": RECIPE, "rows": [{"text": "text"}] * (MAX_ROWS + 1)})
+    assert status == 422 and reply["error"]["param"] == "rows"
+    assert f"at most {MAX_ROWS} items" in reply["error"]["message"] and "--max-rows" in reply["error"]["message"]
+
+
+def test_a_server_off_loopback_needs_a_token():
+    environment = {name: value for name, value in os.environ.items() if name != TOKEN_ENV}
+    command = [sys.executable, "-m", "trinity.buffer.data_juicer", "--host", "0.0.0.0", "--port", str(free_port())]
+    try:
+        ended = subprocess.run(command, env=environment, capture_output=True, text=True, timeout=60)
+    except subprocess.TimeoutExpired:
+        pytest.fail("the server started on 0.0.0.0 without a token")
+    assert ended.returncode != 0 and f"without a token: set {TOKEN_ENV}" in ended.stderr
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="common/http_guard stops the body by raising inside the app, and FastAPI answers that with its own 400",
+)
+def test_a_body_without_its_length_is_bounded_as_it_arrives(server):
+    body = json.dumps({"recipe": RECIPE, "rows": [{"text": "x" * (1 << 21)}]}).encode()
+    connection = http.client.HTTPConnection("127.0.0.1", server, timeout=120)
+    headers = {"Content-Type": "application/json", "Authorization": f"Bearer {TOKEN}"}
+    chunks = (body[start : start + 65536] for start in range(0, len(body), 65536))
+    try:
+        connection.request("POST", "/process", body=chunks, headers=headers, encode_chunked=True)
+    except OSError:  # the server answered and closed before the whole body was sent
+        pass
+    response = connection.getresponse()
+    assert response.status == 413 and "limit of 1048576 bytes" in json.loads(response.read())["error"]["message"]

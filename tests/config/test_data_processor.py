@@ -21,7 +21,9 @@ def test_the_task_pipeline_writes_the_first_taskset_and_operators_get_the_servic
     cfg = load_config(write(tmp_path, extra), [PIPELINE])
     assert cfg.data_processor.task_pipeline.output.path == "/data/tasks.jsonl"
     args = cfg.data_processor.experience_pipeline.operators[0].args
-    assert args["service_config"] == {"server_url": None, "auto_start": True, "port": 5005} and args["np"] == 4
+    server = {"allow_code_ops": False, "max_request_mb": 64, "max_rows": 100_000}
+    assert args["service_config"] == {"server_url": None, "auto_start": True, "port": 5005, **server}
+    assert args["np"] == 4
 
 
 def test_a_task_pipeline_without_data_juicer_names_the_install(tmp_path, monkeypatch):

@@ -11,15 +11,22 @@ rows, its mappers rewrite them, and the statistics its filters compute land in e
 Recipes run in the process that needs them, or, with ``service.data_juicer``, in a Data-Juicer
 server: trinity's own (``python -m trinity.buffer.data_juicer --port P``: JSON rows over HTTP,
 not Trinity-RFT's session protocol), at ``server_url`` or started for the run (``auto_start``).
+
+A recipe run in process is the user's own config, run as Data-Juicer runs it: every operator,
+including those that execute code. The server runs what its clients send, so it takes a token
+(``$TRINITY_DATA_JUICER_TOKEN``; one per run when trinity starts it), bounds requests and its
+cache, and refuses code (``CODE_WORDS``) unless it was started with ``--allow-code-ops``.
 """
 
-from __future__ import annotations
-
+# No ``from __future__ import annotations``: FastAPI reads ``create_app``'s local models from its
+# endpoints' annotations.
 import importlib.util
 import json
 import os
+import threading
+from collections import OrderedDict
 from collections.abc import Sequence
-from typing import Any
+from typing import Annotated, Any
 
 from trinity.common.errors import PicklableError
 from trinity.config.schema import DataJuicerServiceConfig
@@ -92,22 +99,37 @@ class RecipeRunner:
 
 
 SERVICE_KEY = "service.data_juicer"
+TOKEN_ENV = "TRINITY_DATA_JUICER_TOKEN"
+"""The server's token: it requires it when set; a client sends it to a server at ``server_url``."""
+
+SERVER_KEYS = ("allow_code_ops", "max_request_mb", "max_rows")
+"""Keys of ``service.data_juicer`` that set up the auto-started server (its command-line flags)."""
 
 
 class RecipeClient:
-    """A recipe run by a Data-Juicer server (``service.data_juicer``): the one at ``server_url``,
-    or with ``auto_start`` one started here (``python -m trinity.buffer.data_juicer``) on
-    ``port`` (unset: a free one) and stopped by ``close``. Rows travel as JSON."""
+    """A recipe run by a Data-Juicer server (``service.data_juicer``): the one at ``server_url``
+    (sent ``$TRINITY_DATA_JUICER_TOKEN`` when set), or with ``auto_start`` one started here on
+    ``port`` (unset: a free one) with a fresh token, and stopped by ``close``. Rows travel as JSON."""
 
     START_TIMEOUT = 120.0
 
     def __init__(self, key: str, config: dict[str, Any], service: DataJuicerServiceConfig):
         self.key, self.config, self.process = key, config, None
         if service.auto_start:
+            import secrets
+
             require_data_juicer(f"{SERVICE_KEY}.auto_start")
-            self.url = self._start(service.port or _free_port())
+            self.token: str | None = secrets.token_urlsafe(32)
+            self.url = self._start(service.port or _free_port(), service)
         elif service.server_url:
-            self.url = service.server_url.rstrip("/")
+            for name in SERVER_KEYS:
+                if getattr(service, name) != DataJuicerServiceConfig.model_fields[name].default:
+                    raise DataJuicerError(
+                        f"{SERVICE_KEY}.{name}",
+                        "sets up the server trinity starts (auto_start: true); the server at server_url "
+                        f"has its own --{name.replace('_', '-')}",
+                    )
+            self.url, self.token = service.server_url.rstrip("/"), os.environ.get(TOKEN_ENV)
             try:
                 _call(f"{self.url}/health", timeout=5)
             except OSError as exc:
@@ -118,23 +140,19 @@ class RecipeClient:
             raise DataJuicerError(SERVICE_KEY, "set server_url, or auto_start: true")
         self.run([])  # the server loads the recipe now: a bad one fails at the start
 
-    def _start(self, port: int) -> str:
+    def _start(self, port: int, service: DataJuicerServiceConfig) -> str:
+        """Start a server on ``port``; its token goes through the environment, out of ``ps``'s sight."""
         import subprocess
         import sys
         import tempfile
         import time
 
         self.log = tempfile.TemporaryFile()
-        command = [
-            sys.executable,
-            "-m",
-            "trinity.buffer.data_juicer",
-            "--port",
-            str(port),
-            "--parent",
-            str(os.getpid()),
-        ]
-        self.process = subprocess.Popen(command, stdout=self.log, stderr=subprocess.STDOUT)
+        command = [sys.executable, "-m", "trinity.buffer.data_juicer", "--port", str(port)]
+        command += ["--parent", str(os.getpid()), "--max-request-mb", str(service.max_request_mb)]
+        command += ["--max-rows", str(service.max_rows)] + (["--allow-code-ops"] if service.allow_code_ops else [])
+        environment = {**os.environ, TOKEN_ENV: self.token}
+        self.process = subprocess.Popen(command, stdout=self.log, stderr=subprocess.STDOUT, env=environment)
         url, deadline = f"http://127.0.0.1:{port}", time.monotonic() + self.START_TIMEOUT
         while time.monotonic() < deadline and self.process.poll() is None:
             try:
@@ -150,7 +168,7 @@ class RecipeClient:
         )
 
     def run(self, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        reply = _call(f"{self.url}/process", {"recipe": self.config, "rows": rows}, self.key)
+        reply = _call(f"{self.url}/process", {"recipe": self.config, "rows": rows}, self.key, token=self.token)
         return reply["rows"]
 
     def close(self) -> None:
@@ -174,70 +192,233 @@ def _free_port() -> int:
         return probe.getsockname()[1]
 
 
+_HINTS = {
+    401: f"the client sends ${TOKEN_ENV} as its token",
+    413: f"the server's --max-request-mb; {SERVICE_KEY}.max_request_mb when trinity starts it",
+}
+
+
 def _call(
-    url: str, payload: dict[str, Any] | None = None, key: str = SERVICE_KEY, timeout: float = 3600
+    url: str,
+    payload: dict[str, Any] | None = None,
+    key: str = SERVICE_KEY,
+    timeout: float = 3600,
+    token: str | None = None,
 ) -> dict[str, Any]:
-    """GET (no payload) or POST JSON; a server's error reply raises ``DataJuicerError`` naming ``key``."""
+    """GET (no payload) or POST JSON, with ``token`` as ``Authorization: Bearer``; a server's error
+    reply raises ``DataJuicerError`` naming ``key``."""
     import urllib.error
     import urllib.request
 
+    headers = {"Content-Type": "application/json"} | ({"Authorization": f"Bearer {token}"} if token else {})
     data = None if payload is None else json.dumps(payload, default=str).encode()
-    request = urllib.request.Request(url, data=data, headers={"Content-Type": "application/json"})
+    request = urllib.request.Request(url, data=data, headers=headers)
     try:
         with urllib.request.urlopen(request, timeout=timeout) as response:
             return json.loads(response.read())
     except urllib.error.HTTPError as exc:
-        raise DataJuicerError(key, json.loads(exc.read() or b"{}").get("error", str(exc))) from exc
+        text = exc.read().decode(errors="replace")
+        try:
+            message = json.loads(text)["error"]["message"]
+        except (ValueError, KeyError, TypeError):  # not the server's error shape: a proxy's page
+            message = f"HTTP {exc.code}: {text[:500] or exc.reason}"
+        hint = f" ({_HINTS[exc.code]})" if exc.code in _HINTS else ""
+        raise DataJuicerError(key, message + hint) from exc
 
 
-def serve(host: str, port: int, parent: int | None = None) -> None:
-    """The Data-Juicer server: ``GET /health``; ``POST /process`` with ``{"recipe", "rows"}``
-    answers ``{"rows"}`` (recipes load once and stay loaded). It ends with its ``parent``
-    process, so that a run killed without closing its client leaves no server behind."""
-    import threading
-    import time
-    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+# --- the server ------------------------------------------------------------------------------
 
-    runners: dict[str, RecipeRunner] = {}
+MAX_RECIPES = 8
+"""Loaded recipes the server keeps (least recently used first out): each may hold models."""
 
-    class Handler(BaseHTTPRequestHandler):
-        def _reply(self, status: int, body: dict[str, Any]) -> None:
-            data = json.dumps(body, default=str).encode()
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
+CODE_WORDS = ("python", "exec")
+"""An operator whose name holds one of these executes code it is given (Data-Juicer 1.6:
+``python_lambda_mapper``, ``python_file_mapper``); the server refuses it without ``--allow-code-ops``,
+as it refuses ``custom_operator_paths`` (Python files to import) and ``trust_remote_code`` (a
+model repository's code)."""
 
-        def do_GET(self) -> None:  # noqa: N802 - http.server's name
-            self._reply(200, {"status": "ok"}) if self.path == "/health" else self._reply(404, {"error": self.path})
 
-        def do_POST(self) -> None:  # noqa: N802
-            if self.path != "/process":
-                return self._reply(404, {"error": self.path})
-            request = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-            name = json.dumps(request["recipe"], sort_keys=True)
+def code_in(recipe: dict[str, Any]) -> list[str]:
+    """What in ``recipe`` executes code: its ``custom_operator_paths``, operators named for code
+    (``CODE_WORDS``, nested ones such as ``general_fused_op``'s included) and ``trust_remote_code``."""
+    found = ["custom_operator_paths"] if recipe.get("custom_operator_paths") else []
+    stack: list[tuple[Any, str]] = [(recipe.get("process"), "process")]
+    while stack:
+        node, owner = stack.pop()
+        if isinstance(node, list):
+            for item in reversed(node):
+                if isinstance(item, dict):  # an operator: {name: args}
+                    found += [name for name in item if any(word in name for word in CODE_WORDS)]
+                    stack.extend((args, name) for name, args in item.items())
+                else:
+                    stack.append((item, owner))
+        elif isinstance(node, dict):
+            if node.get("trust_remote_code") not in (None, False):
+                found.append(f"{owner}.trust_remote_code")
+            stack.extend((value, owner) for value in reversed(node.values()))
+    return found
+
+
+RECIPE_FILE_KEYS = {
+    "project_name": "a recipe file's name for its job; unused",
+    "dataset_path": "a recipe file's input; unused: the rows are sent",
+    "export_path": "a recipe file's output; unused: the rows come back",
+}
+"""Keys of a standalone recipe file that the server takes and leaves out of the recipe it runs."""
+
+_HINTS_422 = {
+    ("too_long", "rows"): " (this server's --max-rows)",
+    ("extra_forbidden", "recipe"): " (the server takes the operators and the keys that shape a row; "
+    "a recipe that sets up a Data-Juicer job runs in process: unset service.data_juicer)",
+}
+"""What to add to a validation error (its type, its top-level field)."""
+
+
+def create_app(
+    host: str = "127.0.0.1",
+    token: str | None = None,
+    allow_code_ops: bool = False,
+    max_request_mb: int = 64,
+    max_rows: int = 100_000,
+):
+    """The server's ASGI app, behind ``RequestGuard``: ``GET /health`` (no token); ``POST /process``
+    with ``{"recipe", "rows"}`` answers ``{"rows"}``. Recipes load once and stay loaded (the last
+    ``MAX_RECIPES``); one request runs at a time. Errors are ``{"error": {"message", ...}}``."""
+    from fastapi import FastAPI
+    from fastapi.exceptions import RequestValidationError
+    from fastapi.responses import JSONResponse
+    from pydantic import BaseModel, ConfigDict, Field
+    from starlette.exceptions import HTTPException
+
+    from trinity.common.http_guard import LOOPBACK_HOSTS, RequestGuard, is_loopback
+
+    class Reply(JSONResponse):
+        def render(self, content: Any) -> bytes:
+            return json.dumps(content, default=str).encode()  # Data-Juicer's statistics may be NaN
+
+    def error(status: int, message: str, param: str | None = None) -> Reply:
+        body = {"error": {"message": message, "type": "invalid_request_error", "param": param, "code": status}}
+        return Reply(body, status)
+
+    class Recipe(BaseModel):
+        """A Data-Juicer recipe as the server takes it: the operators and the keys that shape
+        what they see of a row; keys that set up a Data-Juicer job or its process are refused."""
+
+        model_config = ConfigDict(extra="forbid")
+        process: list[Annotated[dict[str, dict[str, Any] | None], Field(min_length=1, max_length=1)]] = Field(
+            description="operators in order, each {op_name: {args}}"
+        )
+        np: int | None = Field(None, ge=1, description="worker processes")
+        text_keys: str | list[str] | None = Field(None, description="the fields holding text")
+        image_key: str | None = None
+        image_bytes_key: str | None = None
+        audio_key: str | None = None
+        video_key: str | None = None
+        image_special_token: str | None = None
+        audio_special_token: str | None = None
+        video_special_token: str | None = None
+        eoc_special_token: str | None = None
+        turbo: bool | None = None
+        skip_op_error: bool | None = None
+        project_name: str | None = Field(None, description=RECIPE_FILE_KEYS["project_name"])
+        dataset_path: str | None = Field(None, description=RECIPE_FILE_KEYS["dataset_path"])
+        export_path: str | None = Field(None, description=RECIPE_FILE_KEYS["export_path"])
+        custom_operator_paths: list[str] | None = Field(
+            None, description="Python files of operators to import; refused without --allow-code-ops"
+        )
+
+    class Process(BaseModel):
+        model_config = ConfigDict(extra="forbid")
+        recipe: Recipe
+        rows: list[dict[str, Any]] = Field(max_length=max_rows, description="the rows, each a JSON object")
+
+    class Rows(BaseModel):
+        rows: list[dict[str, Any]] = Field(description="the rows the recipe keeps, statistics in __dj__stats__")
+
+    runners: OrderedDict[str, RecipeRunner] = OrderedDict()
+    lock = threading.Lock()
+    app = FastAPI(title="trinity Data-Juicer service", docs_url=None, redoc_url=None)
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid(request: Any, exc: RequestValidationError) -> Reply:
+        problems = exc.errors()
+        first = problems[0]
+        if first["type"] == "json_invalid":
+            return error(400, f"the body is not JSON: {first['ctx']['error']} at character {first['loc'][-1]}")
+        lines = []
+        for problem in problems[:5]:
+            where = ".".join(str(part) for part in problem["loc"][1:]) or "body"
+            hint = _HINTS_422.get((problem["type"], where.split(".")[0]), "")
+            lines.append(f"{where}: {problem['msg']}{hint}")
+        more = f"; and {len(problems) - 5} more" if len(problems) > 5 else ""
+        return error(422, "; ".join(lines) + more, ".".join(str(part) for part in first["loc"][1:]) or None)
+
+    @app.exception_handler(HTTPException)
+    async def refused(request: Any, exc: HTTPException) -> Reply:
+        return error(exc.status_code, str(exc.detail))
+
+    @app.get("/health")
+    def health() -> dict[str, Any]:
+        """The server answers; ``recipes``: how many are loaded (at most ``max_recipes``)."""
+        return {"status": "ok", "recipes": len(runners), "max_recipes": MAX_RECIPES}
+
+    @app.post("/process", response_model=Rows)
+    def process(request: Process) -> Reply:
+        """Run ``recipe`` on ``rows``: the rows it keeps, as it leaves them."""
+        config = request.recipe.model_dump(exclude_unset=True, exclude=set(RECIPE_FILE_KEYS))
+        code = [] if allow_code_ops else code_in(config)
+        if code:
+            return error(
+                400,
+                f"{', '.join(code)}: executes code, which this server runs only when started with --allow-code-ops",
+                "recipe",
+            )
+        name = json.dumps(config, sort_keys=True)
+        with lock:
             try:
                 if name not in runners:
-                    runners[name] = RecipeRunner("recipe", request["recipe"])
-                self._reply(200, {"rows": runners[name].run(request["rows"])})
-            except Exception as exc:  # the client raises it, naming its config key
-                self._reply(
-                    400, {"error": exc.reason if isinstance(exc, DataJuicerError) else f"{type(exc).__name__}: {exc}"}
-                )
+                    runners[name] = RecipeRunner("recipe", config)
+                    if len(runners) > MAX_RECIPES:
+                        runners.popitem(last=False)[1].close()
+                runners.move_to_end(name)
+                return Reply({"rows": runners[name].run(request.rows)})
+            except DataJuicerError as exc:  # the client raises it, naming its config key
+                return error(400, exc.reason, "recipe")
+            except Exception as exc:  # an operator failing on these rows
+                return error(400, f"Data-Juicer failed on the rows ({type(exc).__name__}: {exc})", "rows")
 
-        def log_message(self, *args: Any) -> None:
-            """Quiet: one line per request would flood the run's log."""
+    hosts = LOOPBACK_HOSTS | {host} if is_loopback(host) else None
+    return RequestGuard(app, token=token, max_body_bytes=max_request_mb * 2**20, hosts=hosts)
 
-    server = ThreadingHTTPServer((host, port), Handler)
+
+def serve(host: str, port: int, parent: int | None = None, token: str | None = None, **limits: Any) -> None:
+    """Run the server (``create_app``; ``limits``: its other arguments) until its ``parent``
+    process ends, so that a run killed without closing its client leaves no server behind.
+    Without a token it binds to loopback only."""
+    import sys
+    import time
+
+    import uvicorn
+
+    from trinity.common.http_guard import is_loopback
+
+    if not token and not is_loopback(host):
+        raise SystemExit(
+            f"the Data-Juicer server refuses to listen on {host} without a token: set {TOKEN_ENV}, "
+            "or listen on 127.0.0.1"
+        )
+    if not token:
+        print(f"no ${TOKEN_ENV}: every user of this machine may send recipes", file=sys.stderr, flush=True)
+    app = create_app(host, token, **limits)
+    server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="off"))
 
     def watch_parent() -> None:
         while parent is None or _alive(parent):
             time.sleep(1.0)
-        server.shutdown()
+        server.should_exit = True
 
     threading.Thread(target=watch_parent, daemon=True).start()
-    server.serve_forever()
+    server.run()
 
 
 def _alive(pid: int) -> bool:
@@ -248,12 +429,34 @@ def _alive(pid: int) -> bool:
     return True
 
 
+def _positive(text: str) -> int:
+    """A command-line count: a whole number, at least 1."""
+    import argparse
+
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number >= 1")
+    return int(text)
+
+
 if __name__ == "__main__":
     import argparse
 
-    parser = argparse.ArgumentParser(description="trinity's Data-Juicer server")
+    parser = argparse.ArgumentParser(
+        description=f"trinity's Data-Juicer server; its token comes from ${TOKEN_ENV} (required off loopback)"
+    )
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--parent", type=int, default=None, help="stop when this process ends")
+    parser.add_argument("--allow-code-ops", action="store_true", help="run operators that execute code")
+    parser.add_argument("--max-request-mb", type=_positive, default=64, help="largest request body, in MiB")
+    parser.add_argument("--max-rows", type=_positive, default=100_000, help="most rows per request")
     arguments = parser.parse_args()
-    serve(arguments.host, arguments.port, arguments.parent)
+    serve(
+        arguments.host,
+        arguments.port,
+        arguments.parent,
+        os.environ.get(TOKEN_ENV),
+        allow_code_ops=arguments.allow_code_ops,
+        max_request_mb=arguments.max_request_mb,
+        max_rows=arguments.max_rows,
+    )
