@@ -12,6 +12,7 @@ from tool_model import CALCULATOR, QUESTIONS, answer, tool_call_text
 from trinity.config.schema import InferenceModelConfig, ModelConfig
 from trinity.engine.base import EngineStartError, SamplingArgs
 from trinity.engine.client import EngineClient
+from trinity.engine.openai_api import MAX_N
 from trinity.engine.tokenization import TOOL_CALL_PARSERS
 from trinity.engine.transformers_rollout import TransformersRolloutEngine
 from trinity.explorer.model_wrapper import ModelWrapper
@@ -65,6 +66,33 @@ def test_a_bad_request_is_a_400_naming_the_field(endpoint):
         api.chat.completions.create(model="tiny", messages=MESSAGES, top_p=2.0)
     with pytest.raises(openai.BadRequestError, match="messages"):
         api.chat.completions.create(model="tiny", messages=[])
+    with pytest.raises(openai.BadRequestError, match=f"n: Input should be less than or equal to {MAX_N}"):
+        api.chat.completions.create(model="tiny", messages=MESSAGES, n=MAX_N + 1, max_tokens=1)
+    with pytest.raises(openai.BadRequestError, match=r"messages\[0\].content\[1\].text: a text part needs its text"):
+        parts = [{"type": "text", "text": "What is "}, {"type": "text"}]
+        api.chat.completions.create(model="tiny", messages=[{"role": "user", "content": parts}])
+    plain = httpx.post(f"{endpoint.api_url}/chat/completions", content=b"{}", headers={"content-type": "text/plain"})
+    assert plain.status_code == 415  # the request guard: a web page cannot post here without a preflight
+
+
+def test_an_api_key_is_required_when_set_and_trinity_clients_send_it(tiny_model_dir):
+    """``api_key`` set: a request without it is a 401 (``/health`` stays open); the official
+    client given the key, and a workflow's client made by ``ModelWrapper``, get through."""
+    client = serve(tiny_model_dir, api_key="sesame")
+    try:
+        without = openai.OpenAI(base_url=client.api_url, api_key="EMPTY", max_retries=0)
+        with pytest.raises(openai.AuthenticationError):
+            without.chat.completions.create(model="tiny", messages=MESSAGES, max_tokens=1)
+        with pytest.raises(openai.AuthenticationError):
+            without.models.list()
+        assert httpx.get(client.api_url.removesuffix("/v1") + "/health").status_code == 200
+        given = openai.OpenAI(base_url=client.api_url, api_key="sesame", max_retries=0)
+        assert given.chat.completions.create(model="tiny", messages=MESSAGES, max_tokens=1).choices
+        model = ModelWrapper(client, SamplingArgs(n=1), enable_history=True)
+        model.get_openai_client().chat.completions.create(model="tiny", messages=MESSAGES, max_tokens=1)
+        assert len(model.extract_experience_from_history()) == 1
+    finally:
+        client.close()
 
 
 def test_content_given_as_text_parts_is_served_as_its_text(endpoint):

@@ -8,6 +8,8 @@ from pathlib import Path
 import pytest
 
 os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")  # GiB; vLLM's CPU default is far larger
+API_KEY = "vllm-sesame"
+"""The shared engine's endpoint requires it (``api_key``): trinity's own clients must send it."""
 
 
 @pytest.fixture(scope="session")
@@ -40,7 +42,7 @@ def shared_vllm_engine(ray_session, tiny_model_dir: Path):
         started.append(
             VLLMRolloutEngine(
                 InferenceModelConfig(
-                    model_path=str(tiny_model_dir), enforce_eager=True, seed=1, enable_openai_api=True
+                    model_path=str(tiny_model_dir), enforce_eager=True, seed=1, enable_openai_api=True, api_key=API_KEY
                 ),
                 ModelConfig(model_path=str(tiny_model_dir), **limits),
             )

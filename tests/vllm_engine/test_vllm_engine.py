@@ -9,6 +9,8 @@ import pytest
 
 pytest.importorskip("vllm")
 
+import httpx  # noqa: E402
+import openai  # noqa: E402
 import torch  # noqa: E402
 from safetensors.torch import load_file, save_file  # noqa: E402
 from transformers import AutoModelForCausalLM  # noqa: E402
@@ -133,8 +135,15 @@ def test_weights_from_checkpoint_and_state_dict(vllm_engine, tiny_model_dir: Pat
 
 
 def test_openai_endpoint_through_the_model_wrapper(vllm_engine) -> None:
-    """The engine's OpenAI server shares its weights, chat template and raw logprobs."""
+    """The engine's OpenAI server shares its weights, chat template and raw logprobs. It requires
+    its ``api_key`` (vLLM's ``--api-key`` and trinity's guard, which also covers ``/invocations``);
+    the workflow's client sends it."""
     assert vllm_engine.api_url.startswith("http://127.0.0.1:")
+    stranger = openai.OpenAI(base_url=vllm_engine.api_url, api_key="EMPTY", max_retries=0)
+    with pytest.raises(openai.AuthenticationError):
+        stranger.models.list()
+    invocations = httpx.post(vllm_engine.api_url.removesuffix("/v1") + "/invocations", json={"prompt": "1"})
+    assert invocations.status_code == 401
     wrapper = ModelWrapper(EngineClient(vllm_engine), SamplingArgs(), enable_history=True)
     client = wrapper.get_openai_client()
     (model,) = [m.id for m in client.models.list().data]

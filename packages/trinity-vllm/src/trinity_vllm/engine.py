@@ -53,6 +53,7 @@ class VLLMRolloutEngine(RolloutEngine):
             ) from None
         self.prompts = PromptFormatter(tokenizer, config, model, end_of_turn_ids=_eos_ids(path))
         self._configs = config, model
+        self.api_key = config.endpoint_key()
         self._start_server()
 
     def _start_server(self) -> None:

@@ -32,6 +32,7 @@ from trinity.plugin_api import (
     ModelConfig,
     SamplingArgs,
     first,
+    guarded,
     response_budget,
 )
 
@@ -74,7 +75,9 @@ class VLLMServer:
 
     async def _serve_openai(self, chat_template: str | None, template_kwargs: dict) -> str:
         """vLLM's own OpenAI server over this engine, on a free port of ``openai_api_host``, in
-        this actor's event loop: its requests join the explorer's in one scheduler."""
+        this actor's event loop: its requests join the explorer's in one scheduler. It sits
+        behind trinity's request guard too: vLLM's ``--api-key`` leaves paths outside ``/v1``
+        (``/invocations``) open and its CORS answers any page's preflight."""
         import uvicorn
         from vllm.entrypoints.launchers.api_server.app_state import init_app_state
         from vllm.entrypoints.launchers.app import build_app
@@ -82,10 +85,29 @@ class VLLMServer:
         from vllm.entrypoints.launchers.launcher import create_server_socket
         from vllm.utils.argparse_utils import FlexibleArgumentParser
 
-        config = self.config
-        host = config.openai_api_host
+        host = self.config.openai_api_host
         sock = create_server_socket((host, 0), reuse_port=False)
         port = sock.getsockname()[1]
+        args = make_arg_parser(FlexibleArgumentParser()).parse_args(self.openai_argv(chat_template, template_kwargs))
+        tasks = await self.engine.get_supported_tasks()
+        app = build_app(args, tasks, self.engine.model_config)
+        await init_app_state(self.engine, app.state, args, tasks)
+        app = guarded(app, host, self.config.endpoint_key())
+        # uvicorn directly: vLLM's serve_http installs signal handlers, which only the main
+        # thread may (a Ray actor's event loop runs on another).
+        server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False))
+        self._api_server = asyncio.create_task(server.serve(sockets=[sock]))
+        while not server.started:  # the socket listens from here: no request meets a refused connection
+            if self._api_server.done():
+                self._api_server.result()  # its failure, if it raised one
+                raise EngineStartError(f"{self.name}: vLLM's OpenAI server on {host} stopped while starting")
+            await asyncio.sleep(0.01)
+        return f"http://{host}:{port}/v1"
+
+    def openai_argv(self, chat_template: str | None, template_kwargs: dict) -> list[str]:
+        """vLLM's OpenAI server arguments from the config (parsed in this process: the key
+        never shows in a process list)."""
+        config = self.config
         argv = ["--model", self.path]
         if chat_template is not None:
             argv += ["--chat-template", chat_template]
@@ -97,15 +119,9 @@ class VLLMServer:
             argv += ["--tool-call-parser", config.tool_call_parser]
         if config.reasoning_parser:
             argv += ["--reasoning-parser", config.reasoning_parser]
-        args = make_arg_parser(FlexibleArgumentParser()).parse_args(argv)
-        tasks = await self.engine.get_supported_tasks()
-        app = build_app(args, tasks, self.engine.model_config)
-        await init_app_state(self.engine, app.state, args, tasks)
-        # uvicorn directly: vLLM's serve_http installs signal handlers, which only the main
-        # thread may (a Ray actor's event loop runs on another).
-        server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False))
-        self._api_server = asyncio.create_task(server.serve(sockets=[sock]))
-        return f"http://{host}:{port}/v1"
+        if key := config.endpoint_key():
+            argv += ["--api-key", key]
+        return argv
 
     def engine_args(self) -> dict[str, Any]:
         """vLLM engine arguments from the config; ``extra_engine_args`` override them."""

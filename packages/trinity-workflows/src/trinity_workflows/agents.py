@@ -60,7 +60,7 @@ class AgentScopeReActWorkflow(CatalogueWorkflow):
         client = self.model.get_openai_async_client()
         defaults = self.model.defaults
         chat_model = model_module.OpenAIChatModel(
-            credential=credential(api_key="EMPTY", base_url=str(client.base_url)),
+            credential=credential(api_key=client.api_key, base_url=str(client.base_url)),
             model=(await client.models.list()).data[0].id,  # the name the endpoint serves
             stream=False,  # the recording client takes whole responses
             max_retries=0,

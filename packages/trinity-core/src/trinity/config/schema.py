@@ -503,8 +503,14 @@ class InferenceModelConfig(ConfigModel):
     enable_openai_api: bool = Field(False, description="Serve an OpenAI-compatible endpoint for workflows (vLLM).")
     enable_log_requests: bool = inert(False, "Log every request of the OpenAI endpoint.")
     base_port: int | None = inert(None, "First port of the OpenAI endpoints.", ge=1, le=65535)
-    api_key: str = inert("EMPTY", "API key the OpenAI endpoint expects.")
-    openai_api_host: str = Field("127.0.0.1", description="Address the OpenAI endpoint binds to.")
+    api_key: str = Field(
+        "EMPTY",
+        description="Bearer token the OpenAI endpoints (and serve mode's proxy) require; EMPTY or empty: none, as in "
+        "Trinity-RFT. Needed to bind them beyond loopback.",
+    )
+    openai_api_host: str = Field(
+        "127.0.0.1", description="Address the OpenAI endpoint binds to; beyond loopback, api_key is required."
+    )
     enable_auto_tool_choice: bool = Field(False, description="Let the model call tools on its own (OpenAI endpoint).")
     tool_call_parser: str | None = Field(
         None,
@@ -534,6 +540,11 @@ class InferenceModelConfig(ConfigModel):
     rope_theta: float | None = derived(None, "model.rope_theta.")
 
     renamed: ClassVar[dict[str, str]] = {"engine_args": "extra_engine_args"}
+
+    def endpoint_key(self) -> str | None:
+        """The token the endpoints require, None for none: Trinity-RFT's default ``EMPTY`` (what
+        OpenAI clients send when a server takes no key) and an empty string mean no key."""
+        return None if self.api_key in ("", "EMPTY") else self.api_key
 
 
 # --- algorithm ---------------------------------------------------------------------------

@@ -89,6 +89,8 @@ class RolloutEngine(ABC):
     api_url: str | None = None
     """Base URL of the engine's OpenAI-compatible endpoint (``enable_openai_api``); None
     where it serves none."""
+    api_key: str | None = None
+    """The bearer token that endpoint requires (``api_key``); None where it requires none."""
     concurrent: ClassVar[bool] = False
     """Whether requests go to the ``*_async`` methods as they come, many at once."""
     takes_weights: ClassVar[bool] = True

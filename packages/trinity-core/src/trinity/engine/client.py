@@ -46,6 +46,8 @@ class EngineClient:
         self.engine = engine
         self.api_url = engine.api_url
         """Base URL of the engine's OpenAI-compatible endpoint: its own, or ``serve_openai``'s."""
+        self.api_key = engine.api_key
+        """The bearer token that endpoint requires (``api_key``), None for none."""
         self._api_server: Any = None
         self._loop = asyncio.new_event_loop()
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="rollout-engine")
@@ -140,16 +142,19 @@ class EngineClient:
 
     def serve_openai(self, config: InferenceModelConfig) -> str:
         """Serve ``trinity.engine.openai_api`` over this client on ``config.openai_api_host`` (a
-        free port), for an engine without an endpoint of its own; returns its base URL."""
+        free port), for an engine without an endpoint of its own, behind ``config.api_key``;
+        returns its base URL."""
         import socket
 
         import uvicorn
 
-        from trinity.engine.openai_api import openai_app
+        from trinity.engine.openai_api import guarded, openai_app
 
         sock = socket.create_server((config.openai_api_host, 0))
         host, port = sock.getsockname()[:2]
-        server = uvicorn.Server(uvicorn.Config(openai_app(self, config), log_level="warning", access_log=False))
+        self.api_key = config.endpoint_key()
+        app = guarded(openai_app(self, config), config.openai_api_host, self.api_key)
+        server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False))
         self._api_server = server
 
         async def start() -> None:

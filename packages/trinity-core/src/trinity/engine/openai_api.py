@@ -10,7 +10,11 @@ server does, a request with ``return_token_ids`` gets the prompt's and each choi
 are rendered by the engine's chat template (``trinity.engine.tokenization``) and, with
 ``enable_auto_tool_choice`` and a ``tool_call_parser`` (``hermes``), the reply's tool calls
 become ``tool_calls`` unless ``tool_choice`` is ``none``. A malformed request is a 400 whose
-message names the field.
+message names the field; ``n`` is at most ``MAX_N``.
+
+Every endpoint of trinity's (this one, vLLM's as the vLLM engine serves it, serve mode's proxy)
+sits behind ``guarded``: the ``api_key`` when one is set, and the checks of
+``trinity.common.http_guard`` (same-site, JSON bodies of bounded size, loopback host names).
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from trinity.common.http_guard import LOOPBACK_HOSTS, ASGIApp, RequestGuard, is_loopback
 from trinity.engine.base import Completion, EngineStartError, SamplingArgs
 from trinity.engine.tokenization import TOOL_CALL_PARSERS, ToolCallParser, tool_schemas
 
@@ -34,6 +39,14 @@ if TYPE_CHECKING:
 REASONING_PARSERS = ("deepseek_r1", "qwen3")
 """Parsers of ``<think>...</think>`` reasoning text (vLLM's names)."""
 _THINK = re.compile(r"^\s*(?:<think>)?(.*?)</think>\s*", re.S)
+MAX_N = 128
+"""Choices one request may ask for (``n``): each holds memory until it is answered."""
+
+
+def guarded(app: ASGIApp, host: str, key: str | None) -> RequestGuard:
+    """``app``, bound to ``host``, behind the request guard: the bearer ``key`` when one is set
+    and, on loopback, loopback host names only (a page on a rebound DNS name is refused)."""
+    return RequestGuard(app, token=key, hosts=LOOPBACK_HOSTS if is_loopback(host) else None)
 
 
 class _Request(BaseModel):
@@ -42,7 +55,7 @@ class _Request(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
     model: str | None = None
-    n: int = Field(1, ge=1)
+    n: int = Field(1, ge=1, le=MAX_N)
     temperature: float | None = Field(None, ge=0)
     top_p: float | None = Field(None, gt=0, le=1)
     top_k: int | None = Field(None, ge=-1)
@@ -79,13 +92,17 @@ class ChatRequest(_Request):
     @classmethod
     def _text_content(cls, messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """Content given as a list of parts (as agent frameworks send it) becomes its text;
-        the chat template renders strings. Parts other than text are refused by index."""
+        the chat template renders strings. Parts other than text, and text parts without a
+        string ``text``, are refused by index."""
         for i, message in enumerate(messages):
             parts = message.get("content")
             if isinstance(parts, list):
                 kinds = [part.get("type") if isinstance(part, dict) else type(part).__name__ for part in parts]
                 if any(kind != "text" for kind in kinds):
                     raise ValueError(f"messages[{i}].content: only text parts are served, got {kinds}")
+                for j, part in enumerate(parts):
+                    if not isinstance(part.get("text"), str):
+                        raise ValueError(f"messages[{i}].content[{j}].text: a text part needs its text (a string)")
                 messages[i] = {**message, "content": "".join(part["text"] for part in parts)}
         return messages
 

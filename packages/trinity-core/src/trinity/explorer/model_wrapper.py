@@ -83,7 +83,7 @@ class ModelWrapper:
         ``enable_history`` its chat completions are recorded as experiences."""
         import openai
 
-        client = openai.OpenAI(base_url=self._api_url(), api_key="EMPTY")
+        client = openai.OpenAI(**self._endpoint())
         if self.enable_history:
             create = client.chat.completions.create
 
@@ -99,7 +99,7 @@ class ModelWrapper:
         """``openai.AsyncOpenAI`` counterpart of ``get_openai_client``."""
         import openai
 
-        client = openai.AsyncOpenAI(base_url=self._api_url(), api_key="EMPTY")
+        client = openai.AsyncOpenAI(**self._endpoint())
         if self.enable_history:
             create = client.chat.completions.create
 
@@ -127,13 +127,14 @@ class ModelWrapper:
         ]
         return [_to_experience(c, messages) for c in completions]
 
-    def _api_url(self) -> str:
+    def _endpoint(self) -> dict[str, str]:
+        """The OpenAI client's ``base_url`` and ``api_key`` (the endpoint's, else ``EMPTY``)."""
         if self.client.api_url is None:
             raise ValueError(
                 "this model serves no OpenAI API: set enable_openai_api on its config "
                 "(explorer.rollout_model or the auxiliary model)"
             )
-        return self.client.api_url
+        return {"base_url": self.client.api_url, "api_key": self.client.api_key or "EMPTY"}
 
     def logprobs(self, token_ids: Sequence[int]) -> list[float]:
         """Logprob of each token given its prefix under the current weights."""

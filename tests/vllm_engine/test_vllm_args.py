@@ -1,0 +1,30 @@
+"""vLLM's OpenAI server arguments from the config; no vLLM needed (runs in the main suite too)."""
+
+from __future__ import annotations
+
+from trinity.config.schema import InferenceModelConfig, ModelConfig
+from trinity_vllm.server import VLLMServer
+
+
+def argv(**settings) -> list[str]:
+    config = InferenceModelConfig(model_path="/models/tiny", enable_openai_api=True, **settings)
+    return VLLMServer(config, ModelConfig(), "vllm engine").openai_argv(None, {})
+
+
+def test_the_api_key_reaches_vllm_s_server_when_set():
+    assert argv(api_key="sesame")[-2:] == ["--api-key", "sesame"]
+    assert "--api-key" not in argv()  # EMPTY, Trinity-RFT's default: no key
+    assert "--api-key" not in argv(api_key="")
+
+
+def test_tool_and_reasoning_parsers_are_passed():
+    args = argv(enable_auto_tool_choice=True, tool_call_parser="hermes", reasoning_parser="qwen3")
+    assert args == [
+        "--model",
+        "/models/tiny",
+        "--enable-auto-tool-choice",
+        "--tool-call-parser",
+        "hermes",
+        "--reasoning-parser",
+        "qwen3",
+    ]
