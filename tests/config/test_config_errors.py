@@ -324,3 +324,19 @@ def test_replay_buffer_priority_fn_and_its_args_are_checked(tmp_path):
     # replay settings while replay is off do nothing: --strict refuses them, by name
     found = issues_of(write(tmp_path), [f"{key}.reuse_cooldown_time=5"], strict=True)
     assert found[f"{key}.reuse_cooldown_time"] == "replay_buffer.enable is false"
+
+
+def test_an_endpoint_beyond_loopback_needs_an_api_key(tmp_path):
+    """The serve proxy and the OpenAI endpoints listen on 127.0.0.1 unless a key guards them
+    (Trinity-RFT's proxy listens on 0.0.0.0 with none); its ``EMPTY`` default means no key."""
+    path = write(tmp_path)
+    assert load_config(path, ["mode=serve"]).explorer.listen_address == "127.0.0.1"
+    proxy = ["mode=serve", "explorer.listen_address=0.0.0.0"]
+    for no_key in ([], ["explorer.rollout_model.api_key=EMPTY"]):
+        message = issues_of(path, [*proxy, *no_key])["explorer.listen_address"]
+        assert message.startswith("'0.0.0.0' opens the serve proxy to other hosts: set explorer.rollout_model.api_key")
+    assert load_config(path, [*proxy, "explorer.rollout_model.api_key=sesame"]).explorer.rollout_model.api_key
+    endpoint = ["explorer.rollout_model.enable_openai_api=true", "explorer.rollout_model.openai_api_host=0.0.0.0"]
+    message = issues_of(path, endpoint)["explorer.rollout_model.openai_api_host"]
+    assert "set explorer.rollout_model.api_key or bind 127.0.0.1" in message
+    load_config(path, [*endpoint, "explorer.rollout_model.api_key=sesame"], strict=True)  # acted on: no warning

@@ -250,6 +250,7 @@ def test_serve_mode_keys():
     cfg = load_config(EXAMPLES / "serve_mode.yaml")
     assert (cfg.mode, cfg.synchronizer.sync_method) == ("serve", "checkpoint")
     assert (cfg.explorer.proxy_port, cfg.explorer.min_running_model_num) == (8010, 2)
+    assert (cfg.explorer.listen_address, cfg.explorer.rollout_model.api_key) == ("0.0.0.0", "serve-secret")
     assert cfg.explorer.rollout_model.tool_call_parser == "hermes"
     experience = cfg.buffer.trainer_input.experience_buffer
     assert (experience.name, experience.storage_type, experience.batch_size) == ("serve_history", "sql", 64)

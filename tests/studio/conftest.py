@@ -27,16 +27,19 @@ CHROMIUM_ARGS = [
 ]
 
 
+TOKEN = "browser-test-token"
+
+
 @pytest.fixture
-def studio() -> Iterator[Callable[[Path | None], str]]:
-    """Start the studio on a free port (opening the given file); returns its URL."""
+def studio(tmp_path) -> Iterator[Callable[[Path | None], str]]:
+    """Start the studio on a free port, saving in ``tmp_path`` (opening the given file); returns
+    the address it would print, token included."""
     servers: list[tuple[uvicorn.Server, threading.Thread]] = []
 
     def start(config_path: Path | None = None) -> str:
         port = free_port()
-        server = uvicorn.Server(
-            uvicorn.Config(create_app(config_path), host="127.0.0.1", port=port, log_level="warning")
-        )
+        app = create_app(config_path, root=tmp_path, token=TOKEN)
+        server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
         thread = threading.Thread(target=server.run, daemon=True)
         thread.start()
         deadline = time.monotonic() + 30
@@ -44,7 +47,7 @@ def studio() -> Iterator[Callable[[Path | None], str]]:
             assert time.monotonic() < deadline, "the studio did not start in 30 s"
             time.sleep(0.05)
         servers.append((server, thread))
-        return f"http://127.0.0.1:{port}/"
+        return f"http://127.0.0.1:{port}/?token={TOKEN}"
 
     yield start
     for server, thread in servers:

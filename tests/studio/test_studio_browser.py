@@ -44,6 +44,7 @@ def test_beginner_mode_shows_an_error_by_its_field_and_saves_a_config_that_check
     saved = tmp_path / "my_run.yaml"
     page.goto(studio(saved))
     page.wait_for_selector('[data-path="model.model_path"]')
+    assert page.url.endswith("/") and "token" not in page.url  # the cookie holds it now
     fill(
         page,
         {
@@ -135,7 +136,31 @@ def test_example_configs_round_trip_through_the_form(studio, page, tmp_path, see
     page.wait_for_selector("#form fieldset")
     open_every_section(page)
     assert retype_every_field(page) > 5
+    asked = []
+    page.once("dialog", lambda dialog: (asked.append(dialog.message), dialog.accept()))
     page.click("#save")
     page.wait_for_function("document.getElementById('saved').textContent.startsWith('saved')")
+    assert asked == [f"{copy} exists. Replace it?"]  # the file it opened: replaced once the user says so
     assert copy.read_text() != example.read_text()  # written by the studio
     assert checked(copy) == checked(example)
+
+
+def test_an_existing_file_stays_unless_the_user_confirms_and_the_page_needs_the_token(studio, page, tmp_path):
+    mine = tmp_path / "mine.yaml"
+    mine.write_text("project: mine\n")
+    url = studio(mine)
+    page.goto(url)
+    page.wait_for_selector("#form fieldset")
+    field(page, "project").fill("changed")
+    page.once("dialog", lambda dialog: dialog.dismiss())
+    page.click("#save")
+    page.wait_for_function("document.getElementById('saved').textContent.startsWith('not saved')")
+    assert "exists" in page.locator("#saved").inner_text()
+    assert mine.read_text() == "project: mine\n"
+
+    stranger = page.context.browser.new_context()
+    try:
+        answer = stranger.new_page().goto(url.split("?")[0])
+        assert answer.status == 401 and "?token=" in answer.text()
+    finally:
+        stranger.close()

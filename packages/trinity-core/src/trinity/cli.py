@@ -194,17 +194,39 @@ def run(config_file: str, overrides: tuple[str, ...], verbose: bool) -> None:
 @main.command()
 @click.argument("config_file", required=False, type=click.Path(dir_okay=False))
 @click.option("--port", default=8765, show_default=True, help="Port on 127.0.0.1.")
-def studio(config_file: str | None, port: int) -> None:
+@click.option(
+    "--root",
+    default=".",
+    type=click.Path(exists=True, file_okay=False),
+    help="The folder Save writes in (and below it)  [default: the current folder]",
+)
+@click.option(
+    "--token",
+    envvar="TRINITY_STUDIO_TOKEN",
+    help="The page's token, for scripts (else a new random one each launch). Other users can read "
+    "a command line: prefer $TRINITY_STUDIO_TOKEN.",
+)
+def studio(config_file: str | None, port: int, root: str, token: str | None) -> None:
     """Write and check a config in a web page: beginner and expert forms, live errors, save, run.
 
-    Opens CONFIG_FILE when given (it is also where Save writes by default).
+    Opens CONFIG_FILE when given (it is also where Save writes by default). Open the printed
+    address: its token is the page's key, as Jupyter's is.
     """
+    import secrets
     from pathlib import Path
+    from urllib.parse import quote
 
-    from trinity.studio.app import serve
+    from trinity.studio.app import StudioError, create_app, serve
 
-    click.echo(f"trinity studio on http://127.0.0.1:{port}/ (Ctrl+C stops it)")
-    serve(Path(config_file).resolve() if config_file else None, port)
+    token = secrets.token_urlsafe(32) if token is None else token
+    try:
+        app = create_app(Path(config_file) if config_file else None, root=Path(root), token=token)
+    except StudioError as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(2)
+    click.echo(f"trinity studio on http://127.0.0.1:{port}/?token={quote(token, safe='')}")
+    click.echo(f"Save writes inside {Path(root).resolve()} (Ctrl+C stops it)")
+    serve(app, port)
 
 
 @main.command()

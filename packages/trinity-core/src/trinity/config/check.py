@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from trinity.common.files import DATA_FILE_BUILDERS
+from trinity.common.http_guard import is_loopback
 from trinity.config.base import PluginArgs
 from trinity.config.load import IssueCollector, report_effects, validate_section
 from trinity.config.schema import (
@@ -405,12 +406,33 @@ def check_explorer(config: Config, issues: IssueCollector) -> None:
     for path, model in explorer.inference_models():
         if _explorer_runs(config):
             plugin_ok(issues, Kind.ROLLOUT_ENGINE, model.engine_type, f"{path}.engine_type")
+    if _explorer_runs(config):
+        check_doors(explorer, issues)
     over = explorer.over_rollout
     if (over.ratio > 0 or over.return_partial_tasks) and config.synchronizer.sync_style == "fixed":
         issues.add(
             "explorer.over_rollout",
             "over_rollout does not work with sync_style fixed: use explorer_driven, trainer_driven or fully_async",
         )
+
+
+def check_doors(explorer: ExplorerConfig, issues: IssueCollector) -> None:
+    """An endpoint bound beyond loopback needs a key: whoever reaches its port could otherwise
+    generate with the policy or, through serve mode's proxy, score and commit training data."""
+    proxy_open = explorer.mode == "serve" and not is_loopback(explorer.listen_address)
+    if proxy_open and not explorer.rollout_model.endpoint_key():
+        issues.add(
+            "explorer.listen_address",
+            f"{explorer.listen_address!r} opens the serve proxy to other hosts: set explorer.rollout_model.api_key "
+            "(the token agents send) or bind 127.0.0.1",
+        )
+    for path, model in explorer.inference_models():
+        if model.enable_openai_api and not is_loopback(model.openai_api_host) and not model.endpoint_key():
+            issues.add(
+                f"{path}.openai_api_host",
+                f"{model.openai_api_host!r} opens the OpenAI endpoint to other hosts: set {path}.api_key or bind "
+                "127.0.0.1",
+            )
 
 
 def check_buffer(config: Config, issues: IssueCollector) -> None:

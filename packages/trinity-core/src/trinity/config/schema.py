@@ -624,7 +624,11 @@ class ExplorerConfig(ConfigModel):
     eval_on_startup: bool = Field(True, description="Evaluate before the first step.")
     bench_on_latest_checkpoint: bool = Field(False, description="Bench mode: evaluate only the latest checkpoint.")
     proxy_port: int = Field(8010, ge=1, le=65535, description="Port of the serve-mode proxy.")
-    listen_address: str = Field("0.0.0.0", description="Address the serve-mode proxy binds to.")
+    listen_address: str = Field(
+        "127.0.0.1",
+        description="Address the serve-mode proxy binds to. Trinity-RFT's 0.0.0.0 let any host that reaches the "
+        "port score and commit training data; beyond loopback, explorer.rollout_model.api_key is required.",
+    )
     service_status_check_interval: int = inert(60, "Seconds between health checks of served models.", gt=0)
     min_running_model_num: int = inert(1, "Served models kept running during weight updates.", ge=1)
     db_url: str | None = inert(None, "Database of the serve-mode history; unset: a sqlite file in the job.")

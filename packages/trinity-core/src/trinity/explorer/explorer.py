@@ -279,16 +279,19 @@ class Explorer:
         proxy = ServeProxy(self)
         self.runner.loop.run_until_complete(proxy.serve(explorer.listen_address, explorer.proxy_port))
 
-    def commit(self, experiences: list[Experience]) -> int:
-        """Mode serve: the scored experiences as the next step, durable in the buffer; the step."""
+    def commit(self, experiences: list[Experience]) -> tuple[int, list[Experience]]:
+        """Mode serve: the scored experiences through the experience pipeline, as a step's are,
+        and the ones it keeps durable in the buffer as the next step; the step and those kept."""
         step = self.step + 1
         for exp in experiences:
             exp.eid = dataclasses.replace(exp.eid, batch=str(step))
+        experiences, pipeline_metrics = self.pipeline(experiences)
         self.write(step, experiences, [])
         metrics = self.rollout_metrics(BatchOutcome(experiences, 0, 0), self.version)
+        metrics.update(pipeline_metrics)
         self.warn_unlearnable(metrics, step)
         self.monitor.log(metrics, step)
-        return step
+        return step, experiences
 
     def benchmark(self) -> dict[str, Any]:
         """Mode bench: evaluate every saved checkpoint (or the latest only) in step order."""

@@ -6,11 +6,21 @@ endpoint (round robin over ``engine_num``), with token ids and logprobs asked fo
 choices are recorded as experiences under the response's ``id``. The agent then scores them:
 
 - ``POST /feedback {"reward": r, "msg_ids": [...], "task_id": "...", "run_id": 0}`` sets the
-  reward of those responses (a task's responses form its group); an unknown or already
-  scored id is an error (404 / 409) naming it, never a silent drop.
-- ``POST /commit`` writes every scored experience to the experience buffer, one explorer
-  step; it returns once they are durable, so a kill after it loses none of them.
+  reward of those responses (a task's responses form its group). The reward must be a finite
+  number (422 otherwise). A request is applied whole or not at all: an id listed twice, unknown
+  (or expired) or already scored is an error (400 / 404 / 409) naming it, and nothing is scored.
+- ``POST /commit`` passes every scored experience through the explorer's experience pipeline
+  (``data_processor.experience_pipeline``, as an explored step's) and writes those it keeps to
+  the experience buffer, one explorer step; it returns once they are durable, so a kill after
+  it loses none of them.
 - ``GET /metrics``, ``GET /health``, ``GET /v1/models``.
+
+The proxy is one of trinity's doors (``docs/security.md``): it binds ``listen_address``
+(127.0.0.1 by default), and with ``explorer.rollout_model.api_key`` set every request but
+``/health`` must carry it as a bearer token, which the proxy also sends to the engines. Its
+memory is bounded: a request asks for ``MAX_N`` choices at most, bodies are capped by the
+request guard, and responses waiting for feedback expire after ``RECORDED_TTL_SECONDS`` or
+beyond the ``MAX_RECORDED`` most recent (``expired_responses`` in ``/metrics``).
 
 A trainer (``mode: train``, another process) trains on the committed experiences; the proxy
 loads its newer weights as they appear (checkpoint sync) while it goes on serving.
@@ -22,15 +32,17 @@ import asyncio
 import itertools
 import logging
 import time
-from typing import TYPE_CHECKING, Any
+from collections import Counter, OrderedDict
+from typing import TYPE_CHECKING, Any, Literal
 
 import httpx
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
-from pydantic import BaseModel, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from trinity.common.experience import EID, Experience
 from trinity.common.lazy_import import lazy_module
+from trinity.engine.openai_api import MAX_N, guarded
 
 if TYPE_CHECKING:
     from trinity.explorer.explorer import Explorer
@@ -40,13 +52,33 @@ logger = logging.getLogger(__name__)
 
 WEIGHTS_POLL_SECONDS = 2.0
 """How often the proxy looks for newer weights from the trainer."""
+MAX_RECORDED = 10_000
+"""Responses kept waiting for feedback at most; the oldest expire first."""
+RECORDED_TTL_SECONDS = 6 * 3600.0
+"""How long a response waits for its feedback before it expires (an agent that never scores it)."""
+MAX_READY = 100_000
+"""Scored experiences kept waiting for ``/commit`` at most; beyond, feedback asks for a commit first."""
 
 
 class Feedback(BaseModel):
-    reward: float
+    """The body of ``/feedback``; an unknown key is an error (a misspelt ``task_id`` would regroup)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    reward: float = Field(strict=True, allow_inf_nan=False)
     msg_ids: list[str] = Field(min_length=1)
     task_id: str | None = None
-    run_id: int = 0
+    run_id: int = Field(0, ge=0, lt=2**31)
+
+
+class ChatBody(BaseModel):
+    """What the proxy reads of a chat completion request; the engine validates the rest."""
+
+    model_config = ConfigDict(extra="allow")
+
+    messages: list[dict[str, Any]] = Field(min_length=1)
+    n: int = Field(1, ge=1, le=MAX_N)
+    stream: Literal[False] = False
 
 
 class ServeProxy:
@@ -57,12 +89,15 @@ class ServeProxy:
         config = explorer.config
         self.temperature = config.model.temperature
         self.timeout = float(config.synchronizer.sync_timeout)
+        self.key = config.explorer.rollout_model.endpoint_key()
         self.engine_urls = [client.api_url for client in explorer.engines]
-        self.engines = itertools.cycle(self.engine_urls)
-        self.recorded: dict[str, list[Experience]] = {}  # response id -> its choices, not scored yet
-        self.scored: set[str] = set()
+        upstreams = [(client.api_url, _bearer(client.api_key)) for client in explorer.engines]
+        self.upstreams = itertools.cycle(upstreams)
+        # response id -> (when recorded, its choices), oldest first; not scored yet
+        self.recorded: OrderedDict[str, tuple[float, list[Experience]]] = OrderedDict()
+        self.scored: OrderedDict[str, None] = OrderedDict()  # the ids scored lately (409 on a second score)
         self.ready: list[Experience] = []
-        self.requests = self.experiences = self.committed = 0
+        self.requests = self.experiences = self.committed = self.dropped = self.expired = 0
         self.commit_lock = asyncio.Lock()
         self.app = self._app()
 
@@ -74,61 +109,76 @@ class ServeProxy:
         async def chat(request: Request) -> Any:
             try:
                 body = await request.json()
-            except ValueError as exc:
-                return _error(400, f"the body is not JSON: {exc}")
-            if not isinstance(body, dict) or body.get("stream"):
-                return _error(400, "a JSON object without stream: true is expected")
+                ChatBody.model_validate(body)
+            except (ValueError, ValidationError) as exc:
+                return _error(400, _first_problem(exc))
             # what an experience needs, at the policy's temperature (as Trinity-RFT's proxy does)
             body.update(return_token_ids=True, logprobs=True, temperature=self.temperature)
-            url, version = next(self.engines), self.explorer.version
+            (url, headers), version = next(self.upstreams), self.explorer.version
             try:
-                upstream = await http.post(f"{url}/chat/completions", json=body)
-            except httpx.HTTPError as exc:
+                upstream = await http.post(f"{url}/chat/completions", json=body, headers=headers)
+                response = upstream.json()
+            except (httpx.HTTPError, ValueError) as exc:
                 return _error(502, f"the rollout engine at {url} did not answer: {exc}")
             if upstream.status_code >= 400:
-                return JSONResponse(status_code=upstream.status_code, content=upstream.json())
-            response = upstream.json()
-            self._record(response, body.get("messages", []), version)
+                return JSONResponse(status_code=upstream.status_code, content=response)
+            self._record(response, body["messages"], version)
             return response
 
         @app.post("/feedback")
         async def feedback(request: Request) -> Any:
             try:
                 given = Feedback.model_validate(await request.json())
-            except (ValueError, ValidationError) as exc:
+            except ValidationError as exc:
+                return _error(422, _first_problem(exc))
+            except ValueError as exc:
                 return _error(400, _first_problem(exc))
+            self._expire()
+            twice_given = sorted(m for m, count in Counter(given.msg_ids).items() if count > 1)
+            if twice_given:
+                return _error(400, f"msg_ids: listed more than once in this request: {twice_given}")
             unknown = [m for m in given.msg_ids if m not in self.recorded and m not in self.scored]
             if unknown:
-                return _error(404, f"msg_ids not recorded by this proxy: {unknown}")
-            twice = [m for m in given.msg_ids if m in self.scored]
-            if twice:
-                return _error(409, f"msg_ids already have feedback: {twice}")
+                return _error(404, f"msg_ids not recorded by this proxy, or expired unscored: {unknown}")
+            scored = [m for m in given.msg_ids if m in self.scored]
+            if scored:
+                return _error(409, f"msg_ids already have feedback: {scored}")
+            adding = sum(len(self.recorded[m][1]) for m in given.msg_ids)
+            if len(self.ready) + adding > MAX_READY:
+                return _error(409, f"{len(self.ready)} scored experiences wait for /commit (at most {MAX_READY})")
             task = given.task_id or given.msg_ids[0]
             for msg_id in given.msg_ids:
-                for i, exp in enumerate(self.recorded.pop(msg_id)):
+                for i, exp in enumerate(self.recorded.pop(msg_id)[1]):
                     exp.reward = given.reward
                     exp.eid = EID(batch="", task=task, run=given.run_id * 1000 + i, suffix=msg_id)
                     self.ready.append(exp)
-                self.scored.add(msg_id)
+                self.scored[msg_id] = None
+            while len(self.scored) > MAX_RECORDED:
+                self.scored.popitem(last=False)
             return {"status": "success", "ready": len(self.ready)}
 
         @app.post("/commit")
         async def commit() -> Any:
             async with self.commit_lock:
                 experiences, self.ready = self.ready, []
-                step = await asyncio.to_thread(self.explorer.commit, experiences)
-                self.committed += len(experiences)
-            return {"status": "success", "committed": len(experiences), "step": step}
+                step, kept = await asyncio.to_thread(self.explorer.commit, experiences)
+                self.committed += len(kept)
+                self.dropped += len(experiences) - len(kept)
+            return {"status": "success", "committed": len(kept), "dropped": len(experiences) - len(kept), "step": step}
 
         @app.get("/metrics")
         async def metrics() -> Any:
+            self._expire()
             return {
                 "step": self.explorer.step,
                 "model_version": self.explorer.version,
                 "requests": self.requests,
                 "recorded_experiences": self.experiences,
+                "waiting_responses": len(self.recorded),
+                "expired_responses": self.expired,
                 "ready_experiences": len(self.ready),
                 "committed_experiences": self.committed,
+                "dropped_experiences": self.dropped,
                 "engine_urls": self.engine_urls,
             }
 
@@ -138,7 +188,11 @@ class ServeProxy:
 
         @app.get("/v1/models")
         async def models() -> Any:
-            return (await http.get(f"{next(self.engines)}/models")).json()
+            url, headers = next(self.upstreams)
+            try:
+                return (await http.get(f"{url}/models", headers=headers)).json()
+            except (httpx.HTTPError, ValueError) as exc:
+                return _error(502, f"the rollout engine at {url} did not answer: {exc}")
 
         return app
 
@@ -160,18 +214,33 @@ class ServeProxy:
                     info={"msg_id": response["id"], "recorded_at": time.time()},
                 )
             )
-        self.recorded[response["id"]] = recorded
+        self.recorded[response["id"]] = (time.monotonic(), recorded)
         self.requests += 1
         self.experiences += len(recorded)
+        self._expire()
+
+    def _expire(self) -> None:
+        """Drop the responses that waited for feedback longer than ``RECORDED_TTL_SECONDS``, and
+        the oldest beyond ``MAX_RECORDED``."""
+        oldest_kept = time.monotonic() - RECORDED_TTL_SECONDS
+        while self.recorded and (
+            len(self.recorded) > MAX_RECORDED or next(iter(self.recorded.values()))[0] < oldest_kept
+        ):
+            self.recorded.popitem(last=False)
+            self.expired += 1
 
     async def serve(self, host: str, port: int) -> None:
         """Serve until the process ends, loading the trainer's newer weights as they appear."""
         import uvicorn
 
-        server = uvicorn.Server(uvicorn.Config(self.app, host=host, port=port, log_level="warning"))
+        app = guarded(self.app, host, self.key)
+        server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning"))
         watcher = asyncio.ensure_future(self._follow_weights())
         logger.warning(
-            "serving the rollout model at http://%s:%d/v1 (feedback: /feedback, commit: /commit)", host, port
+            "serving the rollout model at http://%s:%d/v1 (feedback: /feedback, commit: /commit%s)",
+            host,
+            port,
+            "; requests must carry explorer.rollout_model.api_key" if self.key else "",
         )
         try:
             await server.serve()
@@ -187,6 +256,11 @@ class ServeProxy:
                     await asyncio.to_thread(self.explorer.load_weights, update)
             except Exception:  # a sync that fails now may work next time; serving goes on
                 logger.exception("serve: loading newer weights failed")
+
+
+def _bearer(key: str | None) -> dict[str, str]:
+    """The headers of a request to an engine whose endpoint requires ``key``."""
+    return {"Authorization": f"Bearer {key}"} if key else {}
 
 
 def _error(status: int, message: str) -> JSONResponse:

@@ -3,24 +3,32 @@
 The browser keeps the user's config as a plain tree (only the keys they set or loaded, so a
 loaded file keeps every key it had) and sends it here on each edit. A leaf the form could not
 type itself (a YAML textarea) arrives as ``{"__yaml__": text}`` and is parsed here.
+
+It is a door on the user's machine (``docs/security.md``): every route needs the launch's token
+(``RequestGuard``: bearer or cookie, same-site, loopback names, JSON bodies), saves stay inside
+its root folder, and a check runs no code and reads no environment variable or file that the page
+did not send.
 """
 
 from __future__ import annotations
 
+import hashlib
+import hmac
+import os
 import shlex
 from pathlib import Path
 from typing import Any
 
 import yaml
-from fastapi import FastAPI, HTTPException
-from fastapi.middleware.trustedhost import TrustedHostMiddleware
-from fastapi.responses import FileResponse
+from fastapi import FastAPI, HTTPException, Request
+from fastapi.responses import FileResponse, PlainTextResponse, Response
 from fastapi.staticfiles import StaticFiles
 from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 from pydantic import BaseModel
 
 from trinity.common.errors import first_line
+from trinity.common.http_guard import LOOPBACK_HOSTS, RequestGuard
 from trinity.config import Config, check_tree
 from trinity.config.load import IssueCollector, children
 from trinity.config.reference import json_schema
@@ -29,6 +37,17 @@ from trinity.plugins.manager import get_registry
 
 STATIC = Path(__file__).parent / "static"
 YAML_LEAF = "__yaml__"
+SAVED_SUFFIXES = (".yaml", ".yml")
+AT_RUN_TIME = "(resolved at run time)"
+"""What the check sees in place of a value only the run may resolve (an interpolation, a dotted path)."""
+
+# Keys naming a file or folder that the check would read or list: the studio leaves them to the run.
+FILE_KEYS = frozenset({"trainer_config_path", "chat_template_path", "task_dir"})
+
+
+class StudioError(ValueError):
+    """A studio that cannot start as asked (its file is outside its root)."""
+
 
 # The fields beginner mode shows, grouped as a new user thinks of a run.
 BEGINNER = {
@@ -79,6 +98,7 @@ PLUGIN_FIELDS = {
     "storage_type": Kind.BUFFER_STORAGE,
     "selector_type": Kind.TASK_SELECTOR,
     "sync_method": Kind.SYNC_METHOD,
+    "priority_fn": Kind.PRIORITY_FN,
 }
 
 
@@ -88,6 +108,8 @@ class TreeRequest(BaseModel):
 
 class SaveRequest(TreeRequest):
     path: str
+    overwrite: bool = False
+    """Replace an existing file (the page asks the user first)."""
 
 
 class LoadRequest(BaseModel):
@@ -149,21 +171,92 @@ def gpu_split(config: Config) -> dict[str, Any]:
     }
 
 
+def plugin_kind(section: str, key: Any) -> Kind | None:
+    """The kind of plugin the key ``key`` of ``section`` names (an experience operator's ``name`` too)."""
+    if key == "name" and section.rpartition(".")[2].startswith("operators["):
+        return Kind.EXPERIENCE_OPERATOR
+    return PLUGIN_FIELDS.get(key)
+
+
+def calls_a_resolver(text: str) -> bool:
+    """Whether an interpolation in ``text`` may call a resolver (``${oc.env:VAR}``): a ``:`` after
+    a ``${``. A plain reference (``${model.model_path}``) reads only the tree."""
+    _, found, after = text.partition("${")
+    return bool(found) and ":" in after
+
+
+def left_to_the_run(tree: dict[str, Any]) -> tuple[dict[str, Any], dict[str, str]]:
+    """The tree the studio checks, and the keys it leaves to the run (dotted key -> why).
+
+    A check in the studio's process must not run code or read what the page did not send: a
+    dotted plugin path would be imported, a resolver (``${oc.env:VAR}``) would read the studio's
+    environment and a file key would be read or listed. Such a value is checked as ``AT_RUN_TIME``
+    (a file key is left out); ``check`` drops the issues these keys cause.
+    """
+    registry = get_registry()
+    notes: dict[str, str] = {}
+
+    def walk(node: Any, path: str, kind: Kind | None) -> Any:
+        if isinstance(node, dict):
+            kept = {}
+            for key, value in node.items():
+                at = f"{path}.{key}" if path else str(key)
+                if key in FILE_KEYS and value is not None:
+                    notes[at] = (
+                        f"not checked here: {key} is read when the run starts (the studio reads no file a config names)"
+                    )
+                else:
+                    kept[key] = walk(value, at, plugin_kind(path, key))
+            return kept
+        if isinstance(node, list):
+            return [walk(value, f"{path}[{i}]", kind) for i, value in enumerate(node)]
+        if isinstance(node, str) and calls_a_resolver(node):
+            notes[path] = (
+                f"not checked here: {node!r} is resolved at run time (the studio reads no environment variable)"
+            )
+            return AT_RUN_TIME
+        if isinstance(node, str) and kind is not None and "." in node and node not in registry.names(kind):
+            notes[path] = (
+                f"not checked here: {node!r} is a dotted path, imported at run time (the studio imports no code)"
+            )
+            return AT_RUN_TIME
+        return node
+
+    return walk(tree, "", None), notes
+
+
+def owed_to_the_run(path: str, message: str, notes: dict[str, str]) -> bool:
+    """Whether an issue at ``path`` comes from a key left to the run: at or below it, or a
+    required key beside a file key left out (``taskset.path`` beside ``taskset.task_dir``)."""
+    for left in notes:
+        if path == left or path.startswith((f"{left}.", f"{left}[")):
+            return True
+        section, _, key = left.rpartition(".")
+        if key in FILE_KEYS and message.startswith("required") and path.rpartition(".")[0] == section:
+            return True
+    return False
+
+
 def check(tree: dict[str, Any]) -> dict[str, Any]:
-    """Every error and warning of ``tree`` by dotted key, the GPU split and the YAML to save."""
+    """Every error and warning of ``tree`` by dotted key, the GPU split and the YAML to save.
+
+    Keys only the run can check (``left_to_the_run``) are warnings that say so.
+    """
     issues = IssueCollector()
     parsed = parse_leaves(tree, "", issues)
+    notes: dict[str, str] = {}
     if issues.issues:  # a leaf is not YAML: nothing further can be read
         config, more = Config(), issues
     else:
-        config, more = check_tree(parsed)
+        checked, notes = left_to_the_run(parsed)
+        config, more = check_tree(checked)
 
     def listed(found: list) -> list[dict[str, str]]:
-        return [{"path": i.path, "message": i.message} for i in found]
+        return [{"path": i.path, "message": i.message} for i in found if not owed_to_the_run(i.path, i.message, notes)]
 
     return {
         "errors": listed(more.issues),
-        "warnings": listed(more.inert + more.warnings),
+        "warnings": [{"path": p, "message": m} for p, m in notes.items()] + listed(more.inert + more.warnings),
         "gpu": gpu_split(config),
         "yaml": to_yaml_text(parsed),
     }
@@ -181,17 +274,81 @@ def read_tree(text: str) -> dict[str, Any]:
     return tree
 
 
-def create_app(config_path: Path | None = None) -> FastAPI:
-    """The studio; ``config_path`` is the file it opens with (and saves to by default)."""
+def save_target(root: Path, given: str) -> Path:
+    """The file a save to ``given`` writes (a relative path is from ``root``), symlinks followed:
+    a .yaml or .yml file inside ``root``, else a 4xx that names the path and the rule."""
+    if not given.strip():
+        raise HTTPException(400, f"give the file to save to: a .yaml file inside {root}")
+    try:
+        target = (root / Path(given).expanduser()).resolve()
+    except (OSError, ValueError, RuntimeError) as exc:  # a NUL byte, a symlink loop, an unknown ~user
+        raise HTTPException(400, f"cannot save to {given!r}: {first_line(exc)}") from None
+    if not target.is_relative_to(root):
+        raise HTTPException(
+            403,
+            f"{given!r} is {target}, outside {root}: the studio saves only inside the folder it was "
+            "started in (or the one given to trinity studio --root)",
+        )
+    if target.is_dir():
+        raise HTTPException(400, f"save to a file, not a folder: {given!r}")
+    if target.suffix.lower() not in SAVED_SUFFIXES:
+        raise HTTPException(400, f"{given!r}: the studio saves {' or '.join(SAVED_SUFFIXES)} files only")
+    return target
+
+
+def write_config(target: Path, text: str, overwrite: bool) -> None:
+    """Write ``text`` to ``target`` (making its folders), never through a symlink, and over an
+    existing file only when ``overwrite`` (``O_EXCL``: no window between the look and the write)."""
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise HTTPException(400, f"cannot make the folder {target.parent}: {exc.strerror or exc}") from None
+    flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_NOFOLLOW", 0) | (0 if overwrite else os.O_EXCL)
+    try:
+        with os.fdopen(os.open(target, flags, 0o666), "w", encoding="utf-8") as file:
+            file.write(text)
+    except FileExistsError:
+        raise HTTPException(409, f'{target} exists: confirm to replace it ("overwrite": true)') from None
+    except OSError as exc:
+        raise HTTPException(400, f"cannot write {target}: {exc.strerror or exc}") from None
+
+
+def cookie_name(token: str) -> str:
+    """The launch's cookie, named after its token: cookies ignore the port, so two studios on one
+    host each keep their own."""
+    return "trinity-studio-" + hashlib.sha256(token.encode()).hexdigest()[:12]
+
+
+def create_app(config_path: Path | None = None, *, root: Path, token: str) -> FastAPI:
+    """The studio of one launch: it answers to ``token`` only, saves inside ``root`` and opens
+    ``config_path`` (a file inside ``root``: where Save writes by default)."""
+    if not token:
+        raise StudioError("the studio needs a token: give a non-empty one")
+    root = root.resolve()
+    if config_path is not None:
+        config_path = config_path.resolve()
+        if not config_path.is_relative_to(root):
+            raise StudioError(
+                f"{config_path} is outside {root}, the folder the studio saves in: "
+                "start it in the file's folder or pass --root"
+            )
+    cookie = cookie_name(token)
     app = FastAPI(title="trinity studio", docs_url=None, redoc_url=None)
-    # It writes files: only pages served by itself may ask. Another site's page can send no JSON
-    # here (browsers ask first, and nothing answers), and a name that points elsewhere is refused.
-    app.add_middleware(TrustedHostMiddleware, allowed_hosts=["127.0.0.1", "localhost"])
+    # Every route but the page needs the token (the page takes it from ?token= or the cookie);
+    # another site's page gets 403, a text/plain or form body 415, a name that is not loopback 403.
+    app.add_middleware(RequestGuard, token=token, cookie=cookie, hosts=LOOPBACK_HOSTS, open_paths=("/",))
     app.mount("/static", StaticFiles(directory=STATIC), name="static")
 
-    @app.get("/")
-    def index() -> FileResponse:
-        return FileResponse(STATIC / "index.html")
+    @app.get("/", response_model=None)
+    def index(request: Request) -> Response:
+        """The page, for the printed address (``?token=``) or the cookie it sets: HttpOnly (no
+        script reads it) and SameSite=Strict (no other site's request carries it)."""
+        given = request.query_params.get("token") or request.cookies.get(cookie, "")
+        if not hmac.compare_digest(given.encode(), token.encode()):
+            return PlainTextResponse("trinity studio: open the address it printed, with its ?token=", status_code=401)
+        page = FileResponse(STATIC / "index.html")
+        page.set_cookie(cookie, token, httponly=True, samesite="strict")
+        return page
 
     @app.get("/api/schema")
     def schema() -> dict[str, Any]:
@@ -205,7 +362,7 @@ def create_app(config_path: Path | None = None) -> FastAPI:
     @app.get("/api/initial")
     def initial() -> dict[str, Any]:
         if config_path is None or not config_path.is_file():
-            return {"config": {}, "path": str(config_path or Path("config.yaml").resolve())}
+            return {"config": {}, "path": str(config_path or root / "config.yaml")}
         return {"config": read_tree(config_path.read_text()), "path": str(config_path)}
 
     @app.post("/api/check")
@@ -218,23 +375,18 @@ def create_app(config_path: Path | None = None) -> FastAPI:
 
     @app.post("/api/save")
     def save(request: SaveRequest) -> dict[str, Any]:
+        target = save_target(root, request.path)
         result = check(request.config)
-        path = Path(request.path).expanduser().resolve()
-        if path.is_dir() or not request.path.strip():
-            raise HTTPException(400, f"save to a file, not a folder: {request.path!r}")
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(result["yaml"])
-        except OSError as exc:
-            raise HTTPException(400, f"cannot write {path}: {exc.strerror}") from None
-        quoted = shlex.quote(str(path))
-        return {**result, "path": str(path), "quoted": quoted, "command": f"trinity run --config {quoted}"}
+        write_config(target, result["yaml"], request.overwrite)
+        quoted = shlex.quote(str(target))
+        return {**result, "path": str(target), "quoted": quoted, "command": f"trinity run --config {quoted}"}
 
     return app
 
 
-def serve(config_path: Path | None, port: int) -> None:
-    """Serve the studio on 127.0.0.1 (a local tool: it writes files where the page asks) until interrupted."""
+def serve(app: FastAPI, port: int) -> None:
+    """Serve the studio on 127.0.0.1 until interrupted, with no access log (the page's first
+    request carries the token)."""
     import uvicorn
 
-    uvicorn.run(create_app(config_path), host="127.0.0.1", port=port, log_level="warning")
+    uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning", access_log=False)

@@ -257,9 +257,14 @@ function scheduleCheck(delay = 250) {
   checkTimer = setTimeout(runCheck, delay);
 }
 async function post(url, body) {
+  // The launch's cookie goes with every request (same origin); the server wants JSON bodies only.
   const response = await fetch(url, { method: "POST", headers: { "Content-Type": "application/json" }, body: JSON.stringify(body) });
   const data = await response.json();
-  if (!response.ok) throw new Error(data.detail || response.statusText);
+  if (!response.ok) {
+    const error = new Error(data.detail || (data.error && data.error.message) || response.statusText);
+    error.status = response.status;
+    throw error;
+  }
   return data;
 }
 async function runCheck() {
@@ -332,10 +337,19 @@ async function loadText(text) {
     document.getElementById("summary").className = "bad";
   }
 }
+async function saveTo(path) {
+  // An existing file is replaced only once the user says so (the server answers 409 until then).
+  try {
+    return await post("/api/save", { config: state.doc, path });
+  } catch (err) {
+    if (err.status !== 409 || !window.confirm(`${path} exists. Replace it?`)) throw err;
+    return post("/api/save", { config: state.doc, path, overwrite: true });
+  }
+}
 async function save(showCommand) {
   const path = document.getElementById("save-path").value;
   try {
-    const data = await post("/api/save", { config: state.doc, path });
+    const data = await saveTo(path);
     document.getElementById("saved").textContent =
       `saved ${data.path}` + (data.errors.length ? ` with ${data.errors.length} error(s) still to fix` : "");
     document.getElementById("command").textContent = showCommand
@@ -362,6 +376,7 @@ function setMode(mode) {
 }
 
 async function start() {
+  history.replaceState(null, "", "/"); // the token stays out of the address bar and history (the cookie holds it)
   const meta = await (await fetch("/api/schema")).json();
   Object.assign(state, { schema: meta.schema, beginner: meta.beginner, choices: meta.choices });
   const initial = await (await fetch("/api/initial")).json();

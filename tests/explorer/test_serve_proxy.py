@@ -1,0 +1,94 @@
+"""The serve proxy's bounds, in process: a serve-mode explorer on the tiny model, the proxy's app
+behind its guard, the official ``openai`` client through an ASGI transport (the end-to-end run
+over HTTP, with the trainer: tests/e2e/test_serve.py)."""
+
+from __future__ import annotations
+
+import textwrap
+from collections.abc import Awaitable
+from pathlib import Path
+from typing import TypeVar
+
+import httpx
+import openai
+import pytest
+
+from trinity.config import load_config
+from trinity.engine.openai_api import guarded
+from trinity.explorer import serve
+from trinity.explorer.explorer import Explorer
+
+MESSAGES = [{"role": "user", "content": "1+1="}]
+T = TypeVar("T")
+
+
+@pytest.fixture(scope="module")
+def proxy(tmp_path_factory, tiny_model_dir: Path):
+    root = tmp_path_factory.mktemp("serve")
+    path = root / "serve.yaml"
+    path.write_text(
+        textwrap.dedent(
+            f"""
+            mode: serve
+            checkpoint_root_dir: {root / "ckpt"}
+            model: {{model_path: {tiny_model_dir}, max_prompt_tokens: 16, max_response_tokens: 2}}
+            cluster: {{node_num: 1, gpu_per_node: 0}}
+            explorer: {{rollout_model: {{engine_type: transformers, api_key: sesame}}}}
+            trainer: {{trainer_type: torch}}
+            synchronizer: {{sync_method: checkpoint}}
+            buffer: {{train_batch_size: 2}}
+            """
+        )
+    )
+    explorer = Explorer(load_config(path))
+    yield serve.ServeProxy(explorer)
+    explorer.shutdown()
+
+
+def _client(proxy: serve.ServeProxy) -> httpx.AsyncClient:
+    """An HTTP client of the proxy's app behind its guard, carrying the key."""
+    transport = httpx.ASGITransport(app=guarded(proxy.app, "127.0.0.1", proxy.key))
+    return httpx.AsyncClient(
+        transport=transport, base_url="http://127.0.0.1", headers={"Authorization": "Bearer sesame"}
+    )
+
+
+def _on_explorer_loop(proxy: serve.ServeProxy, work: Awaitable[T]) -> T:
+    """``work`` on the explorer's loop, where ``Explorer.serve`` runs the proxy."""
+    return proxy.explorer.runner.loop.run_until_complete(work)
+
+
+def _chat_ids(proxy: serve.ServeProxy, count: int) -> list[str]:
+    """``count`` chat completions through the proxy (its engine requires the key: the proxy sends it)."""
+    agent = openai.AsyncOpenAI(base_url="http://127.0.0.1/v1", api_key="sesame", http_client=_client(proxy))
+
+    async def chats() -> list[str]:
+        return [(await agent.chat.completions.create(model="policy", messages=MESSAGES)).id for _ in range(count)]
+
+    return _on_explorer_loop(proxy, chats())
+
+
+def _call(proxy: serve.ServeProxy, method: str, path: str, **kwargs) -> httpx.Response:
+    async def call() -> httpx.Response:
+        async with _client(proxy) as http:
+            return await http.request(method, path, **kwargs)
+
+    return _on_explorer_loop(proxy, call())
+
+
+def test_unscored_responses_beyond_the_limit_expire_oldest_first(proxy, monkeypatch):
+    monkeypatch.setattr(serve, "MAX_RECORDED", 2)
+    expired = _call(proxy, "GET", "/metrics").json()["expired_responses"]
+    oldest, *newest = _chat_ids(proxy, 3)
+    metrics = _call(proxy, "GET", "/metrics").json()
+    assert (metrics["expired_responses"] - expired, metrics["waiting_responses"]) == (1, 2)
+    gone = _call(proxy, "POST", "/feedback", json={"reward": 1.0, "msg_ids": [oldest]})
+    assert gone.status_code == 404 and "expired" in gone.json()["error"]["message"]
+    assert _call(proxy, "POST", "/feedback", json={"reward": 1.0, "msg_ids": newest}).status_code == 200
+
+
+def test_unscored_responses_expire_after_their_time(proxy, monkeypatch):
+    _chat_ids(proxy, 1)
+    monkeypatch.setattr(serve, "RECORDED_TTL_SECONDS", 0.0)
+    metrics = _call(proxy, "GET", "/metrics").json()
+    assert metrics["waiting_responses"] == 0 and metrics["expired_responses"] >= 1
