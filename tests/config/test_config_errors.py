@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from config_helpers import issues_of, write
 
-from trinity.config import ConfigError, load_config, load_stage_configs
+from trinity.config import ConfigError, load_config, load_stage_configs, to_yaml
 
 
 def test_base_config_is_valid_and_derives(tmp_path):
@@ -335,7 +335,10 @@ def test_an_endpoint_beyond_loopback_needs_an_api_key(tmp_path):
     for no_key in ([], ["explorer.rollout_model.api_key=EMPTY"]):
         message = issues_of(path, [*proxy, *no_key])["explorer.listen_address"]
         assert message.startswith("'0.0.0.0' opens the serve proxy to other hosts: set explorer.rollout_model.api_key")
-    assert load_config(path, [*proxy, "explorer.rollout_model.api_key=sesame"]).explorer.rollout_model.api_key
+    keyed = load_config(path, [*proxy, "explorer.rollout_model.api_key=sesame"])
+    assert keyed.explorer.rollout_model.api_key == "sesame"
+    assert "sesame" not in to_yaml(keyed) and "api_key: <hidden>" in to_yaml(keyed)  # the run's records
+    assert "api_key: EMPTY" in to_yaml(load_config(path))
     endpoint = ["explorer.rollout_model.enable_openai_api=true", "explorer.rollout_model.openai_api_host=0.0.0.0"]
     message = issues_of(path, endpoint)["explorer.rollout_model.openai_api_host"]
     assert "set explorer.rollout_model.api_key or bind 127.0.0.1" in message

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import BeforeValidator, Field, StringConstraints
+from pydantic import BeforeValidator, Field, StringConstraints, field_serializer
 
 from trinity.config.base import ConfigModel, derived, inert
 
@@ -506,7 +506,7 @@ class InferenceModelConfig(ConfigModel):
     api_key: str = Field(
         "EMPTY",
         description="Bearer token the OpenAI endpoints (and serve mode's proxy) require; EMPTY or empty: none, as in "
-        "Trinity-RFT. Needed to bind them beyond loopback.",
+        "Trinity-RFT. Needed to bind them beyond loopback; the run's records show <hidden>.",
     )
     openai_api_host: str = Field(
         "127.0.0.1", description="Address the OpenAI endpoint binds to; beyond loopback, api_key is required."
@@ -545,6 +545,12 @@ class InferenceModelConfig(ConfigModel):
         """The token the endpoints require, None for none: Trinity-RFT's default ``EMPTY`` (what
         OpenAI clients send when a server takes no key) and an empty string mean no key."""
         return None if self.api_key in ("", "EMPTY") else self.api_key
+
+    @field_serializer("api_key", when_used="json")
+    def _hide_key(self, key: str) -> str:
+        """What a run's records (``config.yaml``, ``trinity config check``, the trackers' copy of
+        the config) show of the key: whether one is set, never its value."""
+        return key if self.endpoint_key() is None else "<hidden>"
 
 
 # --- algorithm ---------------------------------------------------------------------------
