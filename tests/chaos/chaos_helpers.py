@@ -189,9 +189,17 @@ class Audit:
     unread: int
     read_twice: int
     untrained_steps: list[int]
+    unlogged_explorer_steps: list[int]
 
     def clean(self) -> bool:
-        return not (self.lost or self.duplicated or self.unread or self.read_twice or self.untrained_steps)
+        return not (
+            self.lost
+            or self.duplicated
+            or self.unread
+            or self.read_twice
+            or self.untrained_steps
+            or self.unlogged_explorer_steps
+        )
 
 
 def audit(tmp_path: Path, explorer: str = "explorer", trainer: str = "trainer") -> Audit:
@@ -203,7 +211,8 @@ def audit(tmp_path: Path, explorer: str = "explorer", trainer: str = "trainer") 
     - unread: rows after the trainer's committed position;
     - read_twice: rows the trainer's position says it consumed beyond one pass (position
       below steps x batch: a batch read again), or skipped (above it);
-    - untrained_steps: steps without a metrics line in the trainer's log.
+    - untrained_steps: steps without a metrics line in the trainer's log;
+    - unlogged_explorer_steps: committed steps without a metrics line in the explorer's log, or with several.
     """
     log = SqlLog(database_url(str(tmp_path / "buffer.db")), "experience_buffer")
     rows, last = log.fetch(0, 10**6)
@@ -225,10 +234,12 @@ def audit(tmp_path: Path, explorer: str = "explorer", trainer: str = "trainer") 
     position, steps = meta["reader"]["position"], meta["step"]
     consumed = steps * TASKS * REPEATS
     logged = {record["step"] for record in read_jsonl(job_dir(tmp_path) / "monitor" / f"{trainer}.jsonl")}
+    explored = Counter(record["step"] for record in read_jsonl(job_dir(tmp_path) / "monitor" / f"{explorer}.jsonl"))
     return Audit(
         lost=lost,
         duplicated=duplicated,
         unread=last - position,
         read_twice=abs(consumed - position),
         untrained_steps=[step for step in range(1, STEPS + 1) if step not in logged or step > steps],
+        unlogged_explorer_steps=[step for step in range(1, STEPS + 1) if explored[step] != 1],
     )

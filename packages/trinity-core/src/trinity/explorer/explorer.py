@@ -73,6 +73,7 @@ class Explorer:
         )
         meta = self._resume_position() if config.continue_from_checkpoint else {}
         self.step: int = meta.get("step", 0)
+        self._relog_lost_line(meta)
         self._import_task_plugins()
         models = config.explorer.inference_models()
         # every engine name before any engine starts: a typo in an auxiliary model's fails at once
@@ -117,6 +118,15 @@ class Explorer:
         this explorer, else (a buffer that forgets, e.g. an in-memory queue) the meta file."""
         committed = self.writer.state() if self.writer is not None else None
         return committed or read_json(self.meta_path) or {}
+
+    def _relog_lost_line(self, committed: dict[str, Any]) -> None:
+        """The metrics line of the last committed step when a crash came between its commit and
+        its meta file (which follows the line): the rows survived, so does their line."""
+        written = read_json(self.meta_path) or {}
+        if committed.get("metrics") and committed["step"] > written.get("step", 0):
+            self.monitor.log(committed["metrics"], committed["step"])
+            with self.writer.fenced():
+                write_json(self.meta_path, committed, sync=self.config.buffer.durability == "safe")
 
     def _resume_weights(self) -> None:
         """A resumed run starts from the trainer's last checkpoint, which it republishes."""
@@ -212,13 +222,11 @@ class Explorer:
         metrics: dict[str, float] = {"rollout/inflight_batches": inflight}
         with timer(metrics, "explore_step"):
             outcome = await self.explore(step, tasks, metrics)
-        if previous is not None:
-            await previous  # in step order: a resume position never skips an unwritten batch
-        with timer(metrics, "write_experiences"):
-            await asyncio.to_thread(self.write, step, outcome.experiences, positions)
         metrics.update(self.rollout_metrics(outcome, step - 1))
         self.warn_unlearnable(metrics, step)
-        self.monitor.log(metrics, step)
+        if previous is not None:
+            await previous  # in step order: a resume position never skips an unwritten batch
+        await asyncio.to_thread(self.write, step, outcome.experiences, positions, metrics)
         if step == self._first_step:
             freeze_long_lived_objects()
 
@@ -286,11 +294,10 @@ class Explorer:
         for exp in experiences:
             exp.eid = dataclasses.replace(exp.eid, batch=str(step))
         experiences, pipeline_metrics = self.pipeline(experiences)
-        self.write(step, experiences, [])
         metrics = self.rollout_metrics(BatchOutcome(experiences, 0, 0), self.version)
         metrics.update(pipeline_metrics)
         self.warn_unlearnable(metrics, step)
-        self.monitor.log(metrics, step)
+        self.write(step, experiences, [], metrics)
         return step, experiences
 
     def benchmark(self) -> dict[str, Any]:
@@ -420,15 +427,18 @@ class Explorer:
                     self._ended[index] = True
         return None
 
-    def write(self, step: int, experiences: list[Experience], positions: list[dict]) -> None:
-        """Step ``step``'s experiences, tagged with this explorer's name, and the position after
-        it (tasksets read up to that batch) in one buffer transaction; then the meta file."""
+    def write(self, step: int, experiences: list[Experience], positions: list[dict], metrics: dict[str, float]) -> None:
+        """Step ``step``'s experiences, tagged with this explorer's name, the position after it
+        (tasksets read up to that batch) and its metrics in one buffer transaction; then its
+        metrics line, then the meta file, which says the line is out (``_relog_lost_line``)."""
         for exp in experiences:
             exp.eid = dataclasses.replace(exp.eid, explorer=self.name)
-        position = {"step": step, "model_version": self.version, "tasksets": positions}
-        self.writer.write(experiences, state=position)
+        position = {"step": step, "model_version": self.version, "tasksets": positions, "metrics": dict(metrics)}
+        with timer(metrics, "write_experiences"):
+            self.writer.write(experiences, state=position)
         crash_point("explorer.after_append")
         self.step = step
+        self.monitor.log(metrics, step)
         with self.writer.fenced():
             write_json(self.meta_path, position, sync=self.config.buffer.durability == "safe")
         crash_point("explorer.after_meta")
