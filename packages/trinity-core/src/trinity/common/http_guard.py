@@ -13,8 +13,8 @@ Data-Juicer service (``docs/security.md`` says who can reach each):
 - **JSON only**: a request with a body must say ``Content-Type: application/json``, else 415. A web
   page can post ``text/plain`` or a form to any address without the browser asking first; JSON
   makes the browser ask (a CORS preflight), and no door of ours answers yes.
-- **size**: a body over ``max_body_bytes`` is refused with 413 naming the limit, counted as it
-  arrives (a missing or false ``Content-Length`` does not get past it).
+- **size**: a body over ``max_body_bytes`` is refused with 413 naming the limit: by its declared
+  ``Content-Length`` (which the server holds it to), or, sent without one, counted as it arrives.
 
 Errors are OpenAI's shape (``{"error": {"message", "type", "code"}}``), which its client reads.
 """
@@ -56,10 +56,6 @@ def _host_name(host: str) -> str:
     return host.rsplit(":", 1)[0] if host.count(":") == 1 else host
 
 
-class _BodyTooLarge(Exception):
-    pass
-
-
 class RequestGuard:
     """ASGI middleware: token, JSON content type and body size, before the app sees a request."""
 
@@ -89,7 +85,7 @@ class RequestGuard:
             return await _reply(send, *problem)
         if scope["method"] not in BODY_METHODS:
             return await self.app(scope, receive, send)
-        return await self._bounded(scope, receive, send)
+        return await self._bounded(scope, receive, send, declared="content-length" in headers)
 
     def _refusal(self, scope: Scope, headers: dict[str, str]) -> tuple[int, str, str] | None:
         """(status, error type, message) when the request is refused before its body is read."""
@@ -124,31 +120,33 @@ class RequestGuard:
     def _too_large(self) -> str:
         return f"the body is over this endpoint's limit of {self.max_body_bytes} bytes"
 
-    async def _bounded(self, scope: Scope, receive: Receive, send: Send) -> None:
-        """Run the app with a receive that stops a body at ``max_body_bytes``; refuse it with 413
-        unless the app has already started its answer."""
-        received = 0
-        started = False
-
-        async def counted_receive() -> Message:
-            nonlocal received
+    async def _bounded(self, scope: Scope, receive: Receive, send: Send, declared: bool) -> None:
+        """Run the app on a body of at most ``max_body_bytes``. A declared length was checked up
+        front (and the server holds the body to it); a body without one (chunked) is read here
+        first, up to the limit, so that one over it is a 413 before the app sees any of it."""
+        if declared:
+            return await self.app(scope, receive, send)
+        chunks, received = [], 0
+        while True:
             message = await receive()
-            if message["type"] == "http.request":
-                received += len(message.get("body", b""))
-                if received > self.max_body_bytes:
-                    raise _BodyTooLarge
-            return message
+            if message["type"] != "http.request":
+                return  # the client went away
+            chunks.append(message.get("body", b""))
+            received += len(chunks[-1])
+            if received > self.max_body_bytes:
+                return await _reply(send, 413, "invalid_request_error", self._too_large())
+            if not message.get("more_body"):
+                break
+        replayed = False
 
-        async def tracked_send(message: Message) -> None:
-            nonlocal started
-            started = started or message["type"] == "http.response.start"
-            await send(message)
+        async def replay() -> Message:
+            nonlocal replayed
+            if replayed:
+                return await receive()  # after the body: the disconnect, when it comes
+            replayed = True
+            return {"type": "http.request", "body": b"".join(chunks), "more_body": False}
 
-        try:
-            await self.app(scope, counted_receive, tracked_send)
-        except _BodyTooLarge:
-            if not started:
-                await _reply(send, 413, "invalid_request_error", self._too_large())
+        await self.app(scope, replay, send)
 
 
 async def _reply(send: Send, status: int, kind: str, message: str) -> None:
