@@ -343,3 +343,20 @@ def test_an_endpoint_beyond_loopback_needs_an_api_key(tmp_path):
     message = issues_of(path, endpoint)["explorer.rollout_model.openai_api_host"]
     assert "set explorer.rollout_model.api_key or bind 127.0.0.1" in message
     load_config(path, [*endpoint, "explorer.rollout_model.api_key=sesame"], strict=True)  # acted on: no warning
+
+
+def test_a_database_password_stays_out_of_the_runs_records(tmp_path):
+    """A PostgreSQL buffer's URL keeps its password for the run, and shows *** in config.yaml,
+    ``trinity config check`` and the trackers' copy."""
+    url = "postgresql://trinity:s3cret@db.example:5432/runs"
+    cfg = load_config(
+        write(tmp_path),
+        [
+            "mode=explore",
+            "buffer.trainer_input.experience_buffer.storage_type=sql",
+            f"buffer.trainer_input.experience_buffer.path={url}",
+        ],
+    )
+    assert cfg.buffer.trainer_input.experience_buffer.path == url
+    records = to_yaml(cfg)
+    assert "s3cret" not in records and "path: postgresql://trinity:***@db.example:5432/runs" in records

@@ -20,6 +20,7 @@ a plugin's declared ``Args`` model, or verl's own schema.
 from __future__ import annotations
 
 from typing import Annotated, Any, ClassVar, Literal
+from urllib.parse import urlsplit, urlunsplit
 
 from pydantic import BeforeValidator, Field, StringConstraints, field_serializer
 
@@ -136,12 +137,27 @@ class ReplayBufferConfig(ConfigModel):
     )
 
 
+def hide_url_password(path: str | None) -> str | None:
+    """What a run's records (``config.yaml``, ``trinity config check``, the trackers' copy of the
+    config) show of a database URL: its password as ``***``."""
+    if not path or "://" not in path:
+        return path
+    parts = urlsplit(path)
+    if parts.password is None:
+        return path
+    return urlunsplit(parts._replace(netloc=parts.netloc.replace(f":{parts.password}@", ":***@", 1)))
+
+
 class StorageConfig(ConfigModel):
     """What tasksets and experience buffers share: where the data lives and how rows are read."""
 
     name: str = Field("", description="Name of this buffer (metrics, files and tables are named after it).")
     storage_type: str = Field("file", description="A buffer storage plugin: file, queue or sql.")
-    path: str | None = Field(None, description="File, folder, dataset id or database URL of the data.")
+    path: str | None = Field(
+        None,
+        description="File, folder, dataset id or database URL of the data; the run's records show a URL's "
+        "password as ***.",
+    )
     split: str = Field("train", description="Dataset split to read.")
     subset_name: str | None = Field(None, description="Dataset subset (configuration) name.")
     format: FormatConfig = Field(default_factory=FormatConfig, description="Column mapping of the rows.")
@@ -174,6 +190,10 @@ class StorageConfig(ConfigModel):
         description="Row schema: rollout (Trinity-RFT: experience, task), sft, dpo or cpt; the experience buffer's "
         "is the algorithm's. SFT/DPO rows: a message list (or plaintext columns), tools in tools_key.",
     )
+
+    @field_serializer("path", when_used="json")
+    def _hide_password(self, path: str | None) -> str | None:
+        return hide_url_password(path)
 
 
 class TasksetConfig(StorageConfig):
@@ -277,6 +297,11 @@ class BufferConfig(ConfigModel):
         "safe: every commit and metadata file is on disk when written (synchronous=FULL, fsync).",
     )
     explorer_output: dict[str, Any] | None = derived(None, "The explorer's output buffer: the experience buffer.")
+
+    @field_serializer("explorer_output", when_used="json")
+    def _hide_output_password(self, output: dict[str, Any] | None) -> dict[str, Any] | None:
+        return output and {**output, "path": hide_url_password(output.get("path"))}
+
     tokenizer_path: str | None = derived(None, "Tokenizer of the buffers: model.model_path.")
     cache_dir: str | None = derived(None, "Folder of the run's buffer files: <job dir>/buffer.")
 
