@@ -132,8 +132,9 @@ def test_a_stale_trainer_cannot_publish_checkpoint_weights_over_its_replacement(
 
 
 def test_a_buffer_an_older_trinity_wrote_gets_the_new_columns_and_keeps_its_rows(tmp_path, caplog):
-    """Before fencing, the writers and cursors tables had no generation (nor a writer state):
-    opening such a file adds the columns (generation 0, no state) instead of failing on them."""
+    """Before fencing, the writers and cursors tables had no generation (nor a writer state, nor
+    an append count): opening such a file adds the columns (generation 0, no state, no appends)
+    instead of failing on them."""
     import sqlite3
 
     from trinity.buffer.storage.sql import table_prefix
@@ -144,7 +145,8 @@ def test_a_buffer_an_older_trinity_wrote_gets_the_new_columns_and_keeps_its_rows
     writer.close()
     prefix = table_prefix(storage.name)
     with sqlite3.connect(storage.path) as old:  # as the older release left it
-        for table, column in (("writers", "state"), ("writers", "generation"), ("cursors", "generation")):
+        dropped = (("writers", "state"), ("writers", "generation"), ("writers", "appends"), ("cursors", "generation"))
+        for table, column in dropped:
             old.execute(f'ALTER TABLE "{prefix}_{table}" DROP COLUMN {column}')
     from trinity.buffer.storage import sql
 
@@ -152,6 +154,7 @@ def test_a_buffer_an_older_trinity_wrote_gets_the_new_columns_and_keeps_its_rows
     with caplog.at_level("WARNING"):
         restarted = open_experience_writer(storage, "explorer")
     assert any("added column generation" in r.message for r in caplog.records)
+    assert any("added column appends" in r.message for r in caplog.records)
     assert restarted.state() is None
     restarted.write([make_experience(2)], state={"step": 1})
     restarted.finish()

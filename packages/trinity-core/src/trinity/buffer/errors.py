@@ -36,6 +36,21 @@ class Fenced(TrinityBufferError):
         )
 
 
+class BufferUnavailable(TrinityBufferError, ConnectionError):
+    """The buffer's database server stayed out of reach through ``max_retry_times`` connection
+    attempts. ``lost``: a connection dropped in a write transaction whose COMMIT may have reached
+    the server, and none came back to find out; the writer's state says, once it is back."""
+
+    def __init__(self, buffer: str, where: str, reason: str, attempts: int, interval: float, lost: bool = False):
+        self.buffer, self.where, self.lost = buffer, where, lost
+        tried = f"{attempts} attempt{'s' * (attempts > 1)}" + (f", {interval:g} s apart" if attempts > 1 else "")
+        outcome = "; a write lost its connection at its commit, which may have landed" if lost else ""
+        super().__init__(
+            f"buffer {buffer!r}: database {where} out of reach ({tried}: max_retry_times, "
+            f"max_retry_interval): {reason}{outcome}"
+        )
+
+
 class WritersGone(TrinityBufferError):
     """Nothing to read, and every writer that has not finished stopped its heartbeat."""
 

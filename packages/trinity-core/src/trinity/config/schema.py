@@ -168,7 +168,8 @@ class StorageConfig(ConfigModel):
         3,
         ge=0,
         description="Attempts to connect to a database server (sql, or a queue on one) before an operation fails "
-        "(0 and 1: one). An operation that fails once connected is not repeated: it may have committed.",
+        "(0 and 1: one). An append whose connection drops is tried as often, and stored once (the writer's append "
+        "count says whether the lost commit landed); other operations that fail once connected are not repeated.",
     )
     max_retry_interval: int = Field(1, gt=0, description="Seconds between those attempts.")
     enable_progress_bar: bool = inert(False, "Show a progress bar while a dataset loads.")

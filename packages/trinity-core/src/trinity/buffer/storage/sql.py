@@ -18,8 +18,11 @@ commit is on disk when it returns).
 A database server out of reach (restarting, a network drop) is tried again: every connection
 is attempted ``max_retry_times`` times, ``max_retry_interval`` seconds apart (``Reconnect``),
 and pooled connections are pinged before use, so a server restart between two operations
-costs a wait, not the run. An operation that fails after it connected is not repeated: its
-commit may have landed.
+costs a wait, not the run; a server still out of reach after them is ``BufferUnavailable``.
+An append whose connection drops mid-transaction, its COMMIT perhaps landed, is tried again
+once connected, within the same attempts: the writer's append count, committed with the rows,
+says whether the lost one landed, so its rows are stored once. Other operations that fail after
+they connected are not repeated.
 """
 
 from __future__ import annotations
@@ -31,14 +34,14 @@ import re
 import sqlite3
 import time
 from collections.abc import Callable, Iterator
-from contextlib import AbstractContextManager, contextmanager
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql
 
-from trinity.buffer.errors import Fenced
+from trinity.buffer.errors import BufferUnavailable, Fenced
 from trinity.buffer.serialization import deserialize_experience, serialize_experience
 from trinity.buffer.storage.base import Lease, Log, LogStorage, WriterStatus
 from trinity.common.errors import first_line
@@ -188,7 +191,8 @@ def create_tables(engine: sa.Engine, meta: sa.MetaData, name: str) -> None:
 
 _NEUTRAL_DEFAULTS = {sa.Integer: "0", sa.Float: "0", sa.Boolean: "false"}
 """What a column added to an older buffer's rows holds: generation 0 (the next open takes 1),
-no heartbeat yet, not finished. Other columns are added nullable (a writer's ``state``)."""
+no appends counted, no heartbeat yet, not finished. Other columns are added nullable (a
+writer's ``state``)."""
 
 
 def _add_missing_columns(conn: sa.Connection, meta: sa.MetaData) -> None:
@@ -248,6 +252,7 @@ class SqlLog(Log):
     ):
         self.name = name
         self.trust_pickled_rows = trust_pickled_rows
+        self.reconnect = reconnect
         self.engine = shared_engine(url, durability, reconnect)
         prefix = table_prefix(name)
         meta = sa.MetaData()
@@ -261,16 +266,45 @@ class SqlLog(Log):
         name_key = sa.Column("name", sa.String(255), primary_key=True)
         self.writers = table("writers", name_key, finished=sa.Boolean, updated=sa.Float, generation=sa.Integer)
         self.writers.append_column(sa.Column("state", sa.Text, nullable=True))
+        # how many appends the name committed: tells whether one whose connection dropped landed
+        self.writers.append_column(sa.Column("appends", sa.Integer, nullable=False, default=0))
         reader_key = sa.Column("reader", sa.String(255), primary_key=True)
         self.cursors = table("cursors", reader_key, position=sa.Integer, progress=sa.Integer, generation=sa.Integer)
         self._leased = {"writer": (self.writers, self.writers.c.name), "reader": (self.cursors, self.cursors.c.reader)}
         self.postgres = self.engine.dialect.name == "postgresql"
+        self.server = self.engine.dialect.name != "sqlite"
         store_uncompressed(self.exp)
         create_tables(self.engine, meta, prefix)
         self._lock_sql = lock_table_sql(self.engine, self.exp)
 
-    def _write(self) -> AbstractContextManager[sa.Connection]:
-        return write_transaction(self.engine)
+    def _unavailable(self, exc: BaseException, lost: bool = False) -> BufferUnavailable:
+        where = self.engine.url.render_as_string(hide_password=True)
+        reconnect = self.reconnect
+        return BufferUnavailable(self.name, where, first_line(exc), reconnect.attempts, reconnect.interval, lost)
+
+    def _connect(self) -> sa.Connection:
+        """A connection; a server still out of reach after its attempts is ``BufferUnavailable``."""
+        try:
+            return self.engine.connect()
+        except sa.exc.OperationalError as exc:
+            if not self.server:
+                raise
+            raise self._unavailable(exc) from exc
+
+    @contextmanager
+    def _write(self) -> Iterator[sa.Connection]:
+        """A write transaction (on sqlite ``BEGIN IMMEDIATE``; reads stay concurrent). On a
+        server, a connection lost on the way is ``BufferUnavailable`` with ``lost`` (the commit
+        may have landed)."""
+        try:
+            with self._connect() as conn:
+                conn.execution_options(write=True)
+                with conn.begin():
+                    yield conn
+        except sa.exc.DBAPIError as exc:
+            if not (self.server and exc.connection_invalidated):
+                raise
+            raise self._unavailable(exc, lost=True) from exc
 
     def _upsert(
         self, conn: sa.Connection, table: sa.Table, key: dict[str, Any], values: dict[str, Any], **defaults: Any
@@ -285,11 +319,15 @@ class SqlLog(Log):
         found = conn.execute(sa.select(table.c.generation).where(key == name).with_for_update()).scalar()
         return int(found or 0)
 
-    def _check(self, conn: sa.Connection, lease: Lease) -> None:
-        """Raise ``Fenced`` unless ``lease`` is its name's current generation (inside a write)."""
-        current = self._generation(conn, lease.kind, lease.name)
+    def _check(self, conn: sa.Connection, lease: Lease, *also: sa.Column) -> tuple[Any, ...]:
+        """Raise ``Fenced`` unless ``lease`` is its name's current generation (inside a write,
+        locking the name's row); the row's columns ``also``."""
+        table, key = self._leased[lease.kind]
+        found = conn.execute(sa.select(table.c.generation, *also).where(key == lease.name).with_for_update()).first()
+        current = int(found[0]) if found else 0
         if current != lease.generation:
             raise Fenced(self.name, lease.kind, lease.name, lease.generation, current)
+        return tuple(found[1:])
 
     def _bump(self, kind: str, name: str, values: dict[str, Any], **defaults: Any) -> Lease:
         """A new generation for ``name``; retried on busy like the open itself (the first write
@@ -329,27 +367,60 @@ class SqlLog(Log):
 
     def writer_statuses(self) -> list[WriterStatus]:
         columns = self.writers.c
-        with self.engine.connect() as conn:
+        with self._connect() as conn:
             rows = conn.execute(sa.select(columns.name, columns.finished, columns.updated)).all()
         return [WriterStatus(name, bool(finished), updated) for name, finished, updated in rows]
 
     def writer_state(self, writer: str) -> dict[str, Any] | None:
-        with self.engine.connect() as conn:
+        with self._connect() as conn:
             found = conn.execute(sa.select(self.writers.c.state).where(self.writers.c.name == writer)).scalar()
         return json.loads(found) if found else None
 
     def append(self, experiences: list[Experience], lease: Lease, state: dict[str, Any] | None) -> None:
+        """One transaction: the rows, the writer's ``state`` and its append count. On a server,
+        a connection lost on the way (at the COMMIT, the client cannot know whether it landed)
+        is followed by another attempt once connected, ``max_retry_times`` in all: when the
+        count already holds the lost append, it landed and nothing is written again."""
         rows = [{"model_version": e.model_version, "data": serialize_experience(e)} for e in experiences]
-        with self._write() as conn:
-            if self._lock_sql:
-                conn.exec_driver_sql(self._lock_sql)
-            self._check(conn, lease)
-            if rows:
-                conn.execute(self.exp.insert(), rows)
-            values: dict[str, Any] = {"updated": time.time()}
-            if state is not None:
-                values["state"] = json.dumps(state)
-            conn.execute(self.writers.update().where(self.writers.c.name == lease.name).values(**values))
+        values: dict[str, Any] = {} if state is None else {"state": json.dumps(state)}
+        number: int | None = None  # this append's count, once read: the lost attempt's
+        lost: BufferUnavailable | None = None
+        attempts = self.reconnect.attempts
+        for attempt in range(1, attempts + 1):
+            try:
+                with self._write() as conn:
+                    if self._lock_sql:
+                        conn.exec_driver_sql(self._lock_sql)
+                    (appends,) = self._check(conn, lease, self.writers.c.appends)
+                    if number is not None and appends >= number:
+                        self._tell_lost(lease, lost, "it had landed: not written again")
+                        return
+                    if lost is not None:
+                        self._tell_lost(
+                            lease, lost, f"it had not landed: written again (attempt {attempt} of {attempts})"
+                        )
+                    number = appends + 1
+                    if rows:
+                        conn.execute(self.exp.insert(), rows)
+                    update = self.writers.update().where(self.writers.c.name == lease.name)
+                    conn.execute(update.values(appends=number, updated=time.time(), **values))
+                return
+            except BufferUnavailable as exc:
+                if lost is not None and not exc.lost:  # no connection came back to find out
+                    raise self._unavailable(exc.__cause__ or exc, lost=True) from exc
+                if not exc.lost or attempt == attempts:
+                    raise
+                lost = exc
+
+    def _tell_lost(self, lease: Lease, lost: BufferUnavailable | None, outcome: str) -> None:
+        cause = lost.__cause__ if lost is not None and lost.__cause__ is not None else lost
+        logger.warning(
+            "buffer %r: writer %r lost its connection during an append (%s); %s",
+            self.name,
+            lease.name,
+            first_line(cause) if cause is not None else "",
+            outcome,
+        )
 
     def _fetch(self, conn: sa.Connection, after: int, n: int) -> tuple[list[Experience], int]:
         query = sa.select(self.exp.c.id, self.exp.c.data).where(self.exp.c.id > after).order_by(self.exp.c.id)
@@ -359,7 +430,7 @@ class SqlLog(Log):
         return [deserialize_experience(data, self.trust_pickled_rows) for _, data in rows], rows[-1][0]
 
     def fetch(self, after: int, n: int) -> tuple[list[Experience], int]:
-        with self.engine.connect() as conn:
+        with self._connect() as conn:
             return self._fetch(conn, after, n)
 
     def _cursor(self, conn: sa.Connection, reader: str, lock: bool = False) -> int:
@@ -380,7 +451,7 @@ class SqlLog(Log):
         return experiences, position
 
     def cursor(self, reader: str) -> int:
-        with self.engine.connect() as conn:
+        with self._connect() as conn:
             return self._cursor(conn, reader)
 
     def set_cursor(self, reader: str, position: int, lease: Lease | None = None) -> None:
@@ -399,7 +470,7 @@ class SqlLog(Log):
     def unread(self) -> int:
         last = sa.select(sa.func.max(self.exp.c.id)).scalar_subquery()
         slowest = sa.select(sa.func.min(self.cursors.c.progress)).scalar_subquery()
-        with self.engine.connect() as conn:  # one statement: one round trip to a server
+        with self._connect() as conn:  # one statement: one round trip to a server
             last, slowest = conn.execute(sa.select(last, slowest)).one()
         return (last or 0) - (slowest or 0)
 
