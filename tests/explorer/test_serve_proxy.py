@@ -22,9 +22,9 @@ MESSAGES = [{"role": "user", "content": "1+1="}]
 T = TypeVar("T")
 
 
-@pytest.fixture(scope="module")
-def proxy(tmp_path_factory, tiny_model_dir: Path):
-    root = tmp_path_factory.mktemp("serve")
+def serve_explorer(root: Path, tiny_model_dir: Path, *overrides: str) -> Explorer:
+    """A serve-mode explorer on the tiny model whose engine requires the key ``sesame``;
+    ``overrides``: dotlist settings (``buffer.trainer_input.experience_buffer.path=...``)."""
     path = root / "serve.yaml"
     path.write_text(
         textwrap.dedent(
@@ -40,7 +40,12 @@ def proxy(tmp_path_factory, tiny_model_dir: Path):
             """
         )
     )
-    explorer = Explorer(load_config(path))
+    return Explorer(load_config(path, list(overrides)))
+
+
+@pytest.fixture(scope="module")
+def proxy(tmp_path_factory, tiny_model_dir: Path):
+    explorer = serve_explorer(tmp_path_factory.mktemp("serve"), tiny_model_dir)
     yield serve.ServeProxy(explorer)
     explorer.shutdown()
 

@@ -57,6 +57,18 @@ MAX_ENGINE_RESTARTS = 3
 an engine's crash ends the run."""
 
 
+@dataclasses.dataclass
+class HeldStep:
+    """A serve-mode step through the experience pipeline whose write found the buffer out of reach."""
+
+    step: int
+    kept: list[Experience]
+    dropped: int
+    metrics: dict[str, float]
+    tried: bool = False
+    """A write was attempted: it may have landed (the writer's state says)."""
+
+
 class Explorer:
     """One explorer (``explorer.name``); several may feed one trainer."""
 
@@ -101,6 +113,8 @@ class Explorer:
         self.stopped_early = ""  # why exploring ended before its data did, for the run's summary
         self._first_step = self.step + 1  # after it, long-lived objects leave the cyclic GC
         self.warnings = CauseWarnings(self.name)
+        self._held: deque[HeldStep] = deque()  # serve mode: steps whose write found the buffer out of reach
+        self._unreported = (0, 0)  # serve mode: experiences written and dropped since a commit last returned
 
     def _import_task_plugins(self) -> None:
         """Import every taskset's default workflow and reward function before any engine starts:
@@ -287,18 +301,32 @@ class Explorer:
         proxy = ServeProxy(self)
         self.runner.loop.run_until_complete(proxy.serve(explorer.listen_address, explorer.proxy_port))
 
-    def commit(self, experiences: list[Experience]) -> tuple[int, list[Experience]]:
+    def commit(self, experiences: list[Experience]) -> tuple[int, int, int]:
         """Mode serve: the scored experiences through the experience pipeline, as a step's are,
-        and the ones it keeps durable in the buffer as the next step; the step and those kept."""
-        step = self.step + 1
-        for exp in experiences:
-            exp.eid = dataclasses.replace(exp.eid, batch=str(step))
-        experiences, pipeline_metrics = self.pipeline(experiences)
-        metrics = self.rollout_metrics(BatchOutcome(experiences, 0, 0), self.version)
-        metrics.update(pipeline_metrics)
-        self.warn_unlearnable(metrics, step)
-        self.write(step, experiences, [], metrics)
-        return step, experiences
+        and the ones it keeps durable in the buffer as the next step; the last step written, and
+        how many experiences this call wrote and how many the pipeline dropped.
+
+        A step whose write finds the buffer out of reach (``BufferUnavailable``, raised) is held,
+        through the pipeline already, and the next commit writes it first, once: the writer's
+        state says whether a failed write landed after all."""
+        if experiences or not self._held:
+            step = (self._held[-1].step if self._held else self.step) + 1
+            for exp in experiences:
+                exp.eid = dataclasses.replace(exp.eid, batch=str(step))
+            kept, pipeline_metrics = self.pipeline(experiences)
+            metrics = self.rollout_metrics(BatchOutcome(kept, 0, 0), self.version)
+            metrics.update(pipeline_metrics)
+            self.warn_unlearnable(metrics, step)
+            self._held.append(HeldStep(step, kept, len(experiences) - len(kept), metrics))
+        while self._held:
+            held = self._held[0]
+            landed = held.tried and (self.writer.state() or {}).get("step", 0) >= held.step
+            held.tried = True
+            self.write(held.step, [] if landed else held.kept, [], held.metrics)  # landed: its position again
+            self._held.popleft()
+            self._unreported = (self._unreported[0] + len(held.kept), self._unreported[1] + held.dropped)
+        (written, dropped), self._unreported = self._unreported, (0, 0)
+        return self.step, written, dropped
 
     def benchmark(self) -> dict[str, Any]:
         """Mode bench: evaluate every saved checkpoint (or the latest only) in step order."""

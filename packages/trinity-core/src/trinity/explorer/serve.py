@@ -12,7 +12,8 @@ choices are recorded as experiences under the response's ``id``. The agent then 
 - ``POST /commit`` passes every scored experience through the explorer's experience pipeline
   (``data_processor.experience_pipeline``, as an explored step's) and writes those it keeps to
   the experience buffer, one explorer step; it returns once they are durable, so a kill after
-  it loses none of them.
+  it loses none of them. A buffer out of reach is a 503: the explorer holds the step, and the
+  next ``/commit`` writes it first (once, even where the failed write landed after all).
 - ``GET /metrics``, ``GET /health``, ``GET /v1/models``.
 
 The proxy is one of trinity's doors (``docs/security.md``): it binds ``listen_address``
@@ -40,6 +41,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from trinity.buffer.errors import BufferUnavailable
 from trinity.common.experience import EID, Experience
 from trinity.common.lazy_import import lazy_module
 from trinity.engine.openai_api import MAX_N, guarded
@@ -161,10 +163,13 @@ class ServeProxy:
         async def commit() -> Any:
             async with self.commit_lock:
                 experiences, self.ready = self.ready, []
-                step, kept = await asyncio.to_thread(self.explorer.commit, experiences)
-                self.committed += len(kept)
-                self.dropped += len(experiences) - len(kept)
-            return {"status": "success", "committed": len(kept), "dropped": len(experiences) - len(kept), "step": step}
+                try:
+                    step, committed, dropped = await asyncio.to_thread(self.explorer.commit, experiences)
+                except BufferUnavailable as exc:  # the explorer holds them, for the next /commit
+                    return _error(503, f"{exc}. The scored experiences are held: /commit again to write them")
+                self.committed += committed
+                self.dropped += dropped
+            return {"status": "success", "committed": committed, "dropped": dropped, "step": step}
 
         @app.get("/metrics")
         async def metrics() -> Any:
