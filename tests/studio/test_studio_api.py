@@ -56,8 +56,25 @@ def test_load_keeps_interpolations_and_refuses_what_is_not_a_config():
     assert loaded["config"] == {"checkpoint_root_dir": "${oc.env:ROOT,./c}"}
     broken = client().post("/api/load", json={"text": "a: [1\n"})
     assert broken.status_code == 400 and broken.json()["detail"].startswith("not valid YAML")
-    listed = client().post("/api/load", json={"text": "- 1\n"})
-    assert listed.status_code == 400 and "mapping" in listed.json()["detail"]
+    for text in ("- 1\n", "1\n", "false\n"):
+        listed = client().post("/api/load", json={"text": text})
+        assert listed.status_code == 400 and "mapping" in listed.json()["detail"]
+
+
+def test_a_value_json_cannot_carry_loads_as_a_yaml_leaf_and_saves_as_written():
+    loaded = client().post("/api/load", json={"text": "trainer: {grad_clip: .inf, x: [-.inf, .nan]}\n"})
+    tree = {"trainer": {"grad_clip": {"__yaml__": ".inf"}, "x": [{"__yaml__": "-.inf"}, {"__yaml__": ".nan"}]}}
+    assert loaded.status_code == 200 and loaded.json()["config"] == tree
+    saved = yaml.safe_load(client().post("/api/check", json={"config": tree}).json()["yaml"])
+    assert saved["trainer"]["grad_clip"] == float("inf") and saved["trainer"]["x"][0] == float("-inf")
+
+
+def test_a_body_of_the_wrong_shape_is_a_422_naming_the_field(tmp_path):
+    """FastAPI's own reply echoes the value, and failed (a 500) on a NaN."""
+    for body, field in (('{"config": {}, "path": NaN}', "path"), ('{"config": 1}', "config"), ("[1", "body")):
+        answer = client(root=tmp_path).post("/api/save", content=body, headers={"Content-Type": "application/json"})
+        assert answer.status_code == 422 and answer.json()["detail"].startswith(field), answer.text
+    assert not list(tmp_path.iterdir())
 
 
 def test_save_writes_the_users_keys_in_schema_order_and_gives_the_command(tmp_path):

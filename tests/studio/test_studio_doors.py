@@ -126,7 +126,7 @@ def test_a_bad_path_is_a_4xx_not_a_crash(tmp_path):
     loop = tmp_path / "loop.yaml"
     loop.symlink_to(loop)
     studio = client(tmp_path)
-    for given in ("", "   ", "nul\x00.yaml", "folder.yaml", "loop.yaml"):
+    for given in ("", "   ", "nul\x00.yaml", "folder.yaml", "loop.yaml", "x" * 300 + ".yaml"):  # too long a name
         answer = save(studio, given, overwrite=True)
         assert 400 <= answer.status_code < 500, (given, answer.text)
         assert answer.json()["detail"]

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import math
 import os
 import shlex
 from pathlib import Path
@@ -21,7 +22,8 @@ from typing import Any
 
 import yaml
 from fastapi import FastAPI, HTTPException, Request
-from fastapi.responses import FileResponse, PlainTextResponse, Response
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import FileResponse, JSONResponse, PlainTextResponse, Response
 from fastapi.staticfiles import StaticFiles
 from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
@@ -263,15 +265,29 @@ def check(tree: dict[str, Any]) -> dict[str, Any]:
 
 
 def read_tree(text: str) -> dict[str, Any]:
-    """A YAML file's tree as written: interpolations kept, OmegaConf's reading of numbers."""
+    """A YAML file's tree as written: interpolations kept, OmegaConf's reading of numbers, and
+    ``.nan`` or ``.inf`` (which JSON cannot carry to the page) as YAML leaves."""
     try:
         raw = OmegaConf.create(text or "{}")
     except (yaml.YAMLError, OmegaConfBaseException) as exc:
         raise HTTPException(400, f"not valid YAML: {first_line(exc)}") from None
-    tree = OmegaConf.to_container(raw, resolve=False)
+    except AssertionError:  # OmegaConf's answer to a lone scalar ("1", "false")
+        raw = None
+    tree = OmegaConf.to_container(raw, resolve=False) if raw is not None else None
     if not isinstance(tree, dict):
         raise HTTPException(400, "not a config: the top level must be a mapping of sections")
-    return tree
+    return _finite(tree)
+
+
+def _finite(node: Any) -> Any:
+    """``node`` with every NaN or infinity as a YAML leaf (``{"__yaml__": ".inf"}``)."""
+    if isinstance(node, dict):
+        return {k: _finite(v) for k, v in node.items()}
+    if isinstance(node, list):
+        return [_finite(v) for v in node]
+    if isinstance(node, float) and not math.isfinite(node):
+        return {YAML_LEAF: ".nan" if math.isnan(node) else ".inf" if node > 0 else "-.inf"}
+    return node
 
 
 def save_target(root: Path, given: str) -> Path:
@@ -289,7 +305,11 @@ def save_target(root: Path, given: str) -> Path:
             f"{given!r} is {target}, outside {root}: the studio saves only inside the folder it was "
             "started in (or the one given to trinity studio --root)",
         )
-    if target.is_dir():
+    try:
+        folder = target.is_dir()
+    except OSError as exc:  # a name too long
+        raise HTTPException(400, f"cannot save to {given!r}: {first_line(exc)}") from None
+    if folder:
         raise HTTPException(400, f"save to a file, not a folder: {given!r}")
     if target.suffix.lower() not in SAVED_SUFFIXES:
         raise HTTPException(400, f"{given!r}: the studio saves {' or '.join(SAVED_SUFFIXES)} files only")
@@ -338,6 +358,14 @@ def create_app(config_path: Path | None = None, *, root: Path, token: str) -> Fa
     # another site's page gets 403, a text/plain or form body 415, a name that is not loopback 403.
     app.add_middleware(RequestGuard, token=token, cookie=cookie, hosts=LOOPBACK_HOSTS, open_paths=("/",))
     app.mount("/static", StaticFiles(directory=STATIC), name="static")
+
+    @app.exception_handler(RequestValidationError)
+    async def malformed(request: Request, exc: RequestValidationError) -> JSONResponse:
+        """A body of the wrong shape: 422 naming the field. The value is not echoed (FastAPI's
+        own reply does, and fails on a NaN, which JSON cannot carry)."""
+        first = exc.errors()[0]
+        where = "body" if first["type"] == "json_invalid" else ".".join(str(p) for p in first["loc"][1:]) or "body"
+        return JSONResponse(status_code=422, content={"detail": f"{where}: {first['msg']}"})
 
     @app.get("/", response_model=None)
     def index(request: Request) -> Response:
