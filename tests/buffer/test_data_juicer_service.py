@@ -18,7 +18,7 @@ import pytest
 
 from ports import free_port
 from trinity.algorithm.experience_ops import DataJuicer
-from trinity.buffer.data_juicer import TOKEN_ENV, DataJuicerError, RecipeClient, recipe
+from trinity.buffer.data_juicer import MAX_RECIPES, TOKEN_ENV, DataJuicerError, RecipeClient, recipe
 from trinity.config.schema import DataJuicerServiceConfig
 
 RECIPE = recipe("test", [{"text_length_filter": {"min_len": 5}}], num_process=1)
@@ -133,6 +133,18 @@ def test_the_server_takes_json_only(server):
     assert status == 415 and "application/json" in reply["error"]["message"]
 
 
+def test_a_refused_request_leaves_the_recipe_cache_as_it_was(server):
+    """A recipe that loads but fails on the rows is a 400, and not kept (it was, before)."""
+    loads = {"process": [{"text_length_filter": {"min_len": 12345}}], "np": 1}
+    before = request(server, "GET", "/health")[1]["recipes"]
+    assert before < MAX_RECIPES
+    status, reply = post(server, {"recipe": loads, "rows": [{"text": 1}, {"text": "mixed types"}]})
+    assert status == 400 and reply["error"]["param"] == "rows"
+    assert request(server, "GET", "/health")[1]["recipes"] == before
+    assert post(server, {"recipe": loads, "rows": ROWS})[0] == 200
+    assert request(server, "GET", "/health")[1]["recipes"] == before + 1
+
+
 @pytest.mark.parametrize(
     ("body", "status", "message"),
     [
@@ -153,6 +165,11 @@ def test_the_server_takes_json_only(server):
         ),
         ({"recipe": {"process": [{"a_filter": {}, "b_filter": {}}]}, "rows": []}, 422, "recipe.process.0: "),
         ({"recipe": {"process": [{"no_such_op": {}}]}, "rows": []}, 400, "Data-Juicer rejects the recipe"),
+        (  # its config parser exits (SystemExit) on what it cannot read: a 500 before
+            {"recipe": {"process": [{"\x7f": None}]}, "rows": []},
+            400,
+            'Data-Juicer rejects the recipe (Parser key "process"',
+        ),
     ],
 )
 def test_a_malformed_request_is_a_4xx_naming_the_field(server, body, status, message):

@@ -20,7 +20,9 @@ cache, and refuses code (``CODE_WORDS``) unless it was started with ``--allow-co
 
 # No ``from __future__ import annotations``: FastAPI reads ``create_app``'s local models from its
 # endpoints' annotations.
+import contextlib
 import importlib.util
+import io
 import json
 import os
 import threading
@@ -80,8 +82,13 @@ class RecipeRunner:
         from data_juicer.config import get_init_configs
         from data_juicer.ops import load_ops
 
+        said = io.StringIO()
         try:
-            self.ops = load_ops(get_init_configs(config).process)
+            with contextlib.redirect_stderr(said):
+                self.ops = load_ops(get_init_configs(config).process)
+        except SystemExit:  # its config parser (jsonargparse) exits on a recipe it cannot read, saying why
+            why = " ".join(said.getvalue().partition("error: ")[2].split())[:500] or "its config parser exited"
+            raise DataJuicerError(key, f"Data-Juicer rejects the recipe ({why})") from None
         except Exception as exc:  # Data-Juicer reports unknown ops and bad args in its own types
             raise DataJuicerError(key, f"Data-Juicer rejects the recipe ({type(exc).__name__}: {exc})") from exc
 
@@ -282,8 +289,9 @@ def create_app(
     max_rows: int = 100_000,
 ):
     """The server's ASGI app, behind ``RequestGuard``: ``GET /health`` (no token); ``POST /process``
-    with ``{"recipe", "rows"}`` answers ``{"rows"}``. Recipes load once and stay loaded (the last
-    ``MAX_RECIPES``); one request runs at a time. Errors are ``{"error": {"message", ...}}``."""
+    with ``{"recipe", "rows"}`` answers ``{"rows"}``. Recipes load once and stay loaded once they
+    ran (the last ``MAX_RECIPES``, in ``app.state.runners``); one request runs at a time. Errors
+    are ``{"error": {"message", ...}}``."""
     from fastapi import FastAPI
     from fastapi.exceptions import RequestValidationError
     from fastapi.responses import JSONResponse
@@ -338,6 +346,7 @@ def create_app(
     runners: OrderedDict[str, RecipeRunner] = OrderedDict()
     lock = threading.Lock()
     app = FastAPI(title="trinity Data-Juicer service", docs_url=None, redoc_url=None)
+    app.state.runners = runners
 
     @app.exception_handler(RequestValidationError)
     async def invalid(request: Any, exc: RequestValidationError) -> Reply:
@@ -376,16 +385,17 @@ def create_app(
         name = json.dumps(config, sort_keys=True)
         with lock:
             try:
-                if name not in runners:
-                    runners[name] = RecipeRunner("recipe", config)
-                    if len(runners) > MAX_RECIPES:
-                        runners.popitem(last=False)[1].close()
-                runners.move_to_end(name)
-                return Reply({"rows": runners[name].run(request.rows)})
+                runner = runners[name] if name in runners else RecipeRunner("recipe", config)
+                kept = runner.run(request.rows)
             except DataJuicerError as exc:  # the client raises it, naming its config key
                 return error(400, exc.reason, "recipe")
             except Exception as exc:  # an operator failing on these rows
                 return error(400, f"Data-Juicer failed on the rows ({type(exc).__name__}: {exc})", "rows")
+            runners[name] = runner  # kept once it ran: a refused request leaves the cache as it was
+            runners.move_to_end(name)
+            if len(runners) > MAX_RECIPES:
+                runners.popitem(last=False)[1].close()
+            return Reply({"rows": kept})
 
     hosts = LOOPBACK_HOSTS | {host} if is_loopback(host) else None
     return RequestGuard(app, token=token, max_body_bytes=max_request_mb * 2**20, hosts=hosts)
