@@ -75,6 +75,23 @@ def test_a_bad_request_is_a_400_naming_the_field(endpoint):
     assert plain.status_code == 415  # the request guard: a web page cannot post here without a preflight
 
 
+@pytest.mark.parametrize(
+    ("path", "body", "field"),
+    [  # each a 500 before (tests/security/test_fuzz_apis.py found them)
+        ("chat/completions", {"messages": [{}]}, "messages[0].role"),
+        ("chat/completions", {"messages": [{"role": "user", "content": 7}]}, "messages[0].content"),
+        ("chat/completions", {"messages": [{"role": "assistant", "tool_calls": [{}]}]}, "the chat template cannot"),
+        ("chat/completions", {"messages": MESSAGES, "temperature": 1e39}, "temperature"),
+        ("chat/completions", {"messages": MESSAGES, "seed": 2**70}, "seed"),
+        ("completions", {"prompt": ""}, "prompt"),
+        ("completions", {"prompt": "1+1= " * 600}, "no room to generate"),
+    ],
+)
+def test_requests_the_engine_cannot_serve_are_400s_naming_the_field(endpoint, path, body, field):
+    answer = httpx.post(f"{endpoint.api_url}/{path}", json={"max_tokens": 2, **body}, timeout=60)
+    assert answer.status_code == 400 and field in answer.json()["error"]["message"], answer.text
+
+
 def test_an_api_key_is_required_when_set_and_trinity_clients_send_it(tiny_model_dir):
     """``api_key`` set: a request without it is a 401 (``/health`` stays open); the official
     client given the key, and a workflow's client made by ``ModelWrapper``, get through."""

@@ -70,7 +70,8 @@ def test_checkpoint_generation_defaults_do_not_leak(tiny_model_dir: Path, tmp_pa
 
 def test_greedy_is_deterministic_and_seeds_reproduce(engine: TransformersRolloutEngine, tiny_model_dir: Path) -> None:
     first = engine.generate(PROMPTS, SamplingArgs(n=3, temperature=0.0, max_tokens=12))
-    second = engine.generate(PROMPTS, SamplingArgs(n=3, temperature=0.0, max_tokens=12))
+    # a temperature too small to divide by is greedy, as in vLLM (sampling at 1e-300 was NaN)
+    second = engine.generate(PROMPTS, SamplingArgs(n=3, temperature=1e-300, max_tokens=12))
     for a, b in zip(first, second, strict=True):
         assert {tuple(c.response_token_ids) for c in a + b} == {tuple(a[0].response_token_ids)}
 

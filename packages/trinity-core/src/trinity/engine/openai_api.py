@@ -10,7 +10,8 @@ server does, a request with ``return_token_ids`` gets the prompt's and each choi
 are rendered by the engine's chat template (``trinity.engine.tokenization``) and, with
 ``enable_auto_tool_choice`` and a ``tool_call_parser`` (``hermes``), the reply's tool calls
 become ``tool_calls`` unless ``tool_choice`` is ``none``. A malformed request is a 400 whose
-message names the field; ``n`` is at most ``MAX_N``.
+message names the field; ``n`` is at most ``MAX_N``, ``temperature`` at most ``MAX_TEMPERATURE``.
+The request models are the routes' declared bodies (``json_body``), which the fuzz tests use.
 
 Every endpoint of trinity's (this one, vLLM's as the vLLM engine serves it, serve mode's proxy)
 sits behind ``guarded``: the ``api_key`` when one is set, and the checks of
@@ -41,6 +42,16 @@ REASONING_PARSERS = ("deepseek_r1", "qwen3")
 _THINK = re.compile(r"^\s*(?:<think>)?(.*?)</think>\s*", re.S)
 MAX_N = 128
 """Choices one request may ask for (``n``): each holds memory until it is answered."""
+MAX_TEMPERATURE = 100.0
+"""Beyond it sampling is uniform anyway, and a huge temperature overflows the logits to NaN."""
+
+
+def json_body(model: type[BaseModel]) -> dict[str, Any]:
+    """A route's ``openapi_extra`` declaring ``model`` as its JSON body, for a handler that reads
+    the raw request (to answer a malformed one in its own words): what the schema shows, and
+    what the fuzz tests generate requests from."""
+    schema = {"schema": model.model_json_schema()}
+    return {"requestBody": {"required": True, "content": {"application/json": schema}}}
 
 
 def guarded(app: ASGIApp, host: str, key: str | None) -> RequestGuard:
@@ -56,14 +67,14 @@ class _Request(BaseModel):
 
     model: str | None = None
     n: int = Field(1, ge=1, le=MAX_N)
-    temperature: float | None = Field(None, ge=0)
+    temperature: float | None = Field(None, ge=0, le=MAX_TEMPERATURE)
     top_p: float | None = Field(None, gt=0, le=1)
     top_k: int | None = Field(None, ge=-1)
     max_tokens: int | None = Field(None, ge=1)
     max_completion_tokens: int | None = Field(None, ge=1)
     min_tokens: int | None = Field(None, ge=0)
     stop: str | list[str] | None = None
-    seed: int | None = None
+    seed: int | None = Field(None, ge=-(2**63), lt=2**63)
     logprobs: bool | int | None = None
     stream: Literal[False] = False
     return_token_ids: bool = False
@@ -91,11 +102,16 @@ class ChatRequest(_Request):
     @field_validator("messages")
     @classmethod
     def _text_content(cls, messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        """Content given as a list of parts (as agent frameworks send it) becomes its text;
-        the chat template renders strings. Parts other than text, and text parts without a
-        string ``text``, are refused by index."""
+        """A message needs a string ``role``, and its content is a string, a list of parts or
+        null. Content given as parts (as agent frameworks send it) becomes its text; the chat
+        template renders strings. Parts other than text, and text parts without a string
+        ``text``, are refused by index."""
         for i, message in enumerate(messages):
+            if not isinstance(message.get("role"), str):
+                raise ValueError(f"messages[{i}].role: a message needs its role (a string)")
             parts = message.get("content")
+            if parts is not None and not isinstance(parts, (str, list)):
+                raise ValueError(f"messages[{i}].content: a string or a list of text parts, not {type(parts).__name__}")
             if isinstance(parts, list):
                 kinds = [part.get("type") if isinstance(part, dict) else type(part).__name__ for part in parts]
                 if any(kind != "text" for kind in kinds):
@@ -108,7 +124,7 @@ class ChatRequest(_Request):
 
 
 class CompletionRequest(_Request):
-    prompt: str
+    prompt: str = Field(min_length=1)
 
 
 def openai_app(client: EngineClient, config: InferenceModelConfig) -> FastAPI:
@@ -137,7 +153,7 @@ def openai_app(client: EngineClient, config: InferenceModelConfig) -> FastAPI:
     async def models() -> dict[str, Any]:
         return {"object": "list", "data": [{"id": name, "object": "model", "owned_by": "trinity"}]}
 
-    @app.post("/v1/chat/completions")
+    @app.post("/v1/chat/completions", openapi_extra=json_body(ChatRequest))
     async def chat(request: Request) -> Any:
         parsed = await body(request, ChatRequest)
         if isinstance(parsed, JSONResponse):
@@ -151,12 +167,15 @@ def openai_app(client: EngineClient, config: InferenceModelConfig) -> FastAPI:
         choices = [_chat_choice(i, c, parsed, parse_reasoning, calls) for i, c in enumerate(completions)]
         return _response("chat.completion", name, completions, choices, parsed.return_token_ids)
 
-    @app.post("/v1/completions")
+    @app.post("/v1/completions", openapi_extra=json_body(CompletionRequest))
     async def complete(request: Request) -> Any:
         parsed = await body(request, CompletionRequest)
         if isinstance(parsed, JSONResponse):
             return parsed
-        (completions,) = await client.request("generate", [parsed.prompt], parsed.sampling())
+        try:
+            (completions,) = await client.request("generate", [parsed.prompt], parsed.sampling())
+        except ValueError as exc:  # a prompt too long
+            return JSONResponse(status_code=400, content=_error(str(exc), "prompt"))
         choices = [
             {"index": i, "text": c.text, "finish_reason": c.finish_reason, "logprobs": _text_logprobs(c, parsed)}
             for i, c in enumerate(completions)

@@ -179,16 +179,20 @@ class ChatTokenizer:
         return cls(tokenizer, *template_settings(chat_template, enable_thinking, model))
 
     def render(self, messages: Messages, tools: Any = None, generation_prompt: bool = False) -> str:
-        """The text of ``messages`` (offering ``tools``) through the chat template."""
+        """The text of ``messages`` (offering ``tools``) through the chat template; a ``ValueError``
+        where the template refuses them or trips on them (a ``tool_calls`` of the wrong shape)."""
         messages, schemas = self._with_tools(messages, tools)
-        return self.tokenizer.apply_chat_template(
-            messages,
-            tools=schemas,
-            tokenize=False,
-            add_generation_prompt=generation_prompt,
-            chat_template=self.template,
-            **self.template_kwargs,
-        )
+        try:
+            return self.tokenizer.apply_chat_template(
+                messages,
+                tools=schemas,
+                tokenize=False,
+                add_generation_prompt=generation_prompt,
+                chat_template=self.template,
+                **self.template_kwargs,
+            )
+        except Exception as exc:  # jinja's errors, the template's raise_exception, a TypeError in its filters
+            raise ValueError(f"the chat template cannot render these messages ({type(exc).__name__}: {exc})") from exc
 
     def encode(self, text: str) -> list[int]:
         """Token ids of rendered text (the template wrote its special tokens already)."""

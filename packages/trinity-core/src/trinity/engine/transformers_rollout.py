@@ -47,6 +47,8 @@ from trinity.engine.prompts import first as _first
 
 _LOGIT_BUDGET = 2**27
 """Most logits (rows x tokens x vocab) one log-prob forward pass may hold; bounds memory."""
+SAMPLING_EPS = 1e-5
+"""A temperature below this is greedy, as in vLLM: logits divided by less overflow to NaN."""
 
 
 class _StopStrings(StoppingCriteria):
@@ -194,7 +196,7 @@ class TransformersRolloutEngine(RolloutEngine):
         temperature = _first(args.temperature, self.model_config.temperature)
         max_new = response_budget(args.max_tokens, self.max_response_tokens, self.max_model_len, prompt_width)
         sampling: dict[str, Any] = {"do_sample": False}
-        if temperature > 0:
+        if temperature >= SAMPLING_EPS:
             top_k = _first(args.top_k, self.model_config.top_k)
             sampling = {
                 "do_sample": True,
