@@ -10,6 +10,7 @@ token ids; multi-turn workflows re-tokenise their conversations with the same.
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -30,6 +31,8 @@ from trinity.plugin_api import (
     SamplingArgs,
 )
 from trinity_vllm.server import VLLMServer
+
+logger = logging.getLogger(__name__)
 
 
 class VLLMRolloutEngine(RolloutEngine):
@@ -63,6 +66,9 @@ class VLLMRolloutEngine(RolloutEngine):
         # vLLM reads its settings (VLLM_CPU_KVCACHE_SPACE, ...) from the environment, which
         # explorer.env_vars sets in this process, not in the new actor's.
         env = {key: value for key, value in os.environ.items() if key.startswith("VLLM_")}
+        if env.get("VLLM_API_KEY"):  # vLLM would demand a key trinity's clients do not know
+            logger.warning("%s: VLLM_API_KEY is ignored: the endpoint's key is the model's api_key", self.name)
+        env["VLLM_API_KEY"] = ""  # also over a value the actor inherits from Ray's environment
         actor = ray.remote(num_cpus=0, num_gpus=gpus, max_restarts=0)(VLLMServer)
         self.server = actor.options(runtime_env={"env_vars": env}).remote(config, model, self.name)
         self.model_version = 0
