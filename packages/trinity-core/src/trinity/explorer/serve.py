@@ -44,7 +44,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from trinity.buffer.errors import BufferUnavailable
 from trinity.common.experience import EID, Experience
 from trinity.common.lazy_import import lazy_module
-from trinity.engine.openai_api import MAX_N, guarded
+from trinity.engine.openai_api import MAX_N, guarded, json_body
 
 if TYPE_CHECKING:
     from trinity.explorer.explorer import Explorer
@@ -107,7 +107,7 @@ class ServeProxy:
         app = FastAPI(title="trinity serve proxy")
         http = httpx.AsyncClient(timeout=httpx.Timeout(self.timeout, connect=10.0))
 
-        @app.post("/v1/chat/completions")
+        @app.post("/v1/chat/completions", openapi_extra=json_body(ChatBody))
         async def chat(request: Request) -> Any:
             try:
                 body = await request.json()
@@ -127,7 +127,7 @@ class ServeProxy:
             self._record(response, body["messages"], version)
             return response
 
-        @app.post("/feedback")
+        @app.post("/feedback", openapi_extra=json_body(Feedback))
         async def feedback(request: Request) -> Any:
             try:
                 given = Feedback.model_validate(await request.json())

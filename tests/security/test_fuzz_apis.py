@@ -1,0 +1,548 @@
+"""Every HTTP API of trinity fuzzed (issue 32, ``docs/security.md``): the serve proxy, the engines'
+OpenAI endpoint, the studio and the Data-Juicer service, each a live server on a free local port.
+
+Requests come from schemathesis, out of each app's OpenAPI schema (valid bodies and invalid
+ones), and from hypothesis strategies of raw junk: bytes and JSON of any shape, wrong content
+types, a missing or wrong token, another site's ``Origin``, bodies over the limit or sent
+chunked, and each API's own fields with wrong values (NaN rewards, a huge ``n``, paths out of
+the studio's folder). Over at least ``REQUESTS`` requests per API (printed with ``pytest -s``):
+
+- no 5xx: the server answers every request with a 2xx or a 4xx;
+- no hang: each answer comes within ``ANSWER_SECONDS``, and the server still answers after;
+- nothing written on a refused request: the proxy scores and commits nothing, the studio writes
+  no file (and none outside its folder ever), the Data-Juicer service keeps its recipe cache;
+- a request without the token reaches no handler (401, or 403 for another site's page).
+
+Examples are derandomized: a run sends the same requests as the last.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import math
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import uvicorn
+from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import strategies as st
+
+from ports import free_port
+
+schemathesis = pytest.importorskip("schemathesis", reason="schemathesis is not installed (requirements-dev.txt)")
+GenerationMode = schemathesis.GenerationMode
+
+REQUESTS = 1000
+"""Requests each API gets at least."""
+ANSWER_SECONDS = 30.0
+"""An answer later than this is a hang."""
+TOKEN = "fuzz-token"
+
+
+# --- the harness ----------------------------------------------------------------------------
+
+
+@dataclass
+class Door:
+    """One API under fuzz: its address, its schema, and ``state``: what a refused request must leave as it was."""
+
+    name: str
+    url: str
+    app: Any
+    state: Callable[[], Any] = lambda: None
+    open_paths: frozenset[str] = frozenset({"/health"})
+    sent: int = 0
+    statuses: dict[int, int] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.http = httpx.Client(base_url=self.url, timeout=ANSWER_SECONDS)
+        self.schema = schemathesis.openapi.from_dict(self.app.openapi())
+
+    def send(self, method: str, path: str, *, token: str | None = TOKEN, **kwargs: Any) -> httpx.Response:
+        """One request, checked: no 5xx, in time, and a refused one changes nothing."""
+        headers = dict(kwargs.pop("headers", None) or {})
+        if token is not None:
+            headers.setdefault("Authorization", f"Bearer {token}")
+        if "json" in kwargs:  # as Python writes it: NaN and Infinity included
+            kwargs["content"] = json.dumps(kwargs.pop("json")).encode()
+            headers.setdefault("Content-Type", "application/json")
+        before = self.state()
+        started = time.monotonic()
+        try:
+            response = self.http.request(method, path, headers=headers, **kwargs)
+        except httpx.TimeoutException:
+            pytest.fail(f"{self.name}: {method} {path} got no answer in {ANSWER_SECONDS} s (sent {kwargs!r:.300})")
+        except httpx.TransportError as exc:  # the server dropped the connection: no answer at all
+            pytest.fail(f"{self.name}: {method} {path} got no answer ({exc!r}; sent {kwargs!r:.300})")
+        elapsed = time.monotonic() - started
+        self.sent += 1
+        status = response.status_code
+        self.statuses[status] = self.statuses.get(status, 0) + 1
+        sent = f"{method} {path} {headers} {kwargs!r:.600}"
+        assert status < 500, f"{self.name}: {status} {response.text[:600]}\nfor {sent}"
+        assert elapsed < ANSWER_SECONDS, f"{self.name}: {elapsed:.1f} s for {sent}"
+        if status >= 400:
+            assert self.state() == before, f"{self.name}: the refused request ({status}) changed state: {sent}"
+        return response
+
+    def send_case(self, case: Any) -> httpx.Response:
+        """A schemathesis case, with the token."""
+        sent = case.as_transport_kwargs(base_url=self.url)
+        headers = {k: v for k, v in sent["headers"].items() if k.lower() not in ("x-schemathesis-testcaseid",)}
+        body = {"json": sent["json"]} if "json" in sent else {"content": sent["data"]} if "data" in sent else {}
+        path = sent["url"].removeprefix(self.url)
+        return self.send(sent["method"], path, headers=headers, params=sent["params"], **body)
+
+    def report(self) -> None:
+        """Print the count (``pytest -s``), and check it."""
+        self.http.close()
+        statuses = ", ".join(f"{s}: {n}" for s, n in sorted(self.statuses.items()))
+        print(f"\n{self.name}: {self.sent} requests, 0 server errors ({statuses})")
+        assert self.sent >= REQUESTS, f"{self.name}: only {self.sent} requests"
+
+
+def examples(count: int) -> settings:
+    """Hypothesis settings for ``count`` reproducible examples against a live server."""
+    return settings(
+        max_examples=count,
+        derandomize=True,
+        database=None,
+        deadline=None,
+        phases=(Phase.explicit, Phase.generate),  # no shrinking: a live server has moved on since
+        suppress_health_check=list(HealthCheck),
+    )
+
+
+def fuzz(strategy: st.SearchStrategy, count: int, send: Callable[[Any], Any]) -> None:
+    """``send`` each of ``count`` examples of ``strategy``."""
+
+    @examples(count)
+    @given(strategy)
+    def run(example: Any) -> None:
+        send(example)
+
+    run()
+
+
+def fuzz_schema(door: Door, positive: int, negative: int, skip: tuple[str, ...] = ()) -> None:
+    """``positive`` valid and ``negative`` invalid requests per operation of ``door``'s schema
+    (``skip``: operations given their own strategy); an operation with nothing to vary once."""
+    for result in door.schema.get_all_operations():
+        operation = result.ok()
+        if f"{operation.method.upper()} {operation.path}" in skip:
+            continue
+        varied = operation.body or any(True for _ in operation.iter_parameters())
+        fuzz(operation.as_strategy(), positive if varied else 1, door.send_case)
+        if varied:
+            fuzz(operation.as_strategy(generation_mode=GenerationMode.NEGATIVE), negative, door.send_case)
+
+
+# --- raw junk, for every API ----------------------------------------------------------------
+
+JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=20),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=10), inner, max_size=4),
+    max_leaves=12,
+)
+"""JSON of any shape (NaN and infinities included: Python's json writes and reads them)."""
+
+CONTENT_TYPES = st.sampled_from(
+    [
+        None,
+        "application/json",
+        "application/json; charset=latin-1",
+        "APPLICATION/JSON",
+        "text/plain",
+        "application/x-www-form-urlencoded",
+        "multipart/form-data; boundary=x",
+        "application/jsonx",
+        "",
+        ";",
+    ]
+)
+
+
+@st.composite
+def junk(draw: st.DrawFn, paths: list[str]) -> dict[str, Any]:
+    """A request of any method to any path, with a body of any bytes or JSON shape, any content
+    type, and the token right, wrong, missing or in the wrong place."""
+    path = draw(st.sampled_from([*paths, "/", "/nowhere", "/v1/../health", "/%00", "/" + "a" * 2000]))
+    method = draw(st.sampled_from(["GET", "POST", "POST", "POST", "PUT", "DELETE", "PATCH", "OPTIONS", "HEAD"]))
+    body = draw(
+        st.one_of(
+            st.none(),
+            st.binary(max_size=300),
+            JSON.map(lambda v: json.dumps(v).encode()),
+            st.text(max_size=100).map(str.encode),
+        )
+    )
+    headers: dict[str, str] = {}
+    content_type = draw(CONTENT_TYPES)
+    if content_type is not None:
+        headers["Content-Type"] = content_type
+    auth = draw(st.sampled_from(["right", "right", "none", "wrong", "scheme", "cookie", "empty"]))
+    token = {"right": TOKEN, "wrong": "not-" + TOKEN}.get(auth)
+    headers.update(
+        {
+            "scheme": {"Authorization": f"Basic {TOKEN}"},
+            "cookie": {"Cookie": f"token={TOKEN}"},
+            "empty": {"Authorization": "Bearer"},
+        }.get(auth, {})
+    )
+    origin = draw(st.sampled_from([None] * 8 + ["http://evil.example", "null"]))
+    if origin is not None:
+        headers["Origin"] = origin
+    chunked = body is not None and draw(st.sampled_from([False] * 4 + [True]))
+    content = iter([body]) if chunked else body
+    return {"method": method, "path": path, "token": token, "headers": headers, "content": content, "auth": auth}
+
+
+def send_junk(door: Door, request: dict[str, Any]) -> httpx.Response:
+    """Send a ``junk`` request; one without the token reaches no handler."""
+    request = dict(request)
+    auth = request.pop("auth")
+    response = door.send(request.pop("method"), request.pop("path"), **request)
+    if auth != "right" and response.request.url.path not in door.open_paths:
+        assert response.status_code in (401, 403, 404, 405), (
+            f"{door.name}: {response.request.url.path} without the token: {response}"
+        )
+    return response
+
+
+def fuzz_junk(door: Door, count: int) -> None:
+    fuzz(junk(sorted(door.app.openapi()["paths"])), count, lambda request: send_junk(door, request))
+
+
+def oversized(door: Door, limit: int) -> None:
+    """Bodies over ``limit`` bytes, declared and chunked: a 413 each."""
+    body = b"[" + b"0," * (limit // 2) + b"0]"
+    for path in door.app.openapi()["paths"]:
+        for content in (body, iter([body[: limit // 2], body[limit // 2 :]])):
+            response = door.send("POST", path, content=content, headers={"Content-Type": "application/json"})
+            assert response.status_code in (413, 405), (door.name, path, response.status_code)
+
+
+@contextlib.contextmanager
+def serving(app: Any, loop: asyncio.AbstractEventLoop | None = None) -> Iterator[str]:
+    """``app`` on a free local port, in a thread (on ``loop`` when given); yields its address."""
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="error", lifespan="off"))
+    run = server.run if loop is None else lambda: loop.run_until_complete(server.serve())
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not server.started:
+        assert thread.is_alive() and time.monotonic() < deadline, "the server did not start"
+        time.sleep(0.02)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(timeout=30)
+
+
+# --- the studio -----------------------------------------------------------------------------
+
+
+def files(folder: Path) -> dict[str, tuple[int, int] | None]:
+    """Everything under ``folder`` by relative path: a file's (size, mtime in ns), a folder's None."""
+    return {
+        str(p.relative_to(folder)): None if p.is_dir() else (p.lstat().st_size, p.lstat().st_mtime_ns)
+        for p in sorted(folder.rglob("*"))
+    }
+
+
+SAVE_PATHS = st.one_of(
+    st.sampled_from(
+        [
+            "config.yaml",
+            "sub/dir/run.yml",
+            "existing.yaml",
+            "../outside/escape.yaml",
+            "../outside/existing.yaml",
+            "link/escape.yaml",
+            "to_outside.yaml",
+            "/tmp/trinity-fuzz-escape.yaml",
+            "~/trinity-fuzz-escape.yaml",
+            "sub",
+            "notes.txt",
+            "",
+            " ",
+            "a\x00.yaml",
+            "./././x.YAML",
+            "sub/../../outside/x.yaml",
+            "x" * 300 + ".yaml",
+        ]
+    ),
+    st.text(max_size=40),
+)
+
+STUDIO_TREES = st.one_of(
+    JSON,
+    st.fixed_dictionaries(
+        {},
+        optional={
+            "project": JSON,
+            "mode": st.sampled_from(["both", "explore", "train", "serve", "bench", "nope"]) | JSON,
+            "model": st.dictionaries(st.sampled_from(["model_path", "max_prompt_tokens", "max_response_tokens"]), JSON),
+            "algorithm": st.dictionaries(st.sampled_from(["algorithm_type", "repeat_times"]), JSON),
+            "buffer": st.fixed_dictionaries({"explorer_input": st.dictionaries(st.sampled_from(["taskset"]), JSON)}),
+            "cluster": st.dictionaries(st.sampled_from(["node_num", "gpu_per_node"]), JSON),
+            "trainer": st.dictionaries(st.sampled_from(["trainer_config_path", "trainer_type"]), JSON),
+            "x": st.fixed_dictionaries({"__yaml__": st.text(max_size=40)}),
+        },
+    ),
+)
+
+
+def test_the_studio(tmp_path: Path) -> None:
+    """Its every route; saves anywhere: a refused one writes nothing, none lands outside its root."""
+    from trinity.studio.app import create_app
+
+    root, outside = tmp_path / "root", tmp_path / "outside"
+    root.mkdir()
+    outside.mkdir()
+    (root / "existing.yaml").write_text("project: kept\n")
+    (outside / "existing.yaml").write_text("project: kept\n")
+    (root / "link").symlink_to(outside)
+    (root / "to_outside.yaml").symlink_to(outside / "existing.yaml")
+    app = create_app(None, root=root, token=TOKEN)
+    with serving(app) as url:
+        door = Door("studio", url, app, state=lambda: files(tmp_path), open_paths=frozenset({"/"}))
+
+        def save(body: dict[str, Any]) -> None:
+            before = files(tmp_path)
+            response = door.send("POST", "/api/save", json=body)
+            changed = {p for p, stat in files(tmp_path).items() if before.get(p) != stat}
+            assert all(Path(p).parts[0] == "root" for p in changed), f"written outside the root: {changed}"
+            if response.status_code == 200:  # the file, and the folders it needed
+                target = Path(response.json()["path"]).relative_to(tmp_path)
+                assert changed <= {str(target), *map(str, target.parents)}, changed
+                assert str(target) in changed
+
+        fuzz_schema(door, positive=60, negative=60)
+        save_bodies = st.fixed_dictionaries(
+            {"config": STUDIO_TREES, "path": SAVE_PATHS}, optional={"overwrite": st.booleans() | JSON}
+        )
+        fuzz(save_bodies, 250, save)
+        fuzz(st.fixed_dictionaries({"config": STUDIO_TREES}), 150, lambda b: door.send("POST", "/api/check", json=b))
+        load_texts = st.text(max_size=200) | JSON.map(json.dumps) | STUDIO_TREES.map(json.dumps)
+        fuzz(st.fixed_dictionaries({"text": load_texts}), 100, lambda b: door.send("POST", "/api/load", json=b))
+        fuzz_junk(door, 250)
+        oversized(door, 8 * 2**20)
+        assert door.send("GET", "/api/initial").status_code == 200  # it still answers
+    assert (outside / "existing.yaml").read_text() == "project: kept\n"
+    assert not Path("/tmp/trinity-fuzz-escape.yaml").exists()
+    door.report()
+
+
+# --- the Data-Juicer service ----------------------------------------------------------------
+
+CHEAP_OPS = ["text_length_filter", "alphanumeric_filter", "whitespace_normalization_mapper", "clean_email_mapper"]
+CODE_OPS = ["python_lambda_mapper", "python_file_mapper"]
+
+
+@st.composite
+def recipes(draw: st.DrawFn) -> dict[str, Any]:
+    """Real operators (and code ones, refused) with arguments of any JSON shape, on rows of any shape."""
+    name = draw(st.sampled_from(CHEAP_OPS + CODE_OPS + ["no_such_op"]))
+    args = draw(
+        st.none()
+        | st.dictionaries(st.sampled_from(["min_len", "max_len", "min_ratio", "trust_remote_code", "lambda_str"]), JSON)
+    )
+    recipe = {"process": [{name: args}], "np": 1}
+    if draw(st.booleans()):
+        recipe["text_keys"] = draw(st.sampled_from(["text", "other"]) | JSON)
+    text = st.text(max_size=30) | JSON
+    rows = draw(st.lists(st.dictionaries(st.sampled_from(["text", "other"]), text, max_size=2), max_size=3))
+    return {"recipe": recipe, "rows": rows}
+
+
+def test_the_data_juicer_service() -> None:
+    """Its two routes; recipes the server loads and runs: a refused request leaves its cache as it was."""
+    pytest.importorskip("data_juicer", reason="py-data-juicer is not installed (trinity-core[data-juicer])")
+    from trinity.buffer.data_juicer import create_app
+
+    guard = create_app(token=TOKEN, max_request_mb=1, max_rows=3)
+    app = guard.app
+    with serving(guard) as url:
+        door = Door("data-juicer service", url, app, state=lambda: list(app.state.runners))
+        fuzz_schema(door, positive=60, negative=250)
+        fuzz(recipes(), 30, lambda body: door.send("POST", "/process", json=body))
+        fuzz_junk(door, 700)
+        oversized(door, 2**20)
+        assert door.send("GET", "/health").json()["status"] == "ok"
+    door.report()
+
+
+# --- the engines' OpenAI endpoint -----------------------------------------------------------
+
+MESSAGES = [{"role": "user", "content": "1+1="}]
+TEXT = st.text(max_size=40)
+SAMPLING = {
+    "n": st.integers(-2, 200) | JSON,
+    "max_tokens": st.integers(-1, 10**12) | JSON,
+    "min_tokens": st.integers(-1, 10**6),
+    "temperature": st.floats() | JSON,
+    "top_p": st.floats(),
+    "top_k": st.integers(-5, 10**9),
+    "stop": TEXT | st.lists(TEXT, max_size=3) | JSON,
+    "seed": st.integers() | JSON,
+    "logprobs": st.booleans() | st.integers(-1, 30) | JSON,
+    "return_token_ids": st.booleans() | JSON,
+    "stream": st.booleans(),
+}
+MESSAGE_LISTS = st.lists(
+    st.fixed_dictionaries(
+        {},
+        optional={
+            "role": st.sampled_from(["user", "assistant", "system", "tool", "nobody"]) | JSON,
+            "content": TEXT
+            | JSON
+            | st.lists(
+                st.fixed_dictionaries({}, optional={"type": st.sampled_from(["text", "image_url"]), "text": JSON})
+            ),
+            "tool_calls": JSON,
+            "name": JSON,
+        },
+    )
+    | JSON,
+    max_size=3,
+)
+CHAT_BODIES = st.fixed_dictionaries(
+    {"messages": MESSAGE_LISTS},
+    optional={
+        **SAMPLING,
+        "tools": JSON | st.lists(st.fixed_dictionaries({"type": JSON, "function": JSON})),
+        "tool_choice": JSON,
+    },
+)
+COMPLETION_BODIES = st.fixed_dictionaries({"prompt": TEXT | JSON}, optional=SAMPLING)
+
+
+def test_the_engine_openai_endpoint(tiny_model_dir: Path) -> None:
+    """The transformers engine's endpoint on the tiny model (a 24-token context keeps 1,000
+    requests quick); the engine answers a fixed prompt after the fuzz as it did before."""
+    from trinity.config.schema import InferenceModelConfig, ModelConfig
+    from trinity.engine.client import EngineClient
+    from trinity.engine.openai_api import openai_app
+    from trinity.engine.transformers_rollout import TransformersRolloutEngine
+
+    config = InferenceModelConfig(
+        model_path=str(tiny_model_dir), engine_type="transformers", name="tiny", api_key=TOKEN
+    )
+    model = ModelConfig(model_path=str(tiny_model_dir), max_model_len=24)
+    client = EngineClient(TransformersRolloutEngine(config, model))
+    try:
+        url = client.serve_openai(config).removesuffix("/v1")
+        door = Door("engine OpenAI endpoint", url, openai_app(client, config))
+        greedy = {"model": "tiny", "prompt": "1+1=", "max_tokens": 4, "temperature": 0.0, "return_token_ids": True}
+        before = door.send("POST", "/v1/completions", json=greedy).json()["choices"]
+        fuzz_schema(door, positive=40, negative=150)
+        fuzz(CHAT_BODIES, 150, lambda body: door.send("POST", "/v1/chat/completions", json=body))
+        fuzz(COMPLETION_BODIES, 100, lambda body: door.send("POST", "/v1/completions", json=body))
+        fuzz_junk(door, 400)
+        oversized(door, 8 * 2**20)
+        assert door.send("POST", "/v1/completions", json=greedy).json()["choices"] == before
+    finally:
+        client.close()
+    door.report()
+
+
+# --- the serve proxy ------------------------------------------------------------------------
+
+
+def serve_config(root: Path, model: Path) -> Path:
+    """A serve-mode config on the tiny model, its endpoints behind ``TOKEN``: 16 prompt and
+    2 response tokens keep each completion quick."""
+    path = root / "serve.yaml"
+    path.write_text(
+        f"""
+mode: serve
+checkpoint_root_dir: {root / "ckpt"}
+model: {{model_path: {model}, max_prompt_tokens: 16, max_response_tokens: 2}}
+cluster: {{node_num: 1, gpu_per_node: 0}}
+explorer: {{rollout_model: {{engine_type: transformers, api_key: {TOKEN}}}}}
+trainer: {{trainer_type: torch}}
+synchronizer: {{sync_method: checkpoint}}
+buffer: {{train_batch_size: 2}}
+"""
+    )
+    return path
+
+
+def test_the_serve_proxy(tmp_path: Path, tiny_model_dir: Path) -> None:
+    """Chat completions through to the engine, feedback on real and made-up ids with rewards of
+    any value, commits: a refused request records, scores and commits nothing, and what is
+    committed is exactly what accepted feedback scored."""
+    from trinity.buffer import open_experience_reader
+    from trinity.config import load_config
+    from trinity.engine.openai_api import guarded
+    from trinity.explorer.explorer import Explorer
+    from trinity.explorer.serve import ServeProxy
+
+    explorer = Explorer(load_config(serve_config(tmp_path, tiny_model_dir)))
+    proxy = ServeProxy(explorer)
+
+    def state() -> tuple:
+        return (list(proxy.recorded), len(proxy.ready), list(proxy.scored), proxy.committed, proxy.dropped)
+
+    try:
+        with serving(guarded(proxy.app, "127.0.0.1", proxy.key), loop=explorer.runner.loop) as url:
+            door = Door("serve proxy", url, proxy.app, state=state)
+            chat = {"model": "policy", "messages": MESSAGES, "n": 2}
+            ids = [door.send("POST", "/v1/chat/completions", json=chat).json()["id"] for _ in range(40)]
+            scored, accepted = 0, set()
+
+            def feedback(body: Any) -> None:
+                nonlocal scored
+                waiting = {m: len(proxy.recorded[m][1]) for m in proxy.recorded}
+                ready = len(proxy.ready)
+                response = door.send("POST", "/feedback", json=body)
+                if response.status_code == 200:  # all of it: every id listed, once, and a finite reward
+                    choices = sum(waiting[m] for m in body["msg_ids"])
+                    assert len(proxy.ready) == ready + choices and math.isfinite(body["reward"])
+                    scored += choices
+                    accepted.update(body["msg_ids"])
+
+            def commit(body: Any) -> None:
+                ready = len(proxy.ready)
+                before = proxy.committed + proxy.dropped
+                response = door.send("POST", "/commit", json=body)
+                assert response.status_code == 200, response.text
+                assert proxy.committed + proxy.dropped == before + ready and not proxy.ready
+
+            known = st.sampled_from(ids)
+            feedbacks = st.fixed_dictionaries(
+                {
+                    "reward": st.sampled_from([math.nan, math.inf, -math.inf, 1.0])
+                    | st.floats()
+                    | st.integers()
+                    | JSON,
+                    "msg_ids": st.lists(known, min_size=1, max_size=3) | st.lists(known | TEXT, max_size=3) | JSON,
+                },
+                optional={"task_id": TEXT | JSON, "run_id": st.integers() | JSON, "extra": JSON},
+            )
+            fuzz_schema(door, positive=40, negative=100, skip=("POST /commit",))
+            fuzz(feedbacks, 250, feedback)
+            fuzz(st.none() | JSON, 10, commit)
+            fuzz(CHAT_BODIES, 100, lambda body: door.send("POST", "/v1/chat/completions", json=body))
+            fuzz_junk(door, 350)
+            oversized(door, 8 * 2**20)
+            commit(None)
+            assert proxy.committed + proxy.dropped == scored > 0
+        storage = explorer.config.buffer.trainer_input.experience_buffer
+        rows = open_experience_reader(storage, "fuzz-audit", auto_commit=False).read(10_000, timeout=0.5)
+        assert len(rows) == proxy.committed  # the buffer holds what accepted feedback scored, and only that
+        assert {exp.info["msg_id"] for exp in rows} <= accepted and all(math.isfinite(exp.reward) for exp in rows)
+    finally:
+        explorer.shutdown()
+    door.report()
