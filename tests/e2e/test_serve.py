@@ -70,7 +70,7 @@ def test_an_openai_agent_feeds_a_trainer_through_serve_mode(tmp_path, tiny_model
                 ids.setdefault(task, []).append(reply.id)
         proxy = httpx.Client(base_url=url, headers={"Authorization": f"Bearer {KEY}"})
         first = ids["task-a"][0]
-        for reward in (b"NaN", b"Infinity", b"-Infinity"):
+        for reward in (b"NaN", b"Infinity", b"-Infinity", b"1e7"):  # 1e7: beyond MAX_ABS_REWARD, float32 overflows
             body = b'{"reward": %s, "msg_ids": ["%s"]}' % (reward, first.encode())
             answer = proxy.post("/feedback", content=body, headers={"Content-Type": "application/json"})
             assert answer.status_code == 422 and "reward" in answer.json()["error"]["message"], answer.text
@@ -90,6 +90,8 @@ def test_an_openai_agent_feeds_a_trainer_through_serve_mode(tmp_path, tiny_model
         assert malformed.status_code == 422 and "reward" in malformed.json()["error"]["message"]
         committed = proxy.post("/commit").json()
         assert committed == {"status": "success", "committed": 4, "dropped": 2, "step": 1}
+        empty = proxy.post("/commit").json()  # nothing scored since: no step
+        assert empty == {"status": "success", "committed": 0, "dropped": 0, "step": 1}
         metrics = proxy.get("/metrics").json()
         assert (metrics["committed_experiences"], metrics["dropped_experiences"]) == (4, 2)
 

@@ -308,8 +308,9 @@ class Explorer:
 
         A step whose write finds the buffer out of reach (``BufferUnavailable``, raised) is held,
         through the pipeline already, and the next commit writes it first, once: the writer's
-        state says whether a failed write landed after all."""
-        if experiences or not self._held:
+        state says whether a failed write landed after all. Nothing scored and nothing held:
+        no step (an empty one would only count)."""
+        if experiences:
             step = (self._held[-1].step if self._held else self.step) + 1
             for exp in experiences:
                 exp.eid = dataclasses.replace(exp.eid, batch=str(step))

@@ -62,12 +62,17 @@ MAX_READY = 100_000
 """Scored experiences kept waiting for ``/commit`` at most; beyond, feedback asks for a commit first."""
 
 
+MAX_ABS_REWARD = 1e6
+"""Rewards beyond it are refused: a group's advantages are computed in float32, where the
+squares of rewards near 1e19 overflow to inf and turn every advantage of the group into NaN."""
+
+
 class Feedback(BaseModel):
     """The body of ``/feedback``; an unknown key is an error (a misspelt ``task_id`` would regroup)."""
 
     model_config = ConfigDict(extra="forbid")
 
-    reward: float = Field(strict=True, allow_inf_nan=False)
+    reward: float = Field(strict=True, allow_inf_nan=False, ge=-MAX_ABS_REWARD, le=MAX_ABS_REWARD)
     msg_ids: list[str] = Field(min_length=1)
     task_id: str | None = None
     run_id: int = Field(0, ge=0, lt=2**31)
