@@ -18,7 +18,6 @@ from buffer_helpers import buffer_config, make_experience, rewards
 from trinity.buffer import SerializationError, open_experience_reader, open_experience_writer
 from trinity.buffer.serialization import FORMAT_VERSION, MAGIC, is_pickled, serialize_experience
 
-
 HEAD = struct.Struct("<3sBBI")  # magic, version, header codec, header length
 
 
@@ -46,6 +45,13 @@ def _as_old_trinity_wrote(blob: bytes, info: dict) -> bytes:
     return HEAD.pack(MAGIC, FORMAT_VERSION, 1, len(meta)) + meta + blob[HEAD.size + meta_len :]
 
 
+def _experience_table(engine: sa.Engine) -> sa.Table:
+    meta = sa.MetaData()
+    meta.reflect(engine)
+    (table,) = [t for t in meta.sorted_tables if t.name.endswith("_exp")]
+    return table
+
+
 def _buffer_with_old_rows(tmp_path: Path, infos: dict[int, dict], **overrides):
     """A sql buffer of four experiences, those of ``infos`` rewritten as an old trinity pickled them."""
     storage = buffer_config("sql", tmp_path, **overrides)
@@ -53,11 +59,9 @@ def _buffer_with_old_rows(tmp_path: Path, infos: dict[int, dict], **overrides):
     writer.write([make_experience(i) for i in range(4)])
     writer.finish()
     engine = sa.create_engine(storage.path)
-    meta = sa.MetaData()
-    meta.reflect(engine)
-    (table,) = [t for t in meta.sorted_tables if t.name.endswith("_exp")]
+    table = _experience_table(engine)
     with engine.begin() as conn:
-        for row_id, data in conn.execute(sa.select(table.c.id, table.c.data)).all():
+        for (row_id,) in conn.execute(sa.select(table.c.id)).all():
             if row_id - 1 in infos:
                 old = _as_old_trinity_wrote(serialize_experience(make_experience(row_id - 1)), infos[row_id - 1])
                 conn.execute(table.update().where(table.c.id == row_id).values(data=old))
@@ -105,9 +109,7 @@ def test_migrate_counts_without_reading_then_rewrites_with_the_owners_word(tmp_p
     assert "rewritten without pickle: 3 of 4" in migrated.stdout and marker.exists()
     assert "kept as it was: " in migrated.stderr and "row 4" in migrated.stderr
     engine = sa.create_engine(storage.path)
-    meta = sa.MetaData()
-    meta.reflect(engine)
-    (table,) = [t for t in meta.sorted_tables if t.name.endswith("_exp")]
+    table = _experience_table(engine)
     with engine.connect() as conn:
         pickled = [row_id for row_id, data in conn.execute(sa.select(table.c.id, table.c.data)) if is_pickled(data)]
     assert pickled == [4]
