@@ -8,6 +8,7 @@ and also runnable synchronously (``run``). A failure inside a workflow surfaces 
 from __future__ import annotations
 
 import asyncio
+import functools
 import importlib
 import inspect
 from collections.abc import Sequence
@@ -106,9 +107,8 @@ class CatalogueWorkflow(Workflow):
     def score(self, response: str, truth: Any, prompt: str | None = None, **context: Any) -> dict[str, float]:
         """The reward components; ``context`` (e.g. ``response_length``) reaches only the
         reward functions that declare it, so simple functions need no ``**kwargs``."""
-        params = inspect.signature(self.reward_fn).parameters
-        takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
-        accepted = {k: v for k, v in context.items() if takes_any or k in params}
+        keywords = _keywords(self.reward_fn)
+        accepted = {k: v for k, v in context.items() if keywords is None or k in keywords}
         return self.reward_fn(response=response, truth=truth, prompt=prompt, **accepted, **self.task.reward_fn_args)
 
     def score_experience(self, experience: Experience, prompt: str | None = None) -> Experience:
@@ -116,6 +116,16 @@ class CatalogueWorkflow(Workflow):
         response = experience.info["response_text"]
         components = self.score(response, self.truth, prompt, response_length=experience.response_length)
         return set_reward(experience, components)
+
+
+@functools.lru_cache(maxsize=256)
+def _keywords(fn: Any) -> frozenset[str] | None:
+    """The keyword arguments ``fn`` declares, None when it takes any (``**kwargs``). Cached: a
+    step scores every sample, and reading a signature costs as much as a small reward."""
+    params = inspect.signature(fn).parameters
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+        return None
+    return frozenset(params)
 
 
 def last_user_text(messages: Messages) -> str | None:
