@@ -62,3 +62,25 @@ def test_a_leftover_of_an_earlier_run_is_replaced_by_a_fresh_actor(ray_session) 
 def test_a_shared_actor_that_never_comes_fails_naming_it(ray_session) -> None:
     with pytest.raises(ValueError, match=r"no actor 'trinity_weight_store' in Ray namespace 'elsewhere' after 0 s"):
         find_shared_actor("trinity_weight_store", "elsewhere", timeout=0.3)
+
+
+def test_memory_sync_carries_every_dtype_exactly(ray_session) -> None:
+    """The weights travel as numpy arrays (bfloat16 as its bits) and come back as they left."""
+    config = memory_config()
+    (store,) = MemorySync.shared_actors(config)
+    store.remove_leftover(NAMESPACE)
+    actor = store.start(NAMESPACE)
+    try:
+        sent = {
+            "float32": torch.randn(3, 4),
+            "bfloat16": torch.randn(5).to(torch.bfloat16),
+            "float16": torch.randn(2, 2).to(torch.float16),
+            "int64": torch.arange(6).view(2, 3),
+        }
+        MemorySync(config).publish(sent, 2)
+        received = MemorySync(config).fetch(2, timeout=10).state_dict
+        assert received.keys() == sent.keys()
+        for name, tensor in sent.items():
+            assert received[name].dtype == tensor.dtype and torch.equal(received[name], tensor), name
+    finally:
+        ray_session.kill(actor)
