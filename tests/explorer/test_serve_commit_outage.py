@@ -8,10 +8,11 @@ from __future__ import annotations
 import uuid
 
 import pytest
-from test_serve_proxy import _call, _chat_ids, serve_explorer
+from test_serve_proxy import KEY, _call, _chat_ids
 
 from pg_cluster import missing_reason, throwaway_postgres
 from pg_cut import CommitCutter
+from serve_helpers import serve_explorer
 from trinity.buffer import open_experience_reader
 from trinity.explorer import serve
 
@@ -32,6 +33,7 @@ def proxy(tmp_path_factory, tiny_model_dir, cutter):
     explorer = serve_explorer(
         tmp_path_factory.mktemp("serve_outage"),
         tiny_model_dir,
+        KEY,
         f"{buffer}.name=serve_{uuid.uuid4().hex[:8]}",
         f"{buffer}.path={cutter.url}",
         f"{buffer}.max_retry_times=2",

@@ -4,7 +4,6 @@ over HTTP, with the trainer: tests/e2e/test_serve.py)."""
 
 from __future__ import annotations
 
-import textwrap
 from collections.abc import Awaitable
 from pathlib import Path
 from typing import TypeVar
@@ -13,39 +12,18 @@ import httpx
 import openai
 import pytest
 
-from trinity.config import load_config
+from serve_helpers import serve_explorer
 from trinity.engine.openai_api import guarded
 from trinity.explorer import serve
-from trinity.explorer.explorer import Explorer
 
+KEY = "sesame"
 MESSAGES = [{"role": "user", "content": "1+1="}]
 T = TypeVar("T")
 
 
-def serve_explorer(root: Path, tiny_model_dir: Path, *overrides: str) -> Explorer:
-    """A serve-mode explorer on the tiny model whose engine requires the key ``sesame``;
-    ``overrides``: dotlist settings (``buffer.trainer_input.experience_buffer.path=...``)."""
-    path = root / "serve.yaml"
-    path.write_text(
-        textwrap.dedent(
-            f"""
-            mode: serve
-            checkpoint_root_dir: {root / "ckpt"}
-            model: {{model_path: {tiny_model_dir}, max_prompt_tokens: 16, max_response_tokens: 2}}
-            cluster: {{node_num: 1, gpu_per_node: 0}}
-            explorer: {{rollout_model: {{engine_type: transformers, api_key: sesame}}}}
-            trainer: {{trainer_type: torch}}
-            synchronizer: {{sync_method: checkpoint}}
-            buffer: {{train_batch_size: 2}}
-            """
-        )
-    )
-    return Explorer(load_config(path, list(overrides)))
-
-
 @pytest.fixture(scope="module")
 def proxy(tmp_path_factory, tiny_model_dir: Path):
-    explorer = serve_explorer(tmp_path_factory.mktemp("serve"), tiny_model_dir)
+    explorer = serve_explorer(tmp_path_factory.mktemp("serve"), tiny_model_dir, KEY)
     yield serve.ServeProxy(explorer)
     explorer.shutdown()
 

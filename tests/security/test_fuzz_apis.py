@@ -36,6 +36,7 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
 from ports import free_port
+from serve_helpers import serve_explorer
 
 schemathesis = pytest.importorskip("schemathesis", reason="schemathesis is not installed (requirements-dev.txt)")
 GenerationMode = schemathesis.GenerationMode
@@ -460,36 +461,15 @@ def test_the_engine_openai_endpoint(tiny_model_dir: Path) -> None:
 # --- the serve proxy ------------------------------------------------------------------------
 
 
-def serve_config(root: Path, model: Path) -> Path:
-    """A serve-mode config on the tiny model, its endpoints behind ``TOKEN``: 16 prompt and
-    2 response tokens keep each completion quick."""
-    path = root / "serve.yaml"
-    path.write_text(
-        f"""
-mode: serve
-checkpoint_root_dir: {root / "ckpt"}
-model: {{model_path: {model}, max_prompt_tokens: 16, max_response_tokens: 2}}
-cluster: {{node_num: 1, gpu_per_node: 0}}
-explorer: {{rollout_model: {{engine_type: transformers, api_key: {TOKEN}}}}}
-trainer: {{trainer_type: torch}}
-synchronizer: {{sync_method: checkpoint}}
-buffer: {{train_batch_size: 2}}
-"""
-    )
-    return path
-
-
 def test_the_serve_proxy(tmp_path: Path, tiny_model_dir: Path) -> None:
     """Chat completions through to the engine, feedback on real and made-up ids with rewards of
     any value, commits: a refused request records, scores and commits nothing, and what is
     committed is exactly what accepted feedback scored."""
     from trinity.buffer import open_experience_reader
-    from trinity.config import load_config
     from trinity.engine.openai_api import guarded
-    from trinity.explorer.explorer import Explorer
     from trinity.explorer.serve import ServeProxy
 
-    explorer = Explorer(load_config(serve_config(tmp_path, tiny_model_dir)))
+    explorer = serve_explorer(tmp_path, tiny_model_dir, TOKEN)
     proxy = ServeProxy(explorer)
 
     def state() -> tuple:
