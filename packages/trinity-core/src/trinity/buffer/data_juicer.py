@@ -298,15 +298,14 @@ def create_app(
     from pydantic import BaseModel, ConfigDict, Field
     from starlette.exceptions import HTTPException
 
-    from trinity.common.http_guard import LOOPBACK_HOSTS, RequestGuard, is_loopback
+    from trinity.common.http_guard import LOOPBACK_HOSTS, RequestGuard, error_body, is_loopback
 
     class Reply(JSONResponse):
         def render(self, content: Any) -> bytes:
             return json.dumps(content, default=str).encode()  # Data-Juicer's statistics may be NaN
 
     def error(status: int, message: str, param: str | None = None) -> Reply:
-        body = {"error": {"message": message, "type": "invalid_request_error", "param": param, "code": status}}
-        return Reply(body, status)
+        return Reply(error_body(status, message, param), status)
 
     class Recipe(BaseModel):
         """A Data-Juicer recipe as the server takes it: the operators and the keys that shape

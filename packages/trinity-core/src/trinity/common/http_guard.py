@@ -149,8 +149,13 @@ class RequestGuard:
         await self.app(scope, replay, send)
 
 
+def error_body(status: int, message: str, param: str | None = None, kind: str = "invalid_request_error") -> dict:
+    """A refusal in OpenAI's error shape, which its client reads: every door answers in it."""
+    return {"error": {"message": message, "type": kind, "param": param, "code": status}}
+
+
 async def _reply(send: Send, status: int, kind: str, message: str) -> None:
-    body = json.dumps({"error": {"message": message, "type": kind, "param": None, "code": status}}).encode()
+    body = json.dumps(error_body(status, message, kind=kind)).encode()
     headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
     if status == 401:
         headers.append((b"www-authenticate", b"Bearer"))

@@ -29,7 +29,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from trinity.common.http_guard import LOOPBACK_HOSTS, ASGIApp, RequestGuard, is_loopback
+from trinity.common.http_guard import LOOPBACK_HOSTS, ASGIApp, RequestGuard, error_body, is_loopback
 from trinity.engine.base import Completion, EngineStartError, SamplingArgs
 from trinity.engine.tokenization import TOOL_CALL_PARSERS, ToolCallParser, tool_schemas
 
@@ -189,7 +189,7 @@ def openai_app(client: EngineClient, config: InferenceModelConfig) -> FastAPI:
 
 
 def _error(message: str, param: str | None) -> dict[str, Any]:
-    return {"error": {"message": message, "type": "invalid_request_error", "param": param, "code": 400}}
+    return error_body(400, message, param)
 
 
 def _response(

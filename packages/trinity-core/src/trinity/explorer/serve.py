@@ -43,6 +43,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from trinity.buffer.errors import BufferUnavailable
 from trinity.common.experience import EID, Experience
+from trinity.common.http_guard import error_body
 from trinity.common.lazy_import import lazy_module
 from trinity.engine.openai_api import MAX_N, guarded, json_body
 
@@ -274,7 +275,7 @@ def _bearer(key: str | None) -> dict[str, str]:
 
 
 def _error(status: int, message: str) -> JSONResponse:
-    return JSONResponse(status_code=status, content={"error": {"message": message, "code": status}})
+    return JSONResponse(status_code=status, content=error_body(status, message))
 
 
 def _first_problem(exc: Exception) -> str:
