@@ -360,3 +360,14 @@ def test_a_database_password_stays_out_of_the_runs_records(tmp_path):
     assert cfg.buffer.trainer_input.experience_buffer.path == url
     records = to_yaml(cfg)
     assert "s3cret" not in records and "path: postgresql://trinity:***@db.example:5432/runs" in records
+
+
+def test_trusting_pickled_rows_warns_where_no_database_could_hold_them(tmp_path, caplog):
+    key = "buffer.trainer_input.experience_buffer"
+    load_config(write(tmp_path), [f"{key}.trust_pickled_rows=true"])  # mode both: an in-memory queue
+    assert (
+        f"{key}.trust_pickled_rows: only a database holds pickled rows; this buffer is queue in memory" in caplog.text
+    )
+    caplog.clear()
+    load_config(write(tmp_path), ["mode=explore", f"{key}.trust_pickled_rows=true"])  # a queue in a sqlite file
+    assert "only a database holds pickled rows" not in caplog.text

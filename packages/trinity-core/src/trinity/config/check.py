@@ -593,6 +593,7 @@ def _check_experience_buffer(config: Config, issues: IssueCollector) -> None:
         issues, Kind.BUFFER_STORAGE, experience.storage_type, "buffer.trainer_input.experience_buffer.storage_type"
     )
     _check_replay_buffer(experience, "buffer.trainer_input.experience_buffer", issues)
+    _check_trust_pickled_rows(experience, "buffer.trainer_input.experience_buffer", issues)
     experience.batch_size = buffer.train_batch_size
     experience.total_epochs, experience.total_steps = buffer.total_epochs, buffer.total_steps
     experience.tokenizer_path = config.model.model_path
@@ -622,7 +623,21 @@ def _check_experience_buffer(config: Config, issues: IssueCollector) -> None:
         if aux.schema_type not in (None, "sft"):
             issues.no_effect(f"{path}.schema_type", f"auxiliary buffers are read as SFT data, not {aux.schema_type}")
         plugin_ok(issues, Kind.BUFFER_STORAGE, aux.storage_type, f"{path}.storage_type")
+        _check_trust_pickled_rows(aux, path, issues)
     config.data_processor.experience_pipeline.output = experience
+
+
+def _check_trust_pickled_rows(storage: ExperienceBufferConfig, path: str, issues: IssueCollector) -> None:
+    """Only a database (sql, or a queue kept in one) can hold an older trinity's pickled rows."""
+    in_database = storage.storage_type == "sql" or (
+        storage.storage_type == "queue" and storage.path and not storage.path.endswith((".jsonl", ".json"))
+    )
+    if storage.trust_pickled_rows and not in_database:
+        issues.no_effect(
+            f"{path}.trust_pickled_rows",
+            f"only a database holds pickled rows; this buffer is {storage.storage_type} "
+            f"{'at ' + storage.path if storage.path else 'in memory'}",
+        )
 
 
 def _check_replay_buffer(experience: ExperienceBufferConfig, path: str, issues: IssueCollector) -> None:
