@@ -69,6 +69,20 @@ def test_fixed_waits_at_each_interval_for_the_version_offset_steps_behind(tmp_pa
         synced_at(fixed, 6)
 
 
+def test_fixed_takes_newer_weights_when_the_trainer_ran_ahead(tmp_path, tiny_model_dir) -> None:
+    """A trainer taking two steps per explorer step (step-wise workflows' experiences) publishes
+    versions faster than steps pass. An explorer that kept what step - sync_offset asks for
+    until its steps caught up fed the trainer ever staler experiences (12 versions behind by
+    trainer step 27 of the step-wise learning cell)."""
+    fixed = explorer(tmp_path, tiny_model_dir, "fixed")
+    publish(fixed, tiny_model_dir, 2)
+    assert synced_at(fixed, 2) == 2
+    publish(fixed, tiny_model_dir, 4)
+    started = time.monotonic()
+    assert synced_at(fixed, 2) == 4  # holds what step 2 wants: takes the newer, without waiting
+    assert time.monotonic() - started < 30
+
+
 def test_dynamic_by_explorer_waits_at_each_interval_for_newer_weights(tmp_path, tiny_model_dir) -> None:
     """As Trinity-RFT's dynamic_by_explorer: at an interval's end the explorer asks for weights
     newer than its own and waits for them (an explorer that never waited ran ever further ahead

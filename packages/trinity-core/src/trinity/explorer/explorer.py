@@ -186,7 +186,9 @@ class Explorer:
 
         - ``fixed``, ``explorer_driven``, ``trainer_driven``: the batches of one sync interval
           run together; at its end all are written, then new weights are loaded (``fixed``
-          waits for the version ``step - sync_offset``; ``explorer_driven``, more than
+          waits for the version ``step - sync_offset`` and takes a newer one already published:
+          a trainer that takes several steps per explorer step, as on step-wise workflows'
+          experiences, would otherwise train ever staler ones; ``explorer_driven``, more than
           ``sync_offset`` versions ahead, asks for a newer one and waits for it, as Trinity-RFT's
           dynamic_by_explorer does, going on with its weights after ``sync_timeout``;
           ``trainer_driven`` takes what is newer, and also loads, after draining, whenever the
@@ -270,9 +272,7 @@ class Explorer:
         ahead = self.version < done - sync.sync_offset  # more than sync_offset versions ahead of the trainer
         if style in ("fixed", "explorer_driven") and not boundary:
             return
-        if style == "fixed" and self.config.in_one_run:
-            if done - sync.sync_offset <= self.version:
-                return
+        if style == "fixed" and self.config.in_one_run and ahead:
             update = await asyncio.to_thread(self.sync.fetch, done - sync.sync_offset, sync.sync_timeout)
         elif ahead and (style == "explorer_driven" or (self.config.in_one_run and style != "fixed")):
             update = await self._next_version()
