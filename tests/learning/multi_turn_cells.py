@@ -27,6 +27,12 @@ from tool_model import CALCULATOR, tool_call_text
 
 TWO_TURN_PROMPT = "model.max_prompt_tokens=64"
 """The second turn's prompt (system, first sum, reply, second sum) is about 50 tokens."""
+STEP_WISE_BATCH = "buffer.train_batch_size=256"
+"""Step-wise runs make an experience per reply: 16 tasks x 8 runs x 2. The trainer takes an
+explorer step's in one batch (Trinity-RFT's step-wise examples set batch_size x repeat_times x
+turns), so each step trains on what the weights it published sampled, whole task groups at once.
+With the default (an experience per run, 128) the trainer took two steps per explorer step and
+the explorer's weights fell behind (the trainer's staleness reached 12 by its step 27)."""
 
 
 def sum_pairs(workspace: Workspace) -> Path:
@@ -46,9 +52,9 @@ def sum_pairs(workspace: Workspace) -> Path:
     return path
 
 
-def sum_pair_cell(name: str, family: str, workflow: str, algorithm: str, **fields) -> Cell:
-    """A two-sum cell: ``workflow`` on the sum pairs with ``algorithm``; its control runs the
-    workflow's ``_env_masked`` twin."""
+def sum_pair_cell(name: str, family: str, workflow: str, algorithm: str, *settings: str, **fields) -> Cell:
+    """A two-sum cell: ``workflow`` on the sum pairs with ``algorithm`` (and ``settings``); its
+    control runs the workflow's ``_env_masked`` twin."""
 
     def overrides(ws: Workspace) -> list[str]:
         return [
@@ -56,6 +62,7 @@ def sum_pair_cell(name: str, family: str, workflow: str, algorithm: str, **field
             f"buffer.explorer_input.default_workflow_type={workflow}",
             f"algorithm.algorithm_type={algorithm}",
             TWO_TURN_PROMPT,
+            *settings,
         ]
 
     masked = [f"buffer.explorer_input.default_workflow_type={workflow}_env_masked"]
@@ -75,24 +82,27 @@ STEP_WISE_GRPO = sum_pair_cell(
     "multi-turn step-wise",
     "sum_pair_step_wise",
     "multi_step_grpo",
-    test_steps=40,
+    STEP_WISE_BATCH,
+    test_steps=20,
     note=(
-        "40 steps alone on the machine: 0.326 -> 0.758. Two cells at a time, an earlier matrix's 30 steps gave "
-        "0.420 -> 0.421 (and 0.394 -> 0.581 another time): the engine batches concurrent requests as they "
-        "arrive, so under load the samples differ, and 30 steps did not hold the margin run to run; at 40 steps "
-        "0.379 -> 0.725 in another run alone, and one of three learning-test runs failed its margin. Control "
-        "(mask on the user's turns): 0.312 -> 0.105 over 14 explorer steps, the model unlearning the sums."
+        "20 steps, seed 0, one trainer step per explorer step: 0.317 -> 0.552, 0.344 -> 0.617 and 0.320 -> "
+        "0.651 in three learning-test runs, 0.322 -> 0.699 in another run (2026-11-28, cell 66-223 s on 2 cores "
+        "at load 7-10). The runs still differ (the engine batches concurrent requests as they arrive), by less "
+        "than the margin. Before, the trainer took two steps per explorer step and the explorer's weights fell "
+        "behind (staleness 12 by trainer step 27, pg_clipfrac 0.15): 0.59 -> 0.2-0.3 over 14 steps. Control "
+        "(mask on the user's turns): 0.294 -> 0.089 over 14 explorer steps, the model unlearning the sums. Step 1 "
+        "scores about 0.55 in every run and step 2 about 0.2: the start window reads high."
     ),
 )
-"""Step-wise multi-turn RL: one experience per reply, each with the run's GRPO advantage. The
-trainer takes two steps per explorer step (two experiences per run)."""
+"""Step-wise multi-turn RL: one experience per reply, each with the run's GRPO advantage; one
+trainer step per explorer step (:data:`STEP_WISE_BATCH`)."""
 
 GIGPO = sum_pair_cell(
     "multi-turn: step_wise + gigpo",
     "multi-turn step-wise",
     "sum_pair_step_wise",
     "gigpo",
-    test_steps=40,
+    STEP_WISE_BATCH,
     note="Varies run to run more than the other two-sum cells: 40 steps gave 0.405 -> 0.661 (an earlier matrix), "
     "passed the learning test once and gave 0.415 -> 0.545 (+0.130) in the next suite run; 60 steps gave "
     "+0.060 and +0.053 in two runs alone on the machine, where multi_step_grpo gave +0.432 and +0.346 in 40 "

@@ -4,15 +4,21 @@ How each was shown to fail with its mechanism broken: the cells' ``controls`` an
 from __future__ import annotations
 
 from learning_cells import run_cell
-from multi_turn_cells import MULTI_TURN, ON_POLICY_DISTILL
+from multi_turn_cells import MULTI_TURN, ON_POLICY_DISTILL, STEP_WISE_GRPO
 
 
 def test_multi_turn_learns_two_sums(workspace, learning_ray, tmp_path):
     """GRPO on the whole two-turn conversation as one experience, masked to the model's replies
-    (its control, the mask on the user's turns: MULTI_TURN's note). The step-wise cells of the
-    same task (multi_step_grpo, GiGPO) learn in the matrix but vary too much run to run for CI:
-    their notes."""
+    (its control, the mask on the user's turns: MULTI_TURN's note)."""
     result = run_cell(MULTI_TURN, workspace, tmp_path, steps=MULTI_TURN.test_steps)
+    assert result.learned, result.describe()
+
+
+def test_step_wise_multi_step_grpo_learns_two_sums(workspace, learning_ray, tmp_path):
+    """An experience per reply, each with its run's GRPO advantage, one trainer step per
+    explorer step (the control, the mask on the user's turns, and the runs: STEP_WISE_GRPO's
+    note). GiGPO on the same task: GIGPO's note."""
+    result = run_cell(STEP_WISE_GRPO, workspace, tmp_path, steps=STEP_WISE_GRPO.test_steps)
     assert result.learned, result.describe()
 
 
