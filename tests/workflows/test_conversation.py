@@ -121,6 +121,12 @@ def sleepy(seconds: float) -> str:
     return "woke up"
 
 
+@register_tool(name="test_row")
+def row_value(column: str, task: Task) -> str:
+    """A tool over its task's data: the row's ``column``."""
+    return str(task.raw[column])
+
+
 @pytest.mark.parametrize(
     ("text", "calls"),
     [
@@ -174,6 +180,24 @@ def test_parse_tool_calls(text, calls):
 def test_execute_tool_calls(call, result):
     functions = resolve_tools(tool_schemas([CALC_SCHEMA, {"name": "test_sleep"}]), {})
     assert asyncio.run(execute(call, functions, timeout=0.2)) == result
+
+
+def test_a_tool_with_a_task_parameter_gets_the_task_not_the_models_argument():
+    functions = resolve_tools(tool_schemas([{"name": "test_row"}]), {})
+    task = Task(workflow_type="tool_call_workflow", raw={"secret": 7})
+    assert asyncio.run(execute(ToolCall("test_row", {"column": "secret"}), functions, 1, task)) == ("7", True)
+    assert asyncio.run(execute(ToolCall("test_row", {"column": "secret", "task": {}}), functions, 1, task)) == (
+        "error: TypeError: test_row() got an unexpected keyword argument 'task'",
+        False,
+    )
+
+
+def test_tool_call_workflow_passes_its_task_to_tools(make_workflow):
+    row = {"prompt": "What is the secret?", "response": "7", "secret": 7, "tools": [{"name": "test_row"}]}
+    workflow = make_workflow("tool_call_workflow", row)
+    reply = '<tool_call>{"name": "test_row", "arguments": {"column": "secret"}}</tool_call>'
+    follow_up = asyncio.run(workflow.respond([*workflow.messages(), {"role": "assistant", "content": reply}], 0))
+    assert follow_up == [{"role": "tool", "name": "test_row", "content": "7"}]
 
 
 def test_tool_functions_from_workflow_args_and_missing_ones():

@@ -135,7 +135,8 @@ class ToolCallWorkflow(MultiTurnWorkflow):
 
     Tool schemas come from the row's ``format.tools_key`` column (default ``tools``) or
     ``workflow_args.tools``; the functions are those
-    registered with ``register_tool`` or mapped in ``workflow_args.tool_functions``. The
+    registered with ``register_tool`` or mapped in ``workflow_args.tool_functions`` (one with a
+    ``task`` parameter gets this task: tools over the row's own data). The
     schemas go to the chat template as ``tools`` (a template that renders none gets them in
     the system prompt, as Qwen2.5's renders them). Each
     call runs with ``workflow_args.tool_timeout`` seconds (default 10) and its result is a
@@ -167,7 +168,7 @@ class ToolCallWorkflow(MultiTurnWorkflow):
         if not calls:
             return None
         timeout = float(self.task.workflow_args.get("tool_timeout", 10))
-        results = await asyncio.gather(*(execute(call, self.functions, timeout) for call in calls))
+        results = await asyncio.gather(*(execute(call, self.functions, timeout, self.task) for call in calls))
         self.calls += len(calls)
         self.errors += sum(not ok for _, ok in results)
         return [{"role": "tool", "name": c.name, "content": text} for c, (text, _) in zip(calls, results, strict=True)]

@@ -10,18 +10,24 @@ model as a ``tool`` message, so a bad call is a turn the model learns from, neve
 
 Register tools with ``@register_tool`` in a module the workflow imports, or point
 ``workflow_args.tool_functions`` at them (``{"name": "package.module:function"}``).
+
+A tool that works on its task's own data (the task's database, its repository's files) takes a
+parameter named ``task``: it receives the current ``Task`` (its row is ``task.raw``), never an
+argument of the model's, which may not pass ``task`` (an unknown argument, like any other).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
+import inspect
 import json
 import threading
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from trinity.plugin_api import ToolCall, import_target, tool_schemas
+from trinity.plugin_api import Task, ToolCall, import_target, tool_schemas
 from trinity.plugin_api import parse_hermes_tool_calls as parse_tool_calls
 from trinity_workflows.arithmetic import evaluate
 
@@ -66,9 +72,11 @@ def resolve_tools(schemas: list[dict[str, Any]], paths: Mapping[str, str]) -> di
     return functions
 
 
-async def execute(call: ToolCall, functions: Mapping[str, ToolFunction], timeout: float) -> tuple[str, bool]:
+async def execute(
+    call: ToolCall, functions: Mapping[str, ToolFunction], timeout: float, task: Task | None = None
+) -> tuple[str, bool]:
     """Run one call: the text that goes back to the model (the result, or ``error: ...``)
-    and whether the call succeeded.
+    and whether the call succeeded. A function with a ``task`` parameter gets ``task``.
 
     A call that times out is abandoned: its (daemon) thread cannot be killed and runs to
     its end in the background without holding up the workflow, the event loop's executor
@@ -79,13 +87,24 @@ async def execute(call: ToolCall, functions: Mapping[str, ToolFunction], timeout
     function = functions.get(call.name)
     if function is None:
         return f"error: unknown tool '{call.name}' (available: {', '.join(sorted(functions))})", False
+    arguments = dict(call.arguments or {})
+    if _takes_task(function):
+        if "task" in arguments:
+            return f"error: TypeError: {call.name}() got an unexpected keyword argument 'task'", False
+        arguments["task"] = task
     try:
-        result = await asyncio.wait_for(_in_daemon_thread(function, call.arguments), timeout)
+        result = await asyncio.wait_for(_in_daemon_thread(function, arguments), timeout)
     except asyncio.TimeoutError:
         return f"error: tool '{call.name}' timed out after {timeout:g} s", False
     except Exception as exc:
         return f"error: {type(exc).__name__}: {exc}", False
     return (result if isinstance(result, str) else json.dumps(result, ensure_ascii=False, default=str)), True
+
+
+@functools.cache
+def _takes_task(function: ToolFunction) -> bool:
+    """Whether ``function`` wants the task: a parameter named ``task``."""
+    return "task" in inspect.signature(function).parameters
 
 
 def _in_daemon_thread(function: ToolFunction, arguments: Mapping[str, Any]) -> asyncio.Future:
