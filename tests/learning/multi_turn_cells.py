@@ -266,7 +266,14 @@ TOOL_CALL = Cell(
         "Does not learn yet: after the expert SFT (sft_loss 6.2 -> 0.14, 5.5 min on 2 cores) the model "
         "calls the calculator well-formed in 61 of 64 samples but copies neither the sum into the "
         "expression (1/64) nor the result into its answer (3/64): reward 0.047 at step 1. One explorer "
-        "step (8 tasks x 8 runs, ~114 response tokens) took 117 s on the shared 2 cores."
+        "step (8 tasks x 8 runs, ~114 response tokens) took 117 s on the shared 2 cores. Tried 2026-11-28, "
+        "not learned by the 2-layer tiny model within a test's budget: (1) a one-letter key copied into a "
+        "lookup call and its one-token result copied into the answer: each copy alone learns (a bare echo in "
+        "~75 SFT steps, the key in the call in ~250), together they undo each other (key copied 2 of 96 "
+        "after 150 + 150 steps); (2) an argument-free tool that reads its task (tools with a task parameter, "
+        "a59cd02), so only the result is copied: the copy stays at chance when the end-of-turn token after "
+        "it is trained too, and one warm-up order (120 copy-only steps, then 150 mixed) gave 10 of 64 calls "
+        "and 7 of 10 copies once but not again with another data draw: too fragile for a test."
     ),
     controls={
         "mask on the tool's turns": lambda ws: ["buffer.explorer_input.default_workflow_type=tool_call_env_masked"]
