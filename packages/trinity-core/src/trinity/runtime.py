@@ -49,7 +49,8 @@ def setup_role(config: Config, role: str, threads: int | None) -> MonitorGroup:
     path.parent.mkdir(parents=True, exist_ok=True)
     root = logging.getLogger()
     root.setLevel(config.log.level.upper())
-    logging.getLogger("httpx").setLevel(logging.WARNING)  # a line per HTTP request of the OpenAI clients
+    for client in ("httpx", "httpx2"):  # a line per HTTP request of the OpenAI clients (httpx2: openai >= 3)
+        logging.getLogger(client).setLevel(logging.WARNING)
     _root_handler(f"trinity-file:{path}", lambda: logging.FileHandler(path))
     _root_handler(CONSOLE_HANDLER, logging.StreamHandler)
     keep_cluster_priority(role)
