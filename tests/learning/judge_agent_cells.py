@@ -123,7 +123,7 @@ def judge_cell(workflow: str, *extra: str, note: str) -> Cell:
         family="judge",
         overrides=judged(workflow, *extra),
         steps=120,
-        test_steps=40,
+        test_steps=30,
         margin=0.15,
         measure=TRUE_ACCURACY,
         controls=JUDGE_CONTROLS,
