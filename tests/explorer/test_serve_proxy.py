@@ -4,6 +4,8 @@ over HTTP, with the trainer: tests/e2e/test_serve.py)."""
 
 from __future__ import annotations
 
+import asyncio
+import logging
 from collections.abc import Awaitable
 from pathlib import Path
 from typing import TypeVar
@@ -15,6 +17,7 @@ import pytest
 from serve_helpers import serve_explorer
 from trinity.engine.openai_api import guarded
 from trinity.explorer import serve
+from trinity.synchronizer.methods import TrainerFinished
 
 KEY = "sesame"
 MESSAGES = [{"role": "user", "content": "1+1="}]
@@ -75,3 +78,16 @@ def test_unscored_responses_expire_after_their_time(proxy, monkeypatch):
     monkeypatch.setattr(serve, "RECORDED_TTL_SECONDS", 0.0)
     metrics = _call(proxy, "GET", "/metrics").json()
     assert metrics["waiting_responses"] == 0 and metrics["expired_responses"] >= 1
+
+
+def test_a_finished_trainer_is_no_error_while_the_proxy_follows_weights(proxy, monkeypatch, caplog):
+    """After the trainer's last version the proxy keeps serving it, and logs no failure every poll."""
+
+    def finished(min_version: int, timeout: float) -> None:
+        raise TrainerFinished(3, min_version)
+
+    monkeypatch.setattr(proxy.explorer.sync, "fetch", finished)
+    monkeypatch.setattr(serve, "WEIGHTS_POLL_SECONDS", 0.01)
+    with pytest.raises(TimeoutError):
+        _on_explorer_loop(proxy, asyncio.wait_for(proxy._follow_weights(), timeout=0.2))
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR], caplog.text

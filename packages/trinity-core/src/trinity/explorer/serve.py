@@ -46,6 +46,7 @@ from trinity.common.experience import EID, Experience
 from trinity.common.http_guard import error_body
 from trinity.common.lazy_import import lazy_module
 from trinity.engine.openai_api import MAX_N, guarded, json_body
+from trinity.synchronizer.methods import TrainerFinished
 
 if TYPE_CHECKING:
     from trinity.explorer.explorer import Explorer
@@ -265,6 +266,8 @@ class ServeProxy:
                 update = await asyncio.to_thread(self.explorer.sync.fetch, self.explorer.version + 1, 0)
                 if update is not None:
                     await asyncio.to_thread(self.explorer.load_weights, update)
+            except TrainerFinished:  # its last weights are served; a trainer that resumes publishes more
+                continue
             except Exception:  # a sync that fails now may work next time; serving goes on
                 logger.exception("serve: loading newer weights failed")
 
