@@ -630,7 +630,7 @@ def _check_experience_buffer(config: Config, issues: IssueCollector) -> None:
 def _check_trust_pickled_rows(storage: ExperienceBufferConfig, path: str, issues: IssueCollector) -> None:
     """Only a database (sql, or a queue kept in one) can hold an older trinity's pickled rows."""
     in_database = storage.storage_type == "sql" or (
-        storage.storage_type == "queue" and storage.path and not storage.path.endswith((".jsonl", ".json"))
+        storage.storage_type == "queue" and storage.path and not storage.jsonl_file
     )
     if storage.trust_pickled_rows and not in_database:
         issues.no_effect(

@@ -192,6 +192,11 @@ class StorageConfig(ConfigModel):
         "is the algorithm's. SFT/DPO rows: a message list (or plaintext columns), tools in tools_key.",
     )
 
+    @property
+    def jsonl_file(self) -> bool:
+        """``path`` names one JSON-lines file (``.jsonl``/``.json``), not a folder or a database."""
+        return (self.path or "").endswith((".jsonl", ".json"))
+
     @field_serializer("path", when_used="json")
     def _hide_password(self, path: str | None) -> str | None:
         return hide_url_password(path)

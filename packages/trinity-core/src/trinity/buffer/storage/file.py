@@ -174,10 +174,9 @@ class JsonlLog(Log):
 
 def jsonl_path(storage: StorageConfig) -> str:
     """``path`` itself when it names a .jsonl/.json file, else ``<path>/<name>.jsonl``."""
-    path = storage.path or ""
-    if path.endswith((".jsonl", ".json")):
-        return path
-    return os.path.join(path, f"{storage.name or 'experiences'}.jsonl")
+    if storage.jsonl_file:
+        return storage.path
+    return os.path.join(storage.path or "", f"{storage.name or 'experiences'}.jsonl")
 
 
 class FileStorage(LogStorage):

@@ -39,7 +39,7 @@ class QueueStorage:
         if path:
             from trinity.buffer.storage.sql import SQLStorage, database_url  # sqlalchemy: 0.4 s to import
 
-            if path.endswith((".jsonl", ".json")):
+            if storage.jsonl_file:
                 self.durable = FileStorage(storage)
                 self.replay_url = database_url(path + ".replay.db")
             else:
