@@ -82,12 +82,14 @@ def test_unscored_responses_expire_after_their_time(proxy, monkeypatch):
 
 def test_a_finished_trainer_is_no_error_while_the_proxy_follows_weights(proxy, monkeypatch, caplog):
     """After the trainer's last version the proxy keeps serving it, and logs no failure every poll."""
-
-    def finished(min_version: int, timeout: float) -> None:
-        raise TrainerFinished(3, min_version)
-
-    monkeypatch.setattr(proxy.explorer.sync, "fetch", finished)
-    monkeypatch.setattr(serve, "WEIGHTS_POLL_SECONDS", 0.01)
-    with pytest.raises(TimeoutError):
-        _on_explorer_loop(proxy, asyncio.wait_for(proxy._follow_weights(), timeout=0.2))
+    sync = proxy.explorer.sync
+    sync.finish(proxy.explorer.version)  # the trainer's end marker, as a finished trainer writes it
+    try:
+        with pytest.raises(TrainerFinished):  # what every poll now meets
+            sync.fetch(proxy.explorer.version + 1, 0)
+        monkeypatch.setattr(serve, "WEIGHTS_POLL_SECONDS", 0.01)
+        with pytest.raises(TimeoutError):
+            _on_explorer_loop(proxy, asyncio.wait_for(proxy._follow_weights(), timeout=0.2))
+    finally:
+        (sync.root / "finished.json").unlink()
     assert not [r for r in caplog.records if r.levelno >= logging.ERROR], caplog.text
