@@ -280,6 +280,34 @@ def test_checkpoint_round_trip_and_sync(tiny_model_dir: Path, experiences: list[
     assert not torch.allclose(from_disk, trained_two_steps)  # the checkpoint holds step 2, not 3
 
 
+def test_sync_weights_hold_a_tied_head_once_in_the_rollout_engines_dtype(tiny_model_dir: Path) -> None:
+    """The tiny model ties its LM head to the embedding: the head is not sent twice (the rollout
+    model's own tie carries it), and a CPU rollout engine holds float32 whatever its dtype key."""
+    engine = TorchTrainingEngine(make_config(tiny_model_dir, explorer__rollout_model__dtype="bfloat16"))
+    state = engine.actor.state_dict()
+    assert state["lm_head.weight"].data_ptr() == state["model.embed_tokens.weight"].data_ptr()
+    weights = engine.weights_for_sync()
+    assert weights.keys() == state.keys() - {"lm_head.weight"}
+    assert {tensor.dtype for tensor in weights.values()} == {torch.float32}
+    rollout = TransformersRolloutEngine(
+        InferenceModelConfig(model_path=str(tiny_model_dir)), ModelConfig(model_path=str(tiny_model_dir))
+    )
+    with torch.no_grad():
+        engine.actor.model.embed_tokens.weight.add_(0.5)  # moves the tied head too
+    rollout.update_weights(state_dict=engine.weights_for_sync(), version=1)
+    torch.testing.assert_close(rollout.model.lm_head.weight, engine.actor.lm_head.weight, rtol=0, atol=0)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize(("rollout_dtype", "sent"), [("bfloat16", torch.bfloat16), ("float32", torch.float32)])
+def test_sync_weights_on_a_gpu_are_cast_to_the_rollout_dtype(tiny_model_dir: Path, rollout_dtype, sent) -> None:
+    engine = TorchTrainingEngine(make_config(tiny_model_dir, explorer__rollout_model__dtype=rollout_dtype))
+    weights = engine.weights_for_sync()
+    assert {tensor.dtype for tensor in weights.values()} == {sent}
+    assert {tensor.device.type for tensor in weights.values()} == {"cpu"}
+
+
 def test_entropy_scores_for_clipb_clipv(tiny_model_dir: Path, experiences: list[Experience]) -> None:
     """S = p (H + log p) of each sampled token and its expectation over the vocabulary, from one
     forward pass over the full sequences, in micro-batches of one row."""

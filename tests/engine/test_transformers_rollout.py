@@ -13,6 +13,7 @@ from transformers import AutoModelForCausalLM
 from trinity.common.tiny_model import build_tiny_model
 from trinity.config.schema import InferenceModelConfig, ModelConfig
 from trinity.engine.base import SamplingArgs
+from trinity.engine.modeling import model_dtype
 from trinity.engine.transformers_rollout import TransformersRolloutEngine
 
 PROMPTS = ["The quick brown fox", "12+7=", "Question: What is the capital of France? Answer:"]
@@ -158,3 +159,11 @@ def test_update_weights_from_state_dict_and_checkpoint(tiny_model_dir: Path, tmp
         engine.update_weights(state_dict={"no.such.weight": torch.zeros(1)})
     with pytest.raises(ValueError, match="exactly one"):
         engine.update_weights()
+
+
+def test_the_weights_dtype_is_float32_on_a_cpu_and_the_dtype_key_on_a_gpu():
+    """``auto`` is the checkpoint's own dtype, as ``from_pretrained`` reads it (it was looked up
+    as ``torch.auto`` and failed on a GPU)."""
+    assert model_dtype(torch.device("cpu"), "bfloat16") is torch.float32
+    assert model_dtype(torch.device("cuda"), "bfloat16") is torch.bfloat16
+    assert model_dtype(torch.device("cuda"), "auto") == "auto"

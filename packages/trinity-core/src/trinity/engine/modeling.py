@@ -21,9 +21,12 @@ def default_device() -> torch.device:
     return torch.device("cuda" if torch.cuda.is_available() else "cpu")
 
 
-def model_dtype(device: torch.device, name: str = "bfloat16") -> torch.dtype:
-    """float32 on a CPU (bf16 matmuls there are slow and lossy), ``name`` on a GPU."""
-    return torch.float32 if device.type == "cpu" else getattr(torch, name)
+def model_dtype(device: torch.device, name: str = "bfloat16") -> torch.dtype | str:
+    """float32 on a CPU (bf16 matmuls there are slow and lossy), ``name`` on a GPU (``auto``:
+    the checkpoint's own, as ``from_pretrained`` reads it)."""
+    if device.type == "cpu":
+        return torch.float32
+    return name if name == "auto" else getattr(torch, name)
 
 
 def response_logits(

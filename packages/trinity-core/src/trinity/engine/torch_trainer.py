@@ -59,6 +59,7 @@ from trinity.engine.modeling import (
     default_device,
     entropy_scores,
     load_weights_into,
+    model_dtype,
     read_hf_weights,
     response_logits,
     token_logprobs,
@@ -405,5 +406,17 @@ class TorchTrainingEngine(TrainingEngine):
         return step
 
     def weights_for_sync(self) -> dict[str, torch.Tensor]:
-        """A CPU snapshot of the actor's weights (copied: training goes on updating them)."""
-        return {k: v.detach().to("cpu", copy=True) for k, v in self.actor.state_dict().items()}
+        """A CPU snapshot of the actor's weights (copied: training goes on updating them), each
+        tensor once (a tied LM head is the embedding; ``save_pretrained`` writes it once too), cast
+        on the device to the dtype the rollout engine holds them in (``rollout_model.dtype`` on a
+        GPU, bf16 by default): half float32's bytes to copy and hand over (docs/performance.md)."""
+        rollout = model_dtype(self.device, self.config.explorer.rollout_model.dtype)
+        snapshot: dict[str, torch.Tensor] = {}
+        seen: set[int] = set()
+        for name, tensor in self.actor.state_dict().items():
+            if tensor.numel() and tensor.data_ptr() in seen:
+                continue
+            seen.add(tensor.data_ptr())
+            dtype = rollout if tensor.is_floating_point() and rollout != "auto" else tensor.dtype
+            snapshot[name] = tensor.detach().to(dtype).to("cpu", copy=True)
+        return snapshot
