@@ -1,6 +1,7 @@
-"""End-to-end figures of ``trinity run`` on a CPU: framework overhead, async speed-up, start-up.
+"""End-to-end figures of ``trinity run``: framework overhead, async speed-up, start-up (on a
+CPU), and the reference engines on a GPU.
 
-    python benchmarks/bench_e2e.py [quickstart|overhead|async|skewed|startup|all]
+    python benchmarks/bench_e2e.py [quickstart|overhead|async|skewed|startup|all|gpu]
 
 Figures on a shared 2-core machine move 10-20% from run to run, so each is measured
 several times (``OVERHEAD_REPEATS``, ``ASYNC_REPEATS``, ``STARTUPS``), the compared variants
@@ -34,11 +35,17 @@ interleaved, and printed as median (min-max).
 - startup: seconds from ``trinity run`` to the first rollout (the timestamp of the first
   explorer step's metrics minus that step's own duration), with ``trinity run`` starting
   Ray (target <= 5), and joining a local cluster that ``ray start --head`` started before.
+- gpu (not in ``all``): the overhead comparison on one GPU with a locally built model of
+  Qwen2.5-0.5B's shape, 16 prompts x 8 samples x 128 tokens: exploring's and training's
+  response tokens per second through ``trinity run`` and directly, and the weights' publish
+  and load times. On a machine without a package registry, ``benchmarks/gpu_bundle.sh`` packs
+  what it needs beyond PyTorch's image.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -128,16 +135,23 @@ def metrics(root: Path, name: str, role: str) -> list[dict]:
     return read_jsonl(root / name / "ckpt" / "quickstart" / name / "monitor" / f"{role}.jsonl")
 
 
+def trinity_run(config: Path, cwd: Path, *overrides: str) -> None:
+    """``trinity run`` of ``config``, quiet; a failure ends the bench with the run's last output."""
+    done = subprocess.run(
+        [sys.executable, "-m", "trinity.cli", "run", "--config", str(config), *overrides],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+    )
+    if done.returncode:
+        sys.exit(f"trinity run of {config} failed ({done.returncode}):\n{(done.stdout + done.stderr)[-4000:]}")
+
+
 def trinity_step_seconds(root: Path, model: Path, data: Path, name: str, *changes: str) -> float:
     """Steady-state seconds per step of a ``STEPS``-step run: the trainer's step timestamps,
     from the end of step ``WARMUP`` to the end of the last (start-up and warm-up left out)."""
     config = experiment(root, model, data, name, *changes)
-    subprocess.run(
-        [sys.executable, "-m", "trinity.cli", "run", "--config", str(config), f"buffer.total_steps={STEPS}"],
-        check=True,
-        capture_output=True,
-        cwd=config.parent,
-    )
+    trinity_run(config, config.parent, f"buffer.total_steps={STEPS}")
     stamps = [record["timestamp"] for record in metrics(root, name, "trainer")]
     return (stamps[-1] - stamps[WARMUP - 1]) / (len(stamps) - WARMUP)
 
@@ -157,16 +171,20 @@ def direct_step_seconds(
 
     Returns seconds per step of the explorer's share (generate, decode, reward, group
     advantages) and of the trainer's (forward, backward, optimizer step), split as trinity
-    splits them between its roles."""
+    splits them between its roles. On a GPU the model runs there under bf16 autocast (float32
+    weights), as trinity's torch trainer does."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    from trinity.engine.modeling import default_device
     from trinity.monitor.console import read_jsonl
     from trinity_workflows.rewards import math_reward
 
     prompts_n, samples, tokens = step
+    device = default_device()
+    on_gpu = device.type == "cuda"
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
-    model = AutoModelForCausalLM.from_pretrained(model_dir)
+    model = AutoModelForCausalLM.from_pretrained(model_dir).to(device)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
     system = OmegaConf.load(QUICKSTART / "quickstart.yaml").buffer.explorer_input.taskset.format.system_prompt
     tasks = read_jsonl(data / "tasks.jsonl")[:prompts_n]
@@ -178,11 +196,11 @@ def direct_step_seconds(
         )
         for task in tasks
     ]
-    inputs = tokenizer(prompts, return_tensors="pt", padding=True)
+    inputs = tokenizer(prompts, return_tensors="pt", padding=True).to(device)
     durations: list[tuple[float, float]] = []
     for _ in range(steps + 1):
         started = time.perf_counter()
-        with torch.no_grad():
+        with torch.no_grad(), torch.autocast(device.type, dtype=torch.bfloat16, enabled=on_gpu):
             out = model.generate(
                 **inputs,
                 do_sample=True,
@@ -195,25 +213,29 @@ def direct_step_seconds(
             )
         width = inputs["input_ids"].shape[1]
         responses = out.sequences[:, width:]
-        old = torch.stack(out.logits, 1).log_softmax(-1).gather(-1, responses.unsqueeze(-1)).squeeze(-1)
+        old = torch.stack(out.logits, 1).float().log_softmax(-1).gather(-1, responses.unsqueeze(-1)).squeeze(-1)
         texts = tokenizer.batch_decode(responses, skip_special_tokens=True)
         truths = [task["answer"] for task in tasks for _ in range(samples)]
         rewards = torch.tensor(
-            [sum(math_reward(response=t, truth=y).values()) for t, y in zip(texts, truths, strict=True)]
+            [sum(math_reward(response=t, truth=y).values()) for t, y in zip(texts, truths, strict=True)],
+            device=device,
         )
         rewards = rewards.view(prompts_n, samples)
         advantages = ((rewards - rewards.mean(1, keepdim=True)) / (rewards.std(1, keepdim=True) + 1e-6)).view(-1, 1)
         explored = time.perf_counter()
         mask = (responses != tokenizer.pad_token_id).float()
         attention = torch.cat([inputs["attention_mask"].repeat_interleave(samples, 0), mask.long()], 1)
-        logits = model(input_ids=out.sequences, attention_mask=attention).logits[:, width - 1 : -1]
-        logprobs = logits.log_softmax(-1).gather(-1, responses.unsqueeze(-1)).squeeze(-1)
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=on_gpu):
+            logits = model(input_ids=out.sequences, attention_mask=attention).logits[:, width - 1 : -1]
+        logprobs = logits.float().log_softmax(-1).gather(-1, responses.unsqueeze(-1)).squeeze(-1)
         ratio = (logprobs - old).exp()
         loss = -(torch.min(ratio * advantages, ratio.clamp(0.8, 1.2) * advantages) * mask).sum() / mask.sum()
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
         optimizer.zero_grad()
+        if on_gpu:
+            torch.cuda.synchronize()  # the step's kernels done before it is timed
         durations.append((explored - started, time.perf_counter() - explored))
     measured = durations[1:]  # the first step warms up
     return sum(d[0] for d in measured) / steps, sum(d[1] for d in measured) / steps
@@ -235,12 +257,7 @@ def quickstart(root: Path, model: Path, data: Path) -> None:
         explore, train = direct_step_seconds(tiny, data, QUICKSTART_STEPS - QUICKSTART_WARMUP, step, fixed_length=False)
         name = f"quickstart{repeat}"
         config = write_experiment(root / name, tiny, data, f"name={name}", f"buffer.total_steps={QUICKSTART_STEPS}")
-        subprocess.run(
-            [sys.executable, "-m", "trinity.cli", "run", "--config", str(config)],
-            check=True,
-            capture_output=True,
-            cwd=config.parent,
-        )
+        trinity_run(config, config.parent)
         stamps = [record["timestamp"] for record in metrics(root, name, "trainer")]
         through = (stamps[-1] - stamps[QUICKSTART_WARMUP - 1]) / (len(stamps) - QUICKSTART_WARMUP)
         ratios.append(through / (explore + train))
@@ -335,9 +352,7 @@ def first_rollout_seconds(root: Path, model: Path, data: Path, name: str, *chang
     """Seconds from ``trinity run`` to the start of the first explorer step."""
     config = experiment(root, model, data, name, "buffer.total_steps=1", *changes)
     started = time.time()
-    subprocess.run(
-        [sys.executable, "-m", "trinity.cli", "run", "--config", str(config)], check=True, capture_output=True, cwd=root
-    )
+    trinity_run(config, root)
     first = metrics(root, name, "explorer")[0]  # logged when the step ends
     return first["timestamp"] - first["time/explore_step"] - started
 
@@ -355,6 +370,44 @@ def startup(root: Path, model: Path, data: Path) -> None:
     print(f"startup: {spread(joined)} s joining a running local cluster (ray start --head) over {STARTUPS} runs")
 
 
+GPU_SHAPE = {"hidden_size": 896, "num_layers": 24, "num_heads": 14, "num_kv_heads": 2, "intermediate_size": 4864}
+"""Qwen2.5-0.5B's shape (its embedding padded to 151,936 rows too), built locally and untrained."""
+GPU_EMBEDDING_ROWS, GPU_WORK, GPU_REPEATS = 151_936, (16, 8, 128), 2
+LOADED = re.compile(r"weights of version \d+ loaded in ([0-9.]+) s")
+
+
+def gpu(root: Path, model: Path, data: Path) -> None:
+    """The overhead bench's comparison on a GPU with a model of Qwen2.5-0.5B's shape: tokens per
+    second of exploring (generate, reward, advantages) and of training through ``trinity run``
+    (mode both on one GPU: colocate, both roles' actors on the GPU, memory sync after every
+    step) against the direct loop, and the weights' hand-over (the trainer's publish, the
+    explorer's load from its log)."""
+    import torch
+
+    from trinity.common.tiny_model import build_tiny_model
+
+    del model
+    shaped = build_tiny_model(root / "qwen2.5-0.5b-shape", **GPU_SHAPE, embedding_rows=GPU_EMBEDDING_ROWS)
+    prompts, samples, tokens = GPU_WORK
+    responses = prompts * samples * tokens
+    for repeat in range(GPU_REPEATS):
+        direct_explore, direct_train = direct_step_seconds(shaped, data, step=GPU_WORK)
+        torch.cuda.empty_cache()  # the direct loop's cached blocks back to the GPU, for the run's two roles
+        name = f"gpu{repeat}"
+        through = trinity_step_seconds(root, shaped, data, name, *work(*GPU_WORK), "synchronizer.sync_offset=0")
+        explore, train = (role_step_seconds(root, name, role, key) for role, key in ROLE_TIMERS)
+        publish = role_step_seconds(root, name, "trainer", "time/sync_weights")
+        log = next((root / name).rglob("explorer.log")).read_text()
+        loads = [float(seconds) for seconds in LOADED.findall(log)][WARMUP:]
+        print(
+            f"gpu: direct {direct_explore + direct_train:.2f} s/step, trinity {through:.2f} s/step, "
+            f"ratio {through / (direct_explore + direct_train):.3f}; exploring {responses / explore:,.0f} "
+            f"response tokens/s (direct {responses / direct_explore:,.0f}), training {responses / train:,.0f} "
+            f"(direct {responses / direct_train:,.0f}); weights published in {publish:.3f} s, "
+            f"loaded in {sum(loads) / max(len(loads), 1):.3f} s"
+        )
+
+
 def main() -> None:
     which = sys.argv[1] if len(sys.argv) > 1 else "all"
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
@@ -367,9 +420,10 @@ def main() -> None:
             ("async", async_speedup),
             ("skewed", skewed),
             ("startup", startup),
+            ("gpu", gpu),
         )
         for name, bench in benches:
-            if which in (name, "all"):
+            if which == name or (which == "all" and name != "gpu"):
                 bench(root, model, data)
 
 

@@ -56,3 +56,12 @@ def test_other_shapes(tmp_path: Path, hidden_size: int, num_heads: int) -> None:
         build_tiny_model(tmp_path, hidden_size=hidden_size, num_heads=num_heads, num_kv_heads=num_heads // 2)
     )
     assert (config.hidden_size, config.num_attention_heads) == (hidden_size, num_heads)
+
+
+def test_embedding_rows_pad_the_model_past_the_tokenizer(tmp_path: Path) -> None:
+    """A real model's shape for speed figures (benchmarks/bench_e2e.py gpu): Qwen pads its
+    tokenizer's 151,665 ids to 151,936 rows; ids past the tokenizer decode to nothing."""
+    path = build_tiny_model(tmp_path / "padded", hidden_size=32, num_layers=1, num_heads=2, embedding_rows=1000)
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    assert AutoConfig.from_pretrained(path).vocab_size == 1000 > len(tokenizer)
+    assert tokenizer.decode([999]) == ""

@@ -85,11 +85,15 @@ def build_tiny_model(
     intermediate_size: int = 256,
     vocab_size: int = 512,
     seed: int = 0,
+    embedding_rows: int | None = None,
 ) -> Path:
     """Write a randomly initialised Qwen2 model and its tokenizer to ``out_dir``.
 
     Deterministic for a given ``seed`` (global RNG state is left untouched). The tokenizer
     pads on the left, ends turns with ``<|im_end|>`` (the EOS) and pads with ``<|endoftext|>``.
+    ``embedding_rows`` pads the embedding and LM head past the tokenizer's ``vocab_size``, as
+    Qwen pads its 151,665 tokens to 151,936 rows: a real model's shape for speed figures (ids
+    past the tokenizer decode to nothing).
     """
     from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
 
@@ -108,7 +112,7 @@ def build_tiny_model(
     tokenizer.add_special_tokens({"additional_special_tokens": ["<|im_start|>"]})
     ids = {token: raw.token_to_id(token) for token in SPECIAL_TOKENS}
     config = Qwen2Config(
-        vocab_size=raw.get_vocab_size(),
+        vocab_size=max(raw.get_vocab_size(), embedding_rows or 0),
         hidden_size=hidden_size,
         intermediate_size=intermediate_size,
         num_hidden_layers=num_layers,
