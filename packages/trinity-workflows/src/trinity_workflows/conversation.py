@@ -28,7 +28,7 @@ from typing import Any, ClassVar
 
 import torch
 
-from trinity.plugin_api import Experience, ModelWrapper, Task, set_reward
+from trinity.plugin_api import TRUNCATED_FROM, Experience, ModelWrapper, Task, set_reward
 from trinity_workflows.base import CatalogueWorkflow, Messages, last_user_text
 from trinity_workflows.tools import ToolFunction, execute, parse_tool_calls, resolve_tools, tool_schemas
 
@@ -37,7 +37,8 @@ class ConversationWorkflow(CatalogueWorkflow):
     """The turn loop; subclasses decide what becomes of the turns (``experiences``).
 
     Each run is one conversation, so the explorer runs ``repeat_times`` instances. A turn
-    whose prompt no longer fits ``max_prompt_tokens`` ends the conversation without it.
+    whose prompt no longer fits ``max_prompt_tokens`` ends the conversation without it, and the
+    conversation's last experience counts as a truncated prompt (``mark_cut``).
     """
 
     can_repeat = False
@@ -65,23 +66,39 @@ class ConversationWorkflow(CatalogueWorkflow):
         messages = self.messages()
         prompt = last_user_text(messages)
         turns: list[Experience] = []
+        cut: Experience | None = None
         for turn in range(self.max_turns):
             (reply,) = await self.model.chat_async(messages, n=1, tools=self.tools)
             prompt_truncated = reply.truncate_status == "prompt_truncated"
             if prompt_truncated and turns:
-                break  # the conversation outgrew max_prompt_tokens: it ends with the turns so far
+                cut = reply  # the conversation outgrew max_prompt_tokens: it ends with the turns so far
+                break
             turns.append(reply)
             follow_up = None if prompt_truncated else await self.respond(reply.messages, turn)
             if not follow_up:  # done (or not even the first prompt fit: the trainer leaves it out)
                 break
             messages = [*reply.messages, *follow_up]
         components = self.score(turns[-1].info["response_text"], self.truth, prompt)
-        return await self.experiences(turns[-1].messages, turns, components)
+        experiences = await self.experiences(turns[-1].messages, turns, components)
+        if cut is not None:
+            mark_cut(experiences[-1], cut)
+        return experiences
 
     async def experiences(
         self, messages: Messages, turns: list[Experience], components: dict[str, float]
     ) -> list[Experience]:
         raise NotImplementedError
+
+
+def mark_cut(experience: Experience, cut: Experience) -> None:
+    """``experience``, the last of a conversation that ended because the prompt of its next turn
+    (``cut``) was over ``max_prompt_tokens``, counts as a truncated prompt
+    (``rollout/truncated_prompts``, with its length before the cut), so the explorer warns of it
+    naming the key. Its turns so far still train; uncounted, a run whose conversations all ended
+    there (a tool's result never seen) trained at reward 0 without a word."""
+    experience.truncate_status = "prompt_truncated"
+    if TRUNCATED_FROM in cut.info:
+        experience.info[TRUNCATED_FROM] = cut.info[TRUNCATED_FROM]
 
 
 class MultiTurnWorkflow(ConversationWorkflow):
