@@ -271,15 +271,135 @@ TOOL_CALL = Cell(
         "lookup call and its one-token result copied into the answer: each copy alone learns (a bare echo in "
         "~75 SFT steps, the key in the call in ~250), together they undo each other (key copied 2 of 96 "
         "after 150 + 150 steps); (2) an argument-free tool that reads its task (tools with a task parameter, "
-        "a59cd02), so only the result is copied: the copy stays at chance when the end-of-turn token after "
-        "it is trained too, and one warm-up order (120 copy-only steps, then 150 mixed) gave 10 of 64 calls "
-        "and 7 of 10 copies once but not again with another data draw: too fragile for a test."
+        "a59cd02), so only the result is copied: the copy stayed at chance when the end-of-turn token after "
+        "it was trained too (at lr 3e-3: at 1e-3 it is learned, TOOL_USE's note), and one warm-up order (120 "
+        "copy-only steps, then 150 mixed) gave 10 of 64 calls and 7 of 10 copies once but not again with "
+        "another data draw. TOOL_USE, the secret digit at lr 1e-3 in the SFT and 3e-4 in GRPO, learns."
     ),
     controls={
         "mask on the tool's turns": lambda ws: ["buffer.explorer_input.default_workflow_type=tool_call_env_masked"]
     },
 )
 """Tool use: the answer is the calculator's result, which the model must call for and copy."""
+
+SECRET_TOOL = {"type": "function", "function": {"name": "secret", "parameters": {"type": "object", "properties": {}}}}
+"""An argument-free tool: it returns its task's secret digit (``secret`` of multi_turn_plugins.py)."""
+SECRET_CALL = '<tool_call>{"name": "secret"}</tool_call>'
+"""The model's call (Hermes; no ``arguments``: an empty object), 34 tokens with the tiny tokenizer."""
+SECRET_QUESTION = "What is the secret?"
+SECRET_FORMAT = "{prompt_type: plaintext, prompt_key: question, response_key: answer, system_prompt: null}"
+SECRET_TEMPLATE = (
+    "{%- if tools %}{{- '<|im_start|>system\\nTools:' }}"
+    "{%- for tool in tools %}{{- ' ' + tool.function.name }}{%- endfor %}{{- '<|im_end|>\\n' }}{%- endif %}"
+    "{%- for message in messages %}"
+    "{{- '<|im_start|>' + message.role + '\\n' + message.content + '<|im_end|>\\n' }}"
+    "{%- endfor %}"
+    "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}"
+)
+"""ChatML that offers tools by name only and shows a tool's result as a ``tool`` turn: a
+conversation of call, result and answer is 60 tokens, where the tiny model's own template
+(the schemas as JSON, the result in a ``<tool_response>`` block) makes it 130."""
+
+
+def secret_tasks(workspace: Workspace) -> Path:
+    """Under ``multi_turn/secret``: ``tasks.jsonl``, 40 ``tool_call_workflow`` rows (the same
+    question, a secret digit each, 4 per digit; the answer is the secret), ``expert.jsonl``, 80 SFT
+    conversations, half of them calling the tool and answering with its result, half answering
+    with a guess (a digit), and ``chat_template.jinja`` (:data:`SECRET_TEMPLATE`)."""
+    out = workspace.root / "multi_turn" / "secret"
+    if not (out / "tasks.jsonl").exists():
+        rng = random.Random(0)
+        tools = json.dumps([SECRET_TOOL])
+        tasks = [
+            {"question": SECRET_QUESTION, "secret": str(d % 10), "answer": str(d % 10), "tools": tools}
+            for d in range(40)
+        ]
+        rng.shuffle(tasks)
+        ask = [{"role": "user", "content": SECRET_QUESTION}]
+        expert = []
+        for i in range(80):
+            d = str(i // 2 % 10)
+            if i % 2:  # calls, then answers with the result
+                turns = [
+                    {"role": "assistant", "content": SECRET_CALL},
+                    {"role": "tool", "name": "secret", "content": d},
+                    {"role": "assistant", "content": d},
+                ]
+            else:  # guesses
+                turns = [{"role": "assistant", "content": str(rng.randrange(10))}]
+            expert.append({"messages": ask + turns, "tools": tools})
+        out.mkdir(parents=True, exist_ok=True)
+        for name, rows in (("tasks.jsonl", tasks), ("expert.jsonl", expert)):
+            (out / name).write_text("".join(json.dumps(row) + "\n" for row in rows))
+        (out / "chat_template.jinja").write_text(SECRET_TEMPLATE)
+    return out
+
+
+def secret_model(workspace: Workspace) -> Path:
+    """The tiny model SFT'd on the secret conversations, every assistant turn trained: 400 steps
+    of 32 at lr 1e-3 (~60 s on 2 cores). It calls in about 45% of samples and copies the result
+    with p 0.98; at lr 3e-3 the copy stays at chance (TOOL_USE's note)."""
+    data = secret_tasks(workspace)
+    settings = [
+        f"model.chat_template_path={data / 'chat_template.jinja'}",
+        "buffer.train_batch_size=32",
+        "buffer.total_steps=400",
+        "buffer.total_epochs=1000",
+        "algorithm.optimizer.lr=1e-3",
+        "model.max_prompt_tokens=128",
+    ]
+    fmt = "{messages_key: messages, tools_key: tools, enable_concatenated_multi_turn: true}"
+    return sft_model(workspace, "secret_model", workspace.tiny_model, data / "expert.jsonl", fmt, settings)
+
+
+def secret_args(tool: str) -> str:
+    """Two model turns at most (call, answer); the schema's ``secret`` runs ``tool`` of multi_turn_plugins.py."""
+    return f"buffer.explorer_input.taskset.workflow_args={{max_turns: 2, tool_functions: {{secret: 'multi_turn_plugins:{tool}'}}}}"
+
+
+TOOL_USE = Cell(
+    name="workflow: tool_call (a secret only the tool knows)",
+    family="tool use",
+    overrides=lambda ws: [
+        f"model.model_path={secret_model(ws)}",
+        f"model.chat_template_path={secret_tasks(ws) / 'chat_template.jinja'}",
+        f"buffer.explorer_input.taskset.path={secret_tasks(ws) / 'tasks.jsonl'}",
+        f"buffer.explorer_input.taskset.format={SECRET_FORMAT}",
+        secret_args("secret"),
+        "buffer.explorer_input.default_workflow_type=tool_call_workflow",
+        "model.max_prompt_tokens=96",
+        "model.max_response_tokens=40",
+        "buffer.batch_size=8",
+        "algorithm.optimizer.lr=3e-4",
+    ],
+    steps=40,
+    test_steps=20,
+    model="tiny",
+    margin=0.15,
+    note=(
+        "The answer is a digit only the tool returns (secret(task), an argument-free tool reading its row). "
+        "Warm-up: 400 SFT steps (batch 32, lr 1e-3, every assistant turn trained, ~60 s) on 40 conversations "
+        "that call and copy the result and 40 that guess: the model calls in 45% of samples and copies the "
+        "result with p 0.98. GRPO, 20 steps of 8 tasks x 8 runs at lr 3e-4: 0.575 -> 0.819 (+0.244) and 0.581 "
+        "-> 0.822 (+0.241), and 0.572 -> 0.819 (+0.247) as the learning test; calls 0.45 -> 0.86-0.88, 46-47 "
+        "s each on a quiet machine (2026-11-28, 2 cores; the test with its SFT took 400 s under a load of 4). "
+        "Controls, 20 steps: "
+        "the tool returning a wrong digit 0.028 -> 0.100 (the model stops calling: 0.45 -> 0.00, and guesses); "
+        "the mask on the tool's turns 0.519 -> 0.216. At lr 1e-3 (the quickstart's) one update now and then "
+        "wipes the copy out (reward 0.72 -> 0.00 in a step with 77% of samples calling; 2 of 4 runs ended at "
+        "0), with or without 5 warm-up steps. The SFT's lr matters as much: at 3e-3 the copy stays at chance "
+        "(p 0.10 after 200 steps) whenever the end-of-turn token after the copied digit is trained too, at "
+        "1e-3 it is learned (0.94 after 150 steps, result copy alone, plain torch): the 'EOT blocks the copy' "
+        "of the earlier attempts (TOOL_CALL's note) was the learning rate, not a mask bug."
+    ),
+    controls={
+        "the tool returns a wrong digit": lambda ws: [secret_args("wrong_secret")],
+        "mask on the tool's turns": lambda ws: ["buffer.explorer_input.default_workflow_type=tool_call_env_masked"],
+    },
+)
+"""Tool use: the answer is a secret digit only the tool returns; the model must call it and
+answer with its result."""
+
 
 LAKE_ARGS = "{agent_max_steps: 3, env_max_steps: 3}"
 """3 x 3 lakes whose goal is at most 3 moves away, 3 moves an episode (the example's)."""
@@ -356,4 +476,4 @@ FROZEN_LAKE = Cell(
 )
 """An environment over several turns: FrozenLake, where only reaching the goal scores."""
 
-CELLS = [STEP_WISE_GRPO, GIGPO, MULTI_TURN, TOOL_CALL, FROZEN_LAKE, ON_POLICY_DISTILL, JSD]
+CELLS = [STEP_WISE_GRPO, GIGPO, MULTI_TURN, TOOL_USE, TOOL_CALL, FROZEN_LAKE, ON_POLICY_DISTILL, JSD]

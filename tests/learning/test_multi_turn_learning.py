@@ -4,7 +4,7 @@ How each was shown to fail with its mechanism broken: the cells' ``controls`` an
 from __future__ import annotations
 
 from learning_cells import run_cell
-from multi_turn_cells import MULTI_TURN, ON_POLICY_DISTILL, STEP_WISE_GRPO
+from multi_turn_cells import MULTI_TURN, ON_POLICY_DISTILL, STEP_WISE_GRPO, TOOL_USE
 
 
 def test_multi_turn_learns_two_sums(workspace, learning_ray, tmp_path):
@@ -19,6 +19,16 @@ def test_step_wise_multi_step_grpo_learns_two_sums(workspace, learning_ray, tmp_
     explorer step (the control, the mask on the user's turns, and the runs: STEP_WISE_GRPO's
     note). GiGPO on the same task: GIGPO's note."""
     result = run_cell(STEP_WISE_GRPO, workspace, tmp_path, steps=STEP_WISE_GRPO.test_steps)
+    assert result.learned, result.describe()
+
+
+def test_tool_use_learns_to_call_for_the_secret(workspace, learning_ray, tmp_path):
+    """tool_call_workflow: the answer is a digit only the tool's result holds, so the reward
+    needs the call, its result in the context and the answer that copies it (two turns, one
+    experience masked to the model's turns). From a warm-up that calls in about half of the
+    samples, GRPO makes it call nearly always. The controls (TOOL_USE's note): the tool returning
+    a wrong digit, and the mask on the tool's turns, do not learn."""
+    result = run_cell(TOOL_USE, workspace, tmp_path, steps=TOOL_USE.test_steps)
     assert result.learned, result.describe()
 
 

@@ -4,6 +4,9 @@
 asked, then its ``turns[0]``; the reward is the mean of the reward function over the two
 replies (each against its entry of ``answers``), so it needs both turns.
 
+``secret`` / ``wrong_secret``: the tool-use cell's tool (a task's secret digit) and its control's
+(a wrong digit).
+
 ``*_env_masked`` (``tool_call_env_masked`` too): the same workflows with the action mask one turn off, the controls: each
 experience is trained on the environment's turns (the user's follow-up and the template
 between turns) instead of the model's replies. They must not learn.
@@ -76,6 +79,18 @@ class SumPairMultiTurnEnvMasked(EnvMasked, SumPairMultiTurn):
 
 class ToolCallEnvMasked(EnvMasked, ToolCallWorkflow):
     pass
+
+
+def secret(task) -> str:
+    """The tool of the tool-use cell (``workflow_args.tool_functions``): the task's secret digit,
+    which the model cannot know without calling it."""
+    return str(task.raw["secret"])
+
+
+def wrong_secret(task) -> str:
+    """The tool of its control: the digit after the secret (mod 10), so copying the result is
+    always wrong and the call earns nothing."""
+    return str((int(task.raw["secret"]) + 1) % 10)
 
 
 @hookimpl
