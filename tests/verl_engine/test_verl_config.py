@@ -7,6 +7,7 @@ merge over verl's own defaults needs verl installed and is skipped without it.
 
 from __future__ import annotations
 
+import importlib.util
 import subprocess
 import sys
 from pathlib import Path
@@ -227,3 +228,29 @@ def test_trinity_config_for_engines_without_a_config_of_their_own():
     result = trinity_config("verll", str(SEEDS / "verl_grpo_example.yaml"))
     assert result.returncode == 2
     assert "unknown trainer engine 'verll'; did you mean 'verl'?" in result.stderr
+
+
+def test_rollout_correction_maps_onto_verls_keys():
+    """``algorithm.rollout_correction`` (a preset expanded, the keys next to it winning) lands on
+    verl's ``algorithm.rollout_correction``; with verl installed, the merged config holds it."""
+    preset = "algorithm.rollout_correction.preset=decoupled_seq_is_rs"
+    config = load_config(SEEDS / "verl_grpo_example.yaml", [preset, "algorithm.rollout_correction.rollout_is=token"])
+    expected = {
+        "algorithm.rollout_correction.rollout_is": "token",
+        "algorithm.rollout_correction.rollout_is_threshold": 2.0,
+        "algorithm.rollout_correction.rollout_is_batch_normalize": False,
+        "algorithm.rollout_correction.rollout_rs": "seq_sum_k1",
+        "algorithm.rollout_correction.rollout_rs_threshold": "0.5_2.0",
+        "algorithm.rollout_correction.bypass_mode": False,
+        "algorithm.rollout_correction.loss_type": "ppo_clip",
+    }
+    fields = trinity_fields(config)
+    assert_fields(fields, expected)
+    assert "algorithm.rollout_correction.preset" not in fields
+    assert not any(
+        k.startswith("algorithm.rollout_correction")
+        for k in trinity_fields(load_config(SEEDS / "verl_grpo_example.yaml"))
+    )
+    if importlib.util.find_spec("verl") is not None:
+        merged = verl_config(config, device="cuda")
+        assert_fields({key: OmegaConf.select(merged, key) for key in expected}, expected)

@@ -148,6 +148,9 @@ def trinity_fields(config: Config) -> dict[str, Any]:
     for key in ("clip_ratio", "clip_ratio_low", "clip_ratio_high"):
         if _fn_arg(algo.policy_loss_fn_args, key) is not None:
             fields[f"{actor}.{key}"] = algo.policy_loss_fn_args[key]
+    if algo.rollout_correction is not None:  # verl's keys, the preset expanded (the losses apply it: trinity's)
+        for key, value in algo.rollout_correction.model_dump(exclude={"preset"}).items():
+            fields[f"algorithm.rollout_correction.{key}"] = value
     if trainer.max_token_len_per_gpu is not None:
         for budget in (f"{actor}.ppo_max_token_len_per_gpu", "critic.ppo_max_token_len_per_gpu"):
             fields[budget] = trainer.max_token_len_per_gpu

@@ -262,7 +262,10 @@ class VerlRank:
             )
             update = worker.update_actor if name == "actor" else worker.train_mini_batch
             out = update(td)
-            part.sums.update({f"{name}/{k}": v for k, v in self._metrics.sums.items()})
+            # rollout correction's metrics keep verl's rollout_corr/ names (as trinity.engine.losses.role_metrics)
+            part.sums.update(
+                {k if k.startswith("rollout_corr/") else f"{name}/{k}": v for k, v in self._metrics.sums.items()}
+            )
             if out is None:
                 continue
             out = tu.get(out, "metrics")

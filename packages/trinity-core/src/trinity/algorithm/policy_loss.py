@@ -3,7 +3,8 @@
 Inputs of any float dtype (bf16 included) are computed in float32; gradients flow back to
 ``logprobs`` in its own dtype. Each loss aggregates its per-token loss with ``loss_agg_mode``
 (see ``trinity.algorithm.utils.agg_loss``) over ``batch.response_mask``; when the batch has
-``sample_weights`` (e.g. staleness down-weighting) each row's token losses are scaled by it.
+``sample_weights`` (e.g. staleness down-weighting) each row's token losses are scaled by it, and
+with ``rollout_is_weights`` (rollout correction's importance weights) each token's loss.
 ``r = exp(logp - logp_old)`` is the importance ratio against the rollout (old) policy.
 Supervised and mixed losses (SFT, DPO, mix) live in ``trinity.algorithm.supervised_loss``.
 """
@@ -48,6 +49,8 @@ class AggregatedLoss(PolicyLossFn):
     def aggregate(self, loss_mat: torch.Tensor, batch: Batch, mode: str | None = None) -> torch.Tensor:
         if batch.sample_weights is not None:
             loss_mat = loss_mat * batch.sample_weights.float()[:, None]
+        if batch.rollout_is_weights is not None:  # rollout correction (trinity.algorithm.rollout_correction)
+            loss_mat = loss_mat * batch.rollout_is_weights.to(loss_mat.dtype)
         return agg_loss(loss_mat, batch.response_mask.float(), mode or self.loss_agg_mode)
 
     def inputs(self, logprobs: torch.Tensor, batch: Batch) -> tuple[torch.Tensor, ...]:
@@ -271,6 +274,9 @@ class GeoMeanPolicyLoss(AggregatedLoss):
         losses = -masked_sum(advantages, mask, dim=-1) / lengths.clamp(min=1) * ratio
         if batch.sample_weights is not None:
             losses = losses * batch.sample_weights.float()
+        if batch.rollout_is_weights is not None:  # as verl: the geometric mean of a sequence's weights
+            log_weights = torch.log(batch.rollout_is_weights.float() + 1e-10)
+            losses = losses * torch.exp(masked_sum(log_weights, mask, dim=-1) / (lengths + 1e-8))
         rows = (lengths > 0).float()
         loss = (losses * rows).sum() / rows.sum().clamp(min=1)
         clipped = (log_ratio != bounded).float()

@@ -51,6 +51,8 @@ class Batch:
     m2po_mask: torch.Tensor | None = None  # [B, R] bool: the tokens M2PO keeps, chosen over the whole batch
     entropy_scores: torch.Tensor | None = None  # [B, R] the actor's p (H + log p) of each token (clipb/clipv)
     expected_entropy_scores: torch.Tensor | None = None  # [B, R] its expectation over the vocabulary
+    rollout_logprobs: torch.Tensor | None = None  # [B, R] the rollout engine's, kept when old_logprobs are recomputed
+    rollout_is_weights: torch.Tensor | None = None  # [B, R] rollout correction's importance weights (decoupled)
 
     @property
     def batch_size(self) -> int:

@@ -35,6 +35,8 @@ from trinity.config.schema import (
     InferenceModelConfig,
     TasksetConfig,
     TrainerConfig,
+    parse_rs_options,
+    parse_rs_thresholds,
 )
 from trinity.plugins import Kind, PluginError, get_registry, resolve
 from trinity.plugins.manager import plugin_hooks
@@ -179,6 +181,48 @@ def check_algorithm(config: Config, issues: IssueCollector) -> None:
         if "loss_agg_mode" in args and "loss_agg_mode" not in given:  # the global mode unless the fn sets its own
             args["loss_agg_mode"] = algo_cfg.loss_agg_mode
         setattr(algo_cfg, args_field, args)
+    check_rollout_correction(config, issues)
+
+
+def check_rollout_correction(config: Config, issues: IssueCollector) -> None:
+    """``algorithm.rollout_correction`` against verl's rules; its ``bypass_mode`` and
+    ``algorithm.bypass_old_logprobs`` made one (the trainer reads the latter); router replay refused."""
+    algo = config.algorithm
+    if algo.enable_router_replay:
+        issues.add(
+            "algorithm.enable_router_replay",
+            "router replay (R3) is not supported: no rollout engine here records the MoE routing and no trainer "
+            "replays it, and there is no MoE test model to check it on; set it to false",
+        )
+    rc = algo.rollout_correction
+    if rc is None:
+        return
+    path = "algorithm.rollout_correction"
+    if rc.bypass_mode is not None and "bypass_old_logprobs" in algo.model_fields_set:
+        if rc.bypass_mode != algo.bypass_old_logprobs:
+            issues.add(
+                f"{path}.bypass_mode",
+                f"is {str(rc.bypass_mode).lower()} and algorithm.bypass_old_logprobs is "
+                f"{str(algo.bypass_old_logprobs).lower()}: both say whether the trainer recomputes the old logprobs; "
+                "set one of them",
+            )
+    bypass = algo.bypass_old_logprobs if rc.bypass_mode is None else rc.bypass_mode
+    algo.bypass_old_logprobs = rc.bypass_mode = bypass
+    if rc.rollout_rs is not None:
+        if rc.rollout_rs_threshold is None:
+            issues.add(f"{path}.rollout_rs_threshold", f"rollout_rs {rc.rollout_rs!r} needs a threshold")
+        else:
+            try:
+                parse_rs_thresholds(parse_rs_options(rc.rollout_rs), rc.rollout_rs_threshold)
+            except ValueError as exc:
+                issues.add(f"{path}.rollout_rs_threshold", str(exc))
+    if bypass and rc.loss_type == "ppo_clip" and rc.rollout_is is not None:
+        issues.warn(
+            f"{path}.rollout_is",
+            "in bypass mode with loss_type ppo_clip the importance weights are only logged (as in verl: the PPO "
+            "ratio to the rollout policy corrects already); set loss_type: reinforce, or bypass_mode: false to "
+            "recompute the old logprobs and weight the loss",
+        )
 
 
 def check_model(config: Config, issues: IssueCollector) -> None:

@@ -64,6 +64,8 @@ def _type_name(annotation: Any) -> str:
         return f"mapping of {_type_name(typing.get_args(tp)[1])}" if children(tp) else "mapping"
     if isinstance(tp, type) and issubclass(tp, BaseModel):
         return f"[{tp.__name__}](#{tp.__name__.lower()})"
+    if origin in (Union, types.UnionType):  # a value of several types (``float | str``): no "|" in a table cell
+        return " or ".join(_type_name(arg) for arg in typing.get_args(tp) if arg is not type(None))
     return getattr(tp, "__name__", str(tp)).replace("Any", "any")
 
 

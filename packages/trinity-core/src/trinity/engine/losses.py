@@ -13,6 +13,8 @@ from typing import Any
 
 import torch
 
+from trinity.algorithm.rollout_correction import PREFIX as ROLLOUT_CORR_PREFIX
+from trinity.algorithm.rollout_correction import RolloutCorrector
 from trinity.algorithm.utils import agg_loss, masked_mean
 from trinity.common.batch import Batch
 from trinity.config.schema import Config
@@ -26,6 +28,12 @@ Totals = tuple[torch.Tensor, torch.Tensor]
 def batch_totals(batch: Batch) -> Totals:
     mask = batch.response_mask.float()
     return mask.sum().clamp(min=1), (mask.sum(dim=1) > 0).sum().clamp(min=1)
+
+
+def role_metrics(role: str, metrics: Metrics) -> Metrics:
+    """``role/<key>`` for an engine's metrics, except rollout correction's, which keep verl's
+    ``rollout_corr/`` names."""
+    return {k if k.startswith(ROLLOUT_CORR_PREFIX) else f"{role}/{k}": v for k, v in metrics.items()}
 
 
 def share(fn_or_mode: Any, mask: torch.Tensor, totals: Totals) -> torch.Tensor:
@@ -45,6 +53,8 @@ class LossFns:
     policy: Any
     kl: Any
     entropy: Any
+    correction: RolloutCorrector | None = None
+    """``algorithm.rollout_correction`` in bypass mode corrects inside the policy loss."""
 
     @classmethod
     def from_config(cls, config: Config) -> LossFns:
@@ -55,10 +65,12 @@ class LossFns:
             name = getattr(config.algorithm, field) or getattr(algorithm, field)
             return resolve(kind, name)(**(getattr(config.algorithm, f"{field}_args") or {}))
 
+        correction = RolloutCorrector.from_config(config)
         return cls(
             fn(Kind.POLICY_LOSS_FN, "policy_loss_fn"),
             fn(Kind.KL_FN, "kl_loss_fn"),
             fn(Kind.ENTROPY_LOSS_FN, "entropy_loss_fn"),
+            correction if correction is not None and correction.bypass else None,
         )
 
     @property
@@ -74,7 +86,10 @@ class LossFns:
         mask = mb.response_mask.float()
         if not self.entropy_grad:
             entropy = entropy.detach()
-        pg, pg_metrics = self.policy(logprobs, mb)
+        if self.correction is not None:
+            pg, pg_metrics = self.correction.bypass_loss(self.policy, logprobs, mb)
+        else:
+            pg, pg_metrics = self.policy(logprobs, mb)
         kl, kl_metrics = self.kl.calculate_kl_loss(logprobs, mb)
         ent, ent_metrics = self.entropy(entropy, mb)
         weight = share(self.policy, mask, totals)

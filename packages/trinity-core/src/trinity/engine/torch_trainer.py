@@ -53,7 +53,7 @@ from trinity.common.batch import Batch
 from trinity.common.errors import first_line
 from trinity.config.schema import Config, OptimizerConfig
 from trinity.engine.base import CheckpointRefused, Metrics, TrainingEngine
-from trinity.engine.losses import LossFns, Totals, batch_totals, critic_micro_loss
+from trinity.engine.losses import LossFns, Totals, batch_totals, critic_micro_loss, role_metrics
 from trinity.engine.modeling import (
     HF_SUBDIR,
     default_device,
@@ -317,7 +317,7 @@ class TorchTrainingEngine(TrainingEngine):
             critic = self._update(self.critic, self.critic_optimizer, batch, parts, self._critic_loss(totals))
             metrics.update({f"critic/{k}": v for k, v in critic.items()})
         actor = self._update(self.actor, self.actor_optimizer, batch, parts, self._actor_loss(totals))
-        metrics.update({f"actor/{k}": v for k, v in actor.items()})
+        metrics.update(role_metrics("actor", actor))
         metrics["actor/lr"] = self.actor_scheduler.get_last_lr()[0]
         self.actor_scheduler.step()
         if self.critic is not None:

@@ -28,6 +28,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from trinity.algorithm.rollout_correction import RolloutCorrector
 from trinity.buffer import BufferTimeout, EndOfBuffer, WritersGone, open_experience_reader
 from trinity.checkpoints import (
     HF_WEIGHTS_SUBDIR,
@@ -101,6 +102,7 @@ class Trainer:
         self.policy_loss_fn = resolve(Kind.POLICY_LOSS_FN, algo.policy_loss_fn)(**algo.policy_loss_fn_args)
         self.kl_penalty_fn = resolve(Kind.KL_FN, algo.kl_penalty_fn)(**algo.kl_penalty_fn_args)
         self.sample_strategy = resolve(Kind.SAMPLE_STRATEGY, algo.sample_strategy)(**algo.sample_strategy_args)
+        self.correction = RolloutCorrector.from_config(config)
         self.engine = resolve(Kind.TRAINER_ENGINE, config.trainer.trainer_type, "trainer.trainer_type")(config)
         storage = config.buffer.trainer_input
         self.reader = self._open_reader(storage.experience_buffer, self.algorithm.data_schema)
@@ -274,12 +276,18 @@ class Trainer:
         if batch.batch_size == 0:  # e.g. staleness_control dropped every row
             logger.warning("%s: no experience of step %d is left after sampling: no update", self.name, self.step + 1)
             return {**metrics, NO_GRADIENT: 1.0}
+        if not self.config.algorithm.bypass_old_logprobs and batch.old_logprobs is not None:
+            # the rollout engine's logprobs stay for the rollout correction; the actor recomputes the old ones
+            batch = batch.with_fields(rollout_logprobs=batch.old_logprobs, old_logprobs=None)
         if self.algorithm.compute_advantage_in_trainer:
             batch, prepared = self.prepare(batch)
             metrics.update(prepared)
             if batch.batch_size == 0:  # e.g. grpo's std_threshold dropped every group
                 logger.warning("%s: the advantage function left no row of step %d: no update", self.name, self.step + 1)
                 return {**metrics, NO_GRADIENT: 1.0}
+        elif self.correction is not None and not self.correction.bypass:
+            batch, corrected = self.correction.apply_to_batch(self.engine.prepare_batch(batch))
+            metrics.update(corrected)
         metrics.update(self.engine.train_step(batch))
         metrics.update(self.batch_metrics(batch))
         metrics.update(self.learning_signal(batch))
@@ -288,15 +296,19 @@ class Trainer:
         return metrics
 
     def prepare(self, batch: Batch) -> tuple[Batch, dict[str, float]]:
-        """What the engine fills (old/ref logprobs, values), the KL reward penalty, advantages,
-        and what the policy loss needs from the whole batch (``PolicyLossFn.prepare``)."""
+        """What the engine fills (old/ref logprobs, values), the KL reward penalty, the rollout
+        correction of decoupled mode, advantages, and what the policy loss needs from the whole
+        batch (``PolicyLossFn.prepare``)."""
         batch = self.engine.prepare_batch(batch, entropy_scores=self.advantage_fn.needs_entropy_scores)
         batch, kl_metrics = self.kl_penalty_fn.apply_to_reward(batch)
+        corrected: dict[str, float] = {}
+        if self.correction is not None:  # decoupled mode: weights and rejections before advantages, as verl
+            batch, corrected = self.correction.apply_to_batch(batch)
         batch, adv_metrics = self.advantage_fn(batch)
         if batch.batch_size:
             batch, loss_metrics = self.policy_loss_fn.prepare(batch, self.engine.compute_logprobs)
             adv_metrics.update(loss_metrics)
-        return batch, {**{f"critic/{k}": v for k, v in kl_metrics.items()}, **adv_metrics}
+        return batch, {**{f"critic/{k}": v for k, v in kl_metrics.items()}, **adv_metrics, **corrected}
 
     @staticmethod
     def batch_metrics(batch: Batch) -> dict[str, float]:
