@@ -72,3 +72,58 @@ def test_bad_input_is_named(job, tmp_path):
     (sharded / "actor" / "model_world_size_2_rank_0.pt").write_bytes(b"")
     result = convert(sharded, tmp_path / "out3")
     assert result.exit_code == 2 and "holds no Hugging Face weights" in result.output and "--engine" in result.output
+
+
+@pytest.fixture(scope="module")
+def lora_job(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory):
+    """A torch-engine LoRA checkpoint whose adapter moved off zero; the actor's merged weights."""
+    from trinity.config.schema import LoRAConfig
+
+    folder = tmp_path_factory.mktemp("lora_job")
+    config = make_config(tiny_model_dir, model__lora_configs=[LoRAConfig(lora_rank=4, lora_alpha=8)])
+    config.checkpoint_job_dir = str(folder)
+    record_config(config)
+    engine = TorchTrainingEngine(config)
+    with torch.no_grad():
+        for name, parameter in engine.actor.named_parameters():
+            if "lora_B" in name:
+                parameter.normal_(0, 0.05)
+    engine.save_checkpoint(str(folder / "global_step_1"), step=1)
+    merged = engine.actor.merge_and_unload()
+    return folder, {name: tensor.clone() for name, tensor in merged.state_dict().items()}
+
+
+def test_a_lora_checkpoint_converts_to_the_merged_model(lora_job, tiny_model_dir, tmp_path):
+    folder, weights = lora_job
+    result = convert(folder, tmp_path / "merged")
+    assert result.exit_code == 0, result.output
+    assert f"(exported by merging the LoRA adapter into {tiny_model_dir})" in result.output
+    model = AutoModelForCausalLM.from_pretrained(tmp_path / "merged")
+    base = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
+    moved = 0
+    for name, tensor in model.state_dict().items():
+        torch.testing.assert_close(tensor, weights[name], rtol=0, atol=1e-6)
+        moved += not torch.equal(tensor, base.state_dict()[name])
+    assert moved == 7 * 2  # every adapted linear of the 2 layers, nothing else
+    assert AutoTokenizer.from_pretrained(tmp_path / "merged")("1 + 2 =")["input_ids"]
+
+
+def test_a_lora_checkpoint_converts_to_the_adapter_alone(lora_job, tiny_model_dir, tmp_path):
+    from peft import PeftModel
+
+    folder, weights = lora_job
+    result = convert(folder, tmp_path / "adapter", "--adapter")
+    assert result.exit_code == 0, result.output
+    assert not (tmp_path / "adapter" / "model.safetensors").exists()
+    adapter_bytes = (tmp_path / "adapter" / "adapter_model.safetensors").stat().st_size
+    assert adapter_bytes < (tiny_model_dir / "model.safetensors").stat().st_size / 10
+    model = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(tiny_model_dir), tmp_path / "adapter")
+    for name, tensor in model.merge_and_unload().state_dict().items():
+        torch.testing.assert_close(tensor, weights[name], rtol=0, atol=1e-6)
+
+
+def test_convert_lora_refusals(lora_job, job, tmp_path):
+    result = convert(job[0], tmp_path / "a", "--adapter")
+    assert result.exit_code == 2 and "holds the full model, not a LoRA adapter" in result.output
+    result = convert(lora_job[0], tmp_path / "b", "--base-model", tmp_path / "nowhere")
+    assert result.exit_code == 2 and "--base-model" in result.output

@@ -276,11 +276,14 @@ def log(job_dir: str, lines: int, follow: bool) -> None:
 @click.argument("checkpoint", type=click.Path(exists=True, file_okay=False))
 @click.argument("out", type=click.Path(file_okay=False))
 @click.option("--engine", help="The training engine that saved it (trainer.trainer_type); default: the run's record.")
-def convert(checkpoint: str, out: str, engine: str | None) -> None:
+@click.option("--adapter", is_flag=True, help="A LoRA checkpoint: write the adapter alone, not the merged model.")
+@click.option("--base-model", help="A LoRA checkpoint: the base model to merge into; default: the adapter's record.")
+def convert(checkpoint: str, out: str, engine: str | None, adapter: bool, base_model: str | None) -> None:
     """Write a checkpoint's actor as a Hugging Face model folder OUT (AutoModelForCausalLM loads it).
 
     CHECKPOINT is a global_step_N folder or a job folder (its latest checkpoint), of any training
-    engine: the torch engine's HF weights are copied, a sharded one (verl FSDP) is merged.
+    engine: the torch engine's HF weights are copied, a sharded one (verl FSDP) is merged. A LoRA
+    checkpoint's adapter is merged into its base model, or with --adapter written alone (peft's folder).
     """
     from pathlib import Path
 
@@ -289,7 +292,7 @@ def convert(checkpoint: str, out: str, engine: str | None) -> None:
     from trinity.plugins import PluginError
 
     try:
-        source, how = export(Path(checkpoint), Path(out), engine)
+        source, how = export(Path(checkpoint), Path(out), engine, adapter, base_model)
     except (ExportError, PluginError, ModuleNotFoundError) as exc:
         click.echo(f"error: {exc}", err=True)
         sys.exit(2)

@@ -270,6 +270,51 @@ def check_model(config: Config, issues: IssueCollector) -> None:
         inference.gpu_per_engine = engine_gpus(inference)
 
 
+def check_lora(config: Config, issues: IssueCollector) -> None:
+    """``model.lora_configs`` as Trinity-RFT derives it: one adapter, the rollout model's
+    ``enable_lora`` / ``lora_modules`` / ``lora_kwargs``; and both engines must take an adapter."""
+    model = config.model
+    if not model.lora_configs or model.tinker.enable:
+        return
+    path = "model.lora_configs"
+    if len(model.lora_configs) > 1:
+        issues.add(path, f"{len(model.lora_configs)} adapters: one is supported (as in Trinity-RFT)")
+    for i, lora in enumerate(model.lora_configs):
+        if lora.lora_rank < 1:
+            issues.add(f"{path}[{i}].lora_rank", "0 trains no adapter: set it >= 1, or drop lora_configs to train all")
+        if lora.path is not None and not (Path(lora.path) / "adapter_config.json").is_file():
+            issues.add(f"{path}[{i}].path", f"{lora.path} is not a peft adapter folder (no adapter_config.json)")
+        lora.is_dummy = lora.path is None
+    rollout = config.explorer.rollout_model
+    engines = []
+    if _trainer_runs(config):
+        engines.append((Kind.TRAINER_ENGINE, config.trainer.trainer_type, "trainer.trainer_type", "torch"))
+    if _explorer_runs(config):
+        engines.append((Kind.ROLLOUT_ENGINE, rollout.engine_type, "explorer.rollout_model.engine_type", "transformers"))
+    # an unknown name is reported by check_explorer / check_trainer
+    known = [e for e in engines if e[1] in get_registry().names(e[0])]
+    lacking = [e for e in known if not getattr(resolve(e[0], e[1]), "takes_lora", False)]
+    if lacking and len(lacking) == len(known):  # as before LoRA took effect: the full model trains, warned
+        for _, name, key, takes in lacking:
+            issues.no_effect(path, f"{key} '{name}' takes no LoRA adapter yet ('{takes}' does): the full model trains")
+        return
+    for _, name, key, takes in lacking:  # one side with an adapter, the other without: the sync cannot work
+        issues.add(
+            key,
+            f"'{name}' takes no LoRA adapter (model.lora_configs) yet, and the other engine does: use '{takes}', "
+            "or drop model.lora_configs to train the full model",
+        )
+    rollout.enable_lora = True
+    rollout.lora_modules = [
+        {"lora_int_id": i + 1, "lora_name": c.name, "lora_path": c.path, "base_model_name": c.base_model_name}
+        for i, c in enumerate(model.lora_configs)
+    ]
+    rollout.lora_kwargs = {
+        "max_loras": len(model.lora_configs),
+        "max_lora_rank": max(c.lora_rank for c in model.lora_configs),
+    }
+
+
 def _derive_token_limits(model: Any, path: str, issues: IssueCollector) -> None:
     """Fill max_model_len / max_prompt_tokens / max_response_tokens as Trinity-RFT does.
 
@@ -821,6 +866,7 @@ CHECKS = (
     check_synchronizer,
     check_intervals,
     check_explorer,
+    check_lora,
     check_buffer,
     check_trainer,
     check_data_processor,

@@ -415,17 +415,25 @@ class OptimizerConfig(ConfigModel):
 
 
 class LoRAConfig(ConfigModel):
-    """A LoRA adapter of the rollout model."""
+    """A LoRA adapter of the rollout model, trained alone (peft) while the base stays frozen; only
+    the adapter is synced and checkpointed (the torch trainer and transformers engine take it)."""
 
-    name: str | None = inert(None, "Adapter name.")
-    path: str | None = inert(None, "Adapter weights; unset: a fresh adapter.")
-    base_model_name: str | None = inert(None, "Name of the base model the adapter belongs to.")
-    lora_rank: int = inert(32, "Rank of the adapter.", ge=0)
-    lora_alpha: int = inert(32, "Scaling alpha of the adapter.", ge=0)
-    lora_dtype: str = inert("auto", "Data type of the adapter weights.")
-    target_modules: str = inert("all-linear", "Modules the adapter wraps.")
-    exclude_modules: str | None = inert(None, "Modules left without an adapter.")
-    is_dummy: bool = inert(False, "Whether the adapter was created empty.")
+    name: str | None = Field(None, description="Adapter name (the rollout engine's lora_modules).")
+    path: str | None = Field(None, description="A saved peft adapter to start from; unset: a fresh adapter (B = 0).")
+    base_model_name: str | None = Field(None, description="Name of the base model the adapter belongs to.")
+    lora_rank: int = Field(32, ge=0, description="Rank r of the adapter.")
+    lora_alpha: int = Field(32, ge=0, description="Scaling alpha of the adapter (its update is scaled by alpha / r).")
+    lora_dtype: str = inert(
+        "auto", "Data type of the adapter weights in vLLM; the reference engines hold it as the base model."
+    )
+    target_modules: str | list[str] = Field(
+        "all-linear",
+        description="Modules the adapter wraps: all-linear (every linear layer but the LM head), names, or a regex.",
+    )
+    exclude_modules: str | list[str] | None = Field(
+        None, description="Modules left without an adapter: names or a regex."
+    )
+    is_dummy: bool = derived(False, "Whether the adapter starts fresh (no path).")
 
 
 class TinkerConfig(ConfigModel):
@@ -472,9 +480,15 @@ class ModelConfig(ConfigModel):
     enable_thinking: bool | None = Field(
         None, description="Chat template's enable_thinking (Qwen3); unset: the template's default."
     )
-    lora_configs: list[LoRAConfig] | None = inert(None, "LoRA adapters of the rollout model.")
-    fully_sharded_loras: bool = inert(False, "Shard LoRA weights across tensor-parallel ranks (vLLM).")
-    max_cpu_loras: int | None = inert(None, "LoRA adapters kept in CPU memory (vLLM).", ge=1)
+    lora_configs: list[LoRAConfig] | None = Field(
+        None, description="LoRA adapter trained instead of the full model (one, as in Trinity-RFT)."
+    )
+    fully_sharded_loras: bool = inert(
+        False, "Shard LoRA weights across tensor-parallel ranks: vLLM's; the vLLM engine takes no adapter yet."
+    )
+    max_cpu_loras: int | None = inert(
+        None, "LoRA adapters kept in CPU memory: vLLM's; the vLLM engine takes no adapter yet.", ge=1
+    )
     rope_scaling: dict[str, Any] | None = inert(None, "RoPE scaling override of the model config.")
     rope_theta: float | None = inert(None, "RoPE theta override of the model config.", gt=0)
     tinker: TinkerConfig = Field(default_factory=TinkerConfig, description="Tinker service settings.")
@@ -563,10 +577,14 @@ class InferenceModelConfig(ConfigModel):
     sync_method: str | None = derived(None, "synchronizer.sync_method.")
     checkpoint_job_dir: str | None = derived(None, "The job folder.")
     cuda_visible_devices: str | None = inert(None, "GPUs of the engine.")
-    enable_lora: bool = inert(False, "Whether model.lora_configs is set.")
-    enable_runtime_lora_updating: bool = inert(False, "Whether LoRA weights change during the run.")
-    lora_modules: list[dict[str, Any]] | None = inert(None, "LoRA adapters, from model.lora_configs.")
-    lora_kwargs: dict[str, Any] = inert(default_factory=dict, description="LoRA engine arguments.")
+    enable_lora: bool = derived(False, "Whether model.lora_configs is set (the rollout model only).")
+    enable_runtime_lora_updating: bool = inert(
+        False, "vLLM's loading of new adapters while serving; the vLLM engine takes no adapter yet."
+    )
+    lora_modules: list[dict[str, Any]] | None = derived(None, "The adapters of model.lora_configs, for the engine.")
+    lora_kwargs: dict[str, Any] = derived(
+        default_factory=dict, description="max_loras and max_lora_rank, from model.lora_configs."
+    )
     rope_scaling: dict[str, Any] | None = derived(None, "model.rope_scaling.")
     rope_theta: float | None = derived(None, "model.rope_theta.")
 

@@ -97,6 +97,9 @@ class RolloutEngine(ABC):
     """Whether ``update_weights`` applies (an external server owns its model: no weight sync)."""
     restartable: ClassVar[bool] = False
     """Whether ``restart`` can bring the engine back after its process died."""
+    takes_lora: ClassVar[bool] = False
+    """Whether the engine holds the base model with the LoRA adapter of ``model.lora_configs``,
+    whose tensors alone ``update_weights`` then receives (``trinity.engine.lora``)."""
     crashed: bool = False
     """Set by an engine whose process died (it raised ``EngineCrashed``), until ``restart``."""
 
@@ -155,6 +158,9 @@ class TrainingEngine(ABC):
     """The engine's reference model, or None when the algorithm needs none."""
     critic: Any = None
     """The engine's critic, or None when the algorithm has none."""
+    takes_lora: ClassVar[bool] = False
+    """Whether the engine trains the LoRA adapter of ``model.lora_configs`` (only the adapter's
+    tensors then go to ``weights_for_sync``)."""
 
     @classmethod
     def export_hf(cls, checkpoint: Path, out: Path) -> None:

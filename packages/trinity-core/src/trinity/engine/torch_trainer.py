@@ -29,8 +29,13 @@ so a config written for verl still loads): ``actor.ppo_epochs`` (or
 ``actor_rollout_ref.actor.ppo_epochs``; default 1), ``critic.optim.lr`` (default:
 ``algorithm.optimizer.lr``) and ``critic.cliprange_value`` (default 0.5).
 
+LoRA (``model.lora_configs``, ``trinity.engine.lora``): the actor is the frozen base with a
+peft adapter, whose parameters alone are in the optimizer; the reference is the same model with
+the adapter disabled (no copy); ``weights_for_sync`` and the checkpoints hold the adapter alone.
+
 Checkpoints: ``<dir>/actor/huggingface`` (``save_pretrained`` safetensors + tokenizer, so a
-rollout engine can load it) and ``<dir>/actor/extra_state.pt`` (optimizer, scheduler, RNG,
+rollout engine can load it; with LoRA the adapter's ``adapter_model.safetensors`` and
+``adapter_config.json``) and ``<dir>/actor/extra_state.pt`` (optimizer, scheduler, RNG,
 step); the critic likewise under ``<dir>/critic``. Weights are always saved in HF format
 (``trainer.save_hf_checkpoint`` concerns engines with their own sharded format).
 """
@@ -53,6 +58,7 @@ from trinity.common.batch import Batch
 from trinity.common.errors import first_line
 from trinity.config.schema import Config, OptimizerConfig
 from trinity.engine.base import CheckpointRefused, Metrics, TrainingEngine
+from trinity.engine.lora import adapter_state, load_adapter_state, with_adapter
 from trinity.engine.losses import LossFns, Totals, batch_totals, critic_micro_loss, role_metrics
 from trinity.engine.modeling import (
     HF_SUBDIR,
@@ -165,6 +171,8 @@ def load_plain_state(path: Path) -> dict[str, Any]:
 class TorchTrainingEngine(TrainingEngine):
     """Actor (and critic) updates with the configured algorithm functions."""
 
+    takes_lora = True
+
     def __init__(self, config: Config) -> None:
         self.config = config
         algo_cfg, trainer = config.algorithm, config.trainer
@@ -177,10 +185,14 @@ class TorchTrainingEngine(TrainingEngine):
         path, remote_code = config.model.model_path, config.model.trust_remote_code
         self.tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=remote_code)
         self.actor = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32, trust_remote_code=remote_code)
+        self.lora = (config.model.lora_configs or [None])[0]
+        if self.lora is not None:
+            self.actor = with_adapter(self.actor, self.lora, trainable=True)
         self.actor.to(self.device).train()
         self.reference: torch.nn.Module | None = None
         if self.algorithm.needs_reference(algo_cfg.kl_loss_fn, algo_cfg.kl_penalty_fn):
-            self.reference = copy.deepcopy(self.actor).eval().requires_grad_(False)
+            # with LoRA the base model is the reference: the actor with its adapter disabled
+            self.reference = self.actor if self.lora else copy.deepcopy(self.actor).eval().requires_grad_(False)
         self.actor_optimizer, self.actor_scheduler = self._optimizer(self.actor, algo_cfg.optimizer.lr)
 
         self.critic: torch.nn.Module | None = None
@@ -292,6 +304,9 @@ class TorchTrainingEngine(TrainingEngine):
         """Reference-model logprobs ``[B, R]`` (for KL losses and penalties, DPO)."""
         if self.reference is None:
             raise RuntimeError(f"algorithm '{self.algorithm.name}' with no KL function has no reference model")
+        if self.lora is not None:
+            with self.actor.disable_adapter():
+                return self._per_token(batch, lambda mb: self._logprobs(self.actor, mb)[0])
         return self._per_token(batch, lambda mb: self._logprobs(self.reference, mb)[0])
 
     def compute_entropy_scores(self, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
@@ -394,8 +409,12 @@ class TorchTrainingEngine(TrainingEngine):
         step = 0
         for name, model, optimizer, scheduler in self._parts():
             root = Path(directory) / name
-            with torch.no_grad():
-                load_weights_into(model, read_hf_weights(root / HF_SUBDIR))
+            weights = read_hf_weights(root / HF_SUBDIR)
+            if model is self.actor and self.lora is not None:
+                load_adapter_state(model, weights)
+            else:
+                with torch.no_grad():
+                    load_weights_into(model, weights)
             state = load_plain_state(root / "extra_state.pt")
             optimizer.load_state_dict(state["optimizer"])
             scheduler.load_state_dict(state["scheduler"])
@@ -409,11 +428,13 @@ class TorchTrainingEngine(TrainingEngine):
         """A CPU snapshot of the actor's weights (copied: training goes on updating them), each
         tensor once (a tied LM head is the embedding; ``save_pretrained`` writes it once too), cast
         on the device to the dtype the rollout engine holds them in (``rollout_model.dtype`` on a
-        GPU, bf16 by default): half float32's bytes to copy and hand over (docs/performance.md)."""
+        GPU, bf16 by default): half float32's bytes to copy and hand over (docs/performance.md).
+        With LoRA, the adapter's tensors alone (``adapter_model.safetensors``' names)."""
         rollout = model_dtype(self.device, self.config.explorer.rollout_model.dtype)
         snapshot: dict[str, torch.Tensor] = {}
         seen: set[int] = set()
-        for name, tensor in self.actor.state_dict().items():
+        weights = adapter_state(self.actor) if self.lora is not None else self.actor.state_dict()
+        for name, tensor in weights.items():
             if tensor.numel() and tensor.data_ptr() in seen:
                 continue
             seen.add(tensor.data_ptr())

@@ -20,6 +20,10 @@ Sampling settings come from ``SamplingArgs`` over ``ModelConfig`` (temperature, 
 repetition_penalty), never from the checkpoint's ``generation_config.json``. ``max_model_len``
 bounds prompt + response for the longest prompt of a batch.
 
+With LoRA (``enable_lora``, derived from ``model.lora_configs``) the engine holds the base
+model with the adapter (``trinity.engine.lora``, unmerged: the trainer's very computation), and
+``update_weights`` takes the adapter's tensors alone.
+
 Sampling draws from the engine's own RNG stream (seeded by ``InferenceModelConfig.seed``), or
 from ``SamplingArgs.seed`` for one call; the process's global RNG is left as it was.
 """
@@ -35,6 +39,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig, 
 
 from trinity.config.schema import InferenceModelConfig, ModelConfig
 from trinity.engine.base import Completion, RolloutEngine, SamplingArgs
+from trinity.engine.lora import is_adapter_model, load_adapter_state, with_adapter
 from trinity.engine.modeling import (
     default_device,
     load_weights_into,
@@ -80,7 +85,9 @@ class _RawLogprobs(StoppingCriteria):
     def __init__(self, model: torch.nn.Module) -> None:
         self.columns: list[torch.Tensor] = []
         self._logits: torch.Tensor | None = None
-        self._hook = model.register_forward_hook(self._keep)
+        # a peft model's generate runs its inner model's forward, not its own: hook that one
+        inner = model.get_base_model() if is_adapter_model(model) else model
+        self._hook = inner.register_forward_hook(self._keep)
 
     def _keep(self, module: torch.nn.Module, args: Any, output: Any) -> None:
         self._logits = output.logits[:, -1].float()
@@ -101,6 +108,8 @@ class _RawLogprobs(StoppingCriteria):
 class TransformersRolloutEngine(RolloutEngine):
     """``AutoModelForCausalLM`` + ``AutoTokenizer`` from a local directory (or a hub id)."""
 
+    takes_lora = True
+
     def __init__(self, config: InferenceModelConfig, model: ModelConfig) -> None:
         self.config, self.model_config = config, model
         self.device = default_device()
@@ -120,6 +129,9 @@ class TransformersRolloutEngine(RolloutEngine):
         # Sampling comes from the config and SamplingArgs only: generate() would otherwise fill
         # every unset field from the checkpoint's generation_config.json (e.g. Qwen's top_k=20).
         self.model.generation_config = GenerationConfig()
+        self.lora = (model.lora_configs or [None])[0] if config.enable_lora else None
+        if self.lora is not None:
+            self.model = with_adapter(self.model, self.lora, trainable=False).eval()
         self.prompts = PromptFormatter(self.tokenizer, config, model, end_of_turn_ids=self.eos_ids)
         self.max_model_len = _first(config.max_model_len, model.max_model_len)
         self.max_response_tokens = _first(config.max_response_tokens, model.max_response_tokens)
@@ -175,11 +187,16 @@ class TransformersRolloutEngine(RolloutEngine):
         version: int = 0,
     ) -> None:
         """Copy new weights in place, from a (possibly partial) state dict or from the
-        ``*.safetensors`` of a HF directory / training checkpoint; then set ``model_version``."""
+        ``*.safetensors`` of a HF directory / training checkpoint; then set ``model_version``.
+        With LoRA, the adapter's tensors (a LoRA checkpoint's ``adapter_model.safetensors``)."""
         if (state_dict is None) == (checkpoint_path is None):
             raise ValueError("update_weights needs exactly one of state_dict or checkpoint_path")
-        with torch.no_grad():
-            load_weights_into(self.model, state_dict if state_dict is not None else read_hf_weights(checkpoint_path))
+        weights = state_dict if state_dict is not None else read_hf_weights(checkpoint_path)
+        if self.lora is not None:
+            load_adapter_state(self.model, weights)
+        else:
+            with torch.no_grad():
+                load_weights_into(self.model, weights)
         self.model_version = version
 
     def shutdown(self) -> None:

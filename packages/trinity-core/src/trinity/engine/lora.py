@@ -1,0 +1,119 @@
+"""LoRA adapters (peft) on the reference engines: ``model.lora_configs`` as Trinity-RFT reads it.
+
+One adapter (Trinity-RFT supports one): rank ``lora_rank``, scaling ``lora_alpha / lora_rank``,
+on ``target_modules`` (``all-linear``: every linear layer but the LM head, peft's meaning, as in
+verl) less ``exclude_modules``; no dropout (Trinity-RFT and verl have no dropout key, and a
+dropout would make the trainer's logprobs differ from the rollout engine's). A ``path`` starts
+from a saved peft adapter; without one the adapter is fresh (``B = 0``: the model is the base
+model until the first update, Trinity-RFT's "dummy" adapter).
+
+Only the adapter trains and only its tensors move: ``adapter_state`` is what the trainer
+syncs and checkpoints (peft's ``get_peft_model_state_dict`` names, those of
+``adapter_model.safetensors``), ``load_adapter_state`` what a rollout engine loads. The frozen
+base serves as the reference model (the adapter disabled), as verl does with LoRA.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+if TYPE_CHECKING:
+    from trinity.config.schema import LoRAConfig
+
+ADAPTER_CONFIG = "adapter_config.json"
+"""The file that makes a folder a peft adapter (next to ``adapter_model.safetensors``)."""
+
+
+def _modules(value: str | list[str] | None) -> str | list[str] | None:
+    """peft's form of a module list: ``all-linear``, a list of names, or a regex (a string
+    peft matches against whole module paths). Comma-separated names become a list, and so does
+    one plain name (as a string peft would read it as a regex of the whole path)."""
+    if value is None or isinstance(value, list) or value == "all-linear":
+        return value
+    if any(c in value for c in "*[]()|\\") and "," not in value:
+        return value
+    return [name.strip() for name in value.split(",") if name.strip()]
+
+
+def peft_config(lora: LoRAConfig) -> Any:
+    from peft import LoraConfig
+
+    return LoraConfig(
+        r=lora.lora_rank,
+        lora_alpha=lora.lora_alpha,
+        target_modules=_modules(lora.target_modules),
+        exclude_modules=_modules(lora.exclude_modules),
+        lora_dropout=0.0,
+        bias="none",
+        task_type="CAUSAL_LM",
+    )
+
+
+def with_adapter(model: torch.nn.Module, lora: LoRAConfig, trainable: bool) -> torch.nn.Module:
+    """``model`` (a causal LM) wrapped with the adapter ``lora`` describes; only the adapter's
+    parameters require grad (none when not ``trainable``)."""
+    from peft import PeftModel, get_peft_model
+
+    if lora.path:
+        return PeftModel.from_pretrained(model, lora.path, is_trainable=trainable)
+    wrapped = get_peft_model(model, peft_config(lora))
+    if not trainable:
+        wrapped.requires_grad_(False)
+    return wrapped
+
+
+def is_adapter_model(model: torch.nn.Module) -> bool:
+    from peft import PeftModel
+
+    return isinstance(model, PeftModel)
+
+
+def adapter_state(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """The adapter's tensors (not copied), named as in ``adapter_model.safetensors``."""
+    from peft import get_peft_model_state_dict
+
+    return get_peft_model_state_dict(model)
+
+
+def load_adapter_state(model: torch.nn.Module, state: dict[str, torch.Tensor]) -> None:
+    """Copy adapter tensors (``adapter_state``'s names) into ``model`` in place; a name the
+    adapter does not have (a full model's weights, another adapter's layout) is an error."""
+    from peft import set_peft_model_state_dict
+
+    with torch.no_grad():
+        result = set_peft_model_state_dict(model, state)
+    unexpected = getattr(result, "unexpected_keys", [])
+    if unexpected:
+        raise KeyError(
+            f"weights not in the LoRA adapter: {unexpected[:5]} ({len(unexpected)} in all); "
+            "a full model's weights cannot load into an engine that holds an adapter"
+        )
+
+
+def is_adapter_folder(path: str | Path) -> bool:
+    return (Path(path) / ADAPTER_CONFIG).is_file()
+
+
+def adapter_base(path: str | Path) -> str | None:
+    """The base model an adapter folder names (``base_model_name_or_path``)."""
+    return json.loads((Path(path) / ADAPTER_CONFIG).read_text()).get("base_model_name_or_path")
+
+
+def merge_adapter_folder(adapter: Path, out: Path, base: str | None = None) -> None:
+    """Write the base model with the adapter at ``adapter`` merged in, as a HF model folder
+    ``out`` (weights ``W + B A alpha/r``), with the adapter folder's tokenizer where it has one."""
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    base = base or adapter_base(adapter)
+    if not base:
+        raise ValueError(f"{adapter / ADAPTER_CONFIG} names no base_model_name_or_path: give the base model")
+    model = AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32)
+    merged = PeftModel.from_pretrained(model, str(adapter)).merge_and_unload()
+    merged.save_pretrained(out)
+    tokenizer_source = adapter if (adapter / "tokenizer_config.json").is_file() else Path(base)
+    AutoTokenizer.from_pretrained(str(tokenizer_source)).save_pretrained(out)
