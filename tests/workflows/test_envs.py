@@ -10,8 +10,14 @@ from pathlib import Path
 
 import pytest
 
+from trinity.common.experience import Task
 from trinity.config.check import plugin_args
 from trinity.config.load import IssueCollector
+from trinity.config.schema import InferenceModelConfig, ModelConfig
+from trinity.engine.base import SamplingArgs
+from trinity.engine.client import EngineClient
+from trinity.engine.transformers_rollout import TransformersRolloutEngine
+from trinity.explorer.model_wrapper import ModelWrapper
 from trinity.plugins import Kind, resolve
 from trinity_workflows.base import WorkflowError
 from trinity_workflows.envs.base import action_in_tags
@@ -100,6 +106,33 @@ def test_frozen_lake_workflow_plays_an_episode_with_the_tiny_model(make_workflow
     assert len(users) == steps and users[0].startswith("Observation after 0 moves:")
     assert experience.messages[0]["content"].startswith("You are an agent on a frozen lake")
     assert experience.action_mask.sum() > 0 and len(experience.logprobs) == len(experience.action_mask)
+
+
+def play_frozen_lake(model_dir: Path, max_prompt_tokens: int):
+    """One frozen_lake_workflow episode (3 moves at most) under ``max_prompt_tokens``."""
+    config = ModelConfig(model_path=str(model_dir), max_prompt_tokens=max_prompt_tokens)
+    client = EngineClient(TransformersRolloutEngine(InferenceModelConfig(model_path=str(model_dir)), config))
+    try:
+        model = ModelWrapper(client, SamplingArgs(max_tokens=8))
+        raw = {"size": 3, "p": 0.9, "seed": 7}
+        task = Task(
+            workflow_type="frozen_lake_workflow", raw=raw, taskset_name="t", workflow_args={"agent_max_steps": 3}
+        )
+        (experience,) = resolve(Kind.WORKFLOW, "frozen_lake_workflow")(task, model).run()
+    finally:
+        client.close()
+    return experience
+
+
+def test_an_episode_that_outgrows_max_prompt_tokens_counts_as_a_truncated_prompt(tiny_model_dir):
+    """As a conversation (test_conversation.py): the episode ends at the move whose prompt is over
+    the limit, and its experience is counted (``rollout/truncated_prompts``, the explorer's warning)."""
+    whole = play_frozen_lake(tiny_model_dir, 4096)
+    assert whole.truncate_status != "prompt_truncated" and whole.metrics["env_steps"] > 1
+    cut = play_frozen_lake(tiny_model_dir, whole.prompt_length + 4)  # the first prompt fits, the second not
+    assert cut.metrics["env_steps"] == 1
+    assert cut.truncate_status == "prompt_truncated"
+    assert cut.info["truncated_from"] > whole.prompt_length + 4 and cut.action_mask.any()
 
 
 # --- sudoku -------------------------------------------------------------------------------

@@ -22,7 +22,7 @@ from typing import Any, ClassVar, Protocol
 
 from trinity.plugin_api import Experience, Field, PluginArgs
 from trinity_workflows.base import Messages
-from trinity_workflows.conversation import ConversationWorkflow
+from trinity_workflows.conversation import ConversationWorkflow, mark_cut
 
 _ACTION = re.compile(r"<action>(.*?)</action>", re.DOTALL)
 
@@ -51,6 +51,8 @@ class EpisodeRecord:
     rewards: list[float] = field(default_factory=list)
     observations: list[str] = field(default_factory=list)
     done: bool = False
+    cut: Experience | None = None
+    """The reply whose prompt outgrew ``max_prompt_tokens``, when that ended the episode."""
 
 
 class EnvArgs(PluginArgs):
@@ -106,13 +108,16 @@ class EnvironmentWorkflow(ConversationWorkflow):
             await asyncio.to_thread(episode.close)
         reward = self.episode_reward(record)
         experiences = await self.experiences(record.turns[-1].messages, record.turns, {"env_reward": reward})
+        if record.cut is not None:
+            mark_cut(experiences[-1], record.cut)
         for experience in experiences:
             experience.metrics.update(env_steps=float(len(record.rewards)), env_done=float(record.done))
         return self.annotate(experiences, record)
 
     async def play(self, episode: Episode, max_steps: int) -> EpisodeRecord:
         """Model and environment take turns until the episode ends, ``max_steps`` actions were
-        taken, or the conversation outgrows ``max_prompt_tokens``."""
+        taken, or the conversation outgrows ``max_prompt_tokens`` (``record.cut``: the episode's
+        last experience then counts as a truncated prompt, as a conversation's does)."""
         record = EpisodeRecord()
         observation = self.format_observation(await asyncio.to_thread(episode.reset))
         messages: Messages = [{"role": "system", "content": self.env_system_prompt}]
@@ -120,6 +125,7 @@ class EnvironmentWorkflow(ConversationWorkflow):
             messages = [*messages, {"role": "user", "content": observation}]
             (reply,) = await self.model.chat_async(messages, n=1)
             if reply.truncate_status == "prompt_truncated" and record.turns:
+                record.cut = reply
                 break
             record.turns.append(reply)
             record.observations.append(observation)
