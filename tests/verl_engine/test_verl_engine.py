@@ -71,6 +71,10 @@ def prepared(engine: Any, config: Config, batch: Batch) -> Batch:
 
 
 def actor_weights(engine: Any) -> dict[str, torch.Tensor]:
+    """Every weight of the actor: verl's gathered state dict; the torch engine's model (its
+    ``weights_for_sync`` sends a tied LM head once, which the rollout model's own tie carries)."""
+    if isinstance(engine, TorchTrainingEngine):
+        return {name: tensor.detach().cpu() for name, tensor in engine.actor.state_dict().items()}
     return engine.weights_for_sync()
 
 
