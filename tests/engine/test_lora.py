@@ -5,6 +5,8 @@ cannot work, naming the key."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -217,3 +219,21 @@ def test_engines_without_lora_train_the_full_model_with_a_warning() -> None:
     issues = checked(config)
     assert not issues.issues and not config.explorer.rollout_model.enable_lora
     assert any("'verl' takes no LoRA adapter yet" in i.message for i in issues.inert)
+
+
+def test_engines_without_an_adapter_never_import_peft(tiny_model_dir: Path) -> None:
+    """peft takes 1.9 s to import on 2 cores: a run without LoRA paid it at its first rollout
+    (the quickstart 7% slower side by side), through the check of whether the model is one."""
+    code = (
+        "import sys\n"
+        "from trinity.config.schema import InferenceModelConfig, ModelConfig\n"
+        "from trinity.engine.base import SamplingArgs\n"
+        "from trinity.engine.transformers_rollout import TransformersRolloutEngine\n"
+        f"path = {str(tiny_model_dir)!r}\n"
+        "engine = TransformersRolloutEngine(InferenceModelConfig(model_path=path), ModelConfig(model_path=path))\n"
+        "engine.generate(['1 + 2 ='], SamplingArgs(max_tokens=4))\n"
+        "print('peft' in sys.modules)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip().splitlines()[-1] == "False"
