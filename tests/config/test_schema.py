@@ -123,6 +123,7 @@ def test_trinity_rft_names_of_older_releases_are_accepted(tmp_path, caplog):
             "buffer.explorer_input.taskset.task_selector.selector_type=shuffle",
             "buffer.trainer_input.experience_buffer={name: exp, use_priority_queue: true, reuse_cooldown_time: 5}",
             "explorer.rollout_model.engine_args={swap_space: 4}",
+            "trainer.ppo_max_token_len_per_gpu=8192",
         ],
     )
     assert cfg.synchronizer.sync_style == "explorer_driven"
@@ -133,10 +134,12 @@ def test_trinity_rft_names_of_older_releases_are_accepted(tmp_path, caplog):
     replay = cfg.buffer.trainer_input.experience_buffer.replay_buffer
     assert replay.enable is True and replay.reuse_cooldown_time == 5
     assert cfg.explorer.rollout_model.extra_engine_args == {"swap_space": 4}
+    assert cfg.trainer.max_token_len_per_gpu == 8192
     for old, new in [
         ("explorer.runner_num", "explorer.runner_per_model"),
         ("buffer.explorer_input.taskset.task_selector", "buffer.explorer_input.taskset.data_selector"),
         ("buffer.trainer_input.experience_buffer.use_priority_queue", "replay_buffer.enable"),
+        ("trainer.ppo_max_token_len_per_gpu", "trainer.max_token_len_per_gpu"),
     ]:
         assert f"{old}: deprecated: use" in caplog.text and new in caplog.text
 

@@ -884,6 +884,8 @@ class MegatronParallelConfig(ConfigModel):
 class TrainerConfig(ConfigModel):
     """The trainer: its engine, checkpoints and batching."""
 
+    renamed: ClassVar[dict[str, str]] = {"ppo_max_token_len_per_gpu": "max_token_len_per_gpu"}
+
     name: str = Field("trainer", description="Name of the trainer.")
     trainer_type: str = Field("verl", description="A training engine plugin: verl, torch, ...")
     trainer_strategy: TrainerStrategy = Field("fsdp2", description="verl's strategy: fsdp or fsdp2 (megatron: no).")
