@@ -12,6 +12,8 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file
 
+from trinity.engine.lora import is_adapter_model, load_adapter_state
+
 HF_SUBDIR = "huggingface"
 ACTOR_HF_SUBDIR = Path("actor") / HF_SUBDIR
 """Where a training checkpoint keeps the actor's weights in HF format."""
@@ -100,7 +102,12 @@ def read_hf_weights(directory: str | Path) -> dict[str, torch.Tensor]:
 
 def load_weights_into(model: torch.nn.Module, state_dict: dict[str, torch.Tensor]) -> None:
     """Copy ``state_dict`` into ``model`` in place; a subset of the weights is accepted (partial
-    sync), a name the model does not have is an error."""
-    result = model.load_state_dict(state_dict, strict=False)
+    sync), a name the model does not have is an error. A LoRA adapter model takes its adapter's
+    tensors alone (``trinity.engine.lora.load_adapter_state``)."""
+    if is_adapter_model(model):
+        load_adapter_state(model, state_dict)
+        return
+    with torch.no_grad():
+        result = model.load_state_dict(state_dict, strict=False)
     if result.unexpected_keys:
         raise KeyError(f"weights not in the model: {result.unexpected_keys[:5]} ({len(result.unexpected_keys)} in all)")

@@ -58,7 +58,7 @@ from trinity.common.batch import Batch
 from trinity.common.errors import first_line
 from trinity.config.schema import Config, OptimizerConfig
 from trinity.engine.base import CheckpointRefused, Metrics, TrainingEngine
-from trinity.engine.lora import adapter_state, load_adapter_state, with_adapter
+from trinity.engine.lora import adapter_state, with_adapter
 from trinity.engine.losses import LossFns, Totals, batch_totals, critic_micro_loss, role_metrics
 from trinity.engine.modeling import (
     HF_SUBDIR,
@@ -409,12 +409,7 @@ class TorchTrainingEngine(TrainingEngine):
         step = 0
         for name, model, optimizer, scheduler in self._parts():
             root = Path(directory) / name
-            weights = read_hf_weights(root / HF_SUBDIR)
-            if model is self.actor and self.lora is not None:
-                load_adapter_state(model, weights)
-            else:
-                with torch.no_grad():
-                    load_weights_into(model, weights)
+            load_weights_into(model, read_hf_weights(root / HF_SUBDIR))
             state = load_plain_state(root / "extra_state.pt")
             optimizer.load_state_dict(state["optimizer"])
             scheduler.load_state_dict(state["scheduler"])

@@ -39,7 +39,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig, 
 
 from trinity.config.schema import InferenceModelConfig, ModelConfig
 from trinity.engine.base import Completion, RolloutEngine, SamplingArgs
-from trinity.engine.lora import is_adapter_model, load_adapter_state, with_adapter
+from trinity.engine.lora import is_adapter_model, with_adapter
 from trinity.engine.modeling import (
     default_device,
     load_weights_into,
@@ -191,12 +191,7 @@ class TransformersRolloutEngine(RolloutEngine):
         With LoRA, the adapter's tensors (a LoRA checkpoint's ``adapter_model.safetensors``)."""
         if (state_dict is None) == (checkpoint_path is None):
             raise ValueError("update_weights needs exactly one of state_dict or checkpoint_path")
-        weights = state_dict if state_dict is not None else read_hf_weights(checkpoint_path)
-        if self.lora is not None:
-            load_adapter_state(self.model, weights)
-        else:
-            with torch.no_grad():
-                load_weights_into(self.model, weights)
+        load_weights_into(self.model, state_dict if state_dict is not None else read_hf_weights(checkpoint_path))
         self.model_version = version
 
     def shutdown(self) -> None:
