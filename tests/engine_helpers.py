@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import textwrap
 from pathlib import Path
 from typing import Any
 
+from trinity.config import load_config
 from trinity.config.check import check_algorithm
 from trinity.config.load import IssueCollector
 from trinity.config.schema import Config
+from trinity.trainer.trainer import Trainer
 
 
 def make_config(model_dir: Path, algorithm: str = "grpo", engine: str = "torch", **fields: Any) -> Config:
@@ -34,3 +37,30 @@ def make_config(model_dir: Path, algorithm: str = "grpo", engine: str = "torch",
     check_algorithm(config, issues)
     issues.raise_if_any()
     return config
+
+
+def train_mode_trainer(tmp_path: Path, model_dir: Path, algorithm: str = "") -> Trainer:
+    """A ``mode: train`` Trainer of GRPO on the torch engine (2 prompts x 2 runs a step, an sql
+    experience buffer under ``tmp_path``), loaded as ``trinity run`` loads its config;
+    ``algorithm``: more ``algorithm`` entries, flow style with a leading comma (``", kl_loss_fn: none"``)."""
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    path = tmp_path / "config.yaml"
+    path.write_text(
+        textwrap.dedent(
+            f"""
+            mode: train
+            checkpoint_root_dir: {tmp_path / "ckpt"}
+            model: {{model_path: {model_dir}, max_prompt_tokens: 8, max_response_tokens: 8}}
+            cluster: {{node_num: 1, gpu_per_node: 0}}
+            algorithm: {{algorithm_type: grpo, repeat_times: 2{algorithm}}}
+            trainer: {{trainer_type: torch}}
+            synchronizer: {{sync_method: checkpoint}}
+            buffer:
+              batch_size: 2
+              train_batch_size: 4
+              trainer_input:
+                experience_buffer: {{name: exp, storage_type: sql, path: {tmp_path / "exp.db"}}}
+            """
+        )
+    )
+    return Trainer(load_config(path))

@@ -4,15 +4,14 @@ the loss when the rollout's logprobs and the trainer's differ, and that it does 
 
 from __future__ import annotations
 
-import textwrap
 from pathlib import Path
 
 import pytest
 import torch
 
+from engine_helpers import train_mode_trainer
 from trinity.common.batch import Batch
 from trinity.common.experience import EID, Experience
-from trinity.config import load_config
 from trinity.trainer.trainer import Trainer
 
 PROMPT, RESPONSE = 4, 6
@@ -21,27 +20,7 @@ SHIFT = torch.tensor([0.0, 0.3, -0.5, 1.5, -1.2, 0.05]) * torch.tensor([1.0, 0.5
 
 
 def make_trainer(tmp_path: Path, model_dir: Path, algorithm: str = "") -> Trainer:
-    tmp_path.mkdir(parents=True, exist_ok=True)
-    path = tmp_path / "config.yaml"
-    path.write_text(
-        textwrap.dedent(
-            f"""
-            mode: train
-            checkpoint_root_dir: {tmp_path / "ckpt"}
-            model: {{model_path: {model_dir}, max_prompt_tokens: 8, max_response_tokens: 8}}
-            cluster: {{node_num: 1, gpu_per_node: 0}}
-            algorithm: {{algorithm_type: grpo, repeat_times: 2, kl_loss_fn: none, entropy_loss_fn: none{algorithm}}}
-            trainer: {{trainer_type: torch}}
-            synchronizer: {{sync_method: checkpoint}}
-            buffer:
-              batch_size: 2
-              train_batch_size: 4
-              trainer_input:
-                experience_buffer: {{name: exp, storage_type: sql, path: {tmp_path / "exp.db"}}}
-            """
-        )
-    )
-    return Trainer(load_config(path))
+    return train_mode_trainer(tmp_path, model_dir, ", kl_loss_fn: none, entropy_loss_fn: none" + algorithm)
 
 
 def experiences(logprobs: torch.Tensor | None = None) -> list[Experience]:

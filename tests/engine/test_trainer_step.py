@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 import math
-import textwrap
 from pathlib import Path
 
 import torch
 
+from engine_helpers import train_mode_trainer
 from trinity.common.experience import EID, Experience
-from trinity.config import load_config
-from trinity.trainer.trainer import Trainer
 
 
 def stale_experiences(count: int) -> list[Experience]:
@@ -28,30 +26,8 @@ def stale_experiences(count: int) -> list[Experience]:
 
 
 def test_a_batch_that_staleness_control_drops_whole_trains_nothing(tmp_path: Path, tiny_model_dir: Path) -> None:
-    path = tmp_path / "config.yaml"
-    path.write_text(
-        textwrap.dedent(
-            f"""
-            mode: train
-            checkpoint_root_dir: {tmp_path / "ckpt"}
-            model: {{model_path: {tiny_model_dir}, max_prompt_tokens: 8, max_response_tokens: 8}}
-            cluster: {{node_num: 1, gpu_per_node: 0}}
-            algorithm:
-              algorithm_type: grpo
-              repeat_times: 2
-              sample_strategy: staleness_control
-              sample_strategy_args: {{max_staleness: 1, stale_action: drop}}
-            trainer: {{trainer_type: torch}}
-            synchronizer: {{sync_method: checkpoint}}
-            buffer:
-              batch_size: 2
-              train_batch_size: 4
-              trainer_input:
-                experience_buffer: {{name: exp, storage_type: sql, path: {tmp_path / "exp.db"}}}
-            """
-        )
-    )
-    trainer = Trainer(load_config(path))
+    staleness = ", sample_strategy: staleness_control, sample_strategy_args: {max_staleness: 1, stale_action: drop}"
+    trainer = train_mode_trainer(tmp_path, tiny_model_dir, staleness)
     trainer.step = 3  # experiences of version 0 are 3 versions stale: all dropped
     before = {k: v.clone() for k, v in trainer.engine.actor.state_dict().items()}
     metrics = trainer.train_step(stale_experiences(4))
