@@ -30,7 +30,7 @@ import torch
 
 from trinity.plugin_api import TRUNCATED_FROM, Experience, ModelWrapper, Task, set_reward
 from trinity_workflows.base import CatalogueWorkflow, Messages, last_user_text
-from trinity_workflows.tools import ToolFunction, execute, parse_tool_calls, resolve_tools, tool_schemas
+from trinity_workflows.tools import ToolCall, ToolFunction, execute, parse_tool_calls, resolve_tools, tool_schemas
 
 
 class ConversationWorkflow(CatalogueWorkflow):
@@ -78,11 +78,16 @@ class ConversationWorkflow(CatalogueWorkflow):
             if not follow_up:  # done (or not even the first prompt fit: the trainer leaves it out)
                 break
             messages = [*reply.messages, *follow_up]
-        components = self.score(turns[-1].info["response_text"], self.truth, prompt)
+        components = await self.grade(turns, prompt)
         experiences = await self.experiences(turns[-1].messages, turns, components)
         if cut is not None:
             mark_cut(experiences[-1], cut)
         return experiences
+
+    async def grade(self, turns: list[Experience], prompt: str | None) -> dict[str, float]:
+        """The reward components of the conversation (default: the reward function on the last
+        reply); a workflow that grades the whole episode, or asks a judge, overrides it."""
+        return self.score(turns[-1].info["response_text"], self.truth, prompt)
 
     async def experiences(
         self, messages: Messages, turns: list[Experience], components: dict[str, float]
@@ -147,23 +152,51 @@ class StepWiseWorkflow(ConversationWorkflow):
         return turns
 
 
-class ToolCallWorkflow(MultiTurnWorkflow):
-    """Tool use: the model calls the task's tools until it answers without a call.
+class ToolUse(ConversationWorkflow):
+    """The model calls tools until it answers without a call: each call's result (or error) is
+    a ``tool`` turn. Subclasses give ``tools`` (schemas) and ``functions`` (name -> callable);
+    each call runs with ``workflow_args.tool_timeout`` seconds (default 10). Metrics
+    ``tool_calls`` and ``tool_errors`` (on the first experience) count the calls."""
+
+    def __init__(self, task: Task, model: ModelWrapper, auxiliary_models: Sequence[ModelWrapper] = ()):
+        super().__init__(task, model, auxiliary_models)
+        self.calls = self.errors = 0
+
+    @property
+    def functions(self) -> dict[str, ToolFunction]:
+        raise NotImplementedError
+
+    async def rollout(self) -> list[Experience]:
+        self.functions  # noqa: B018 -- a tool without a function fails before any model call
+        experiences = await super().rollout()
+        experiences[0].metrics.update(tool_calls=float(self.calls), tool_errors=float(self.errors))
+        return experiences
+
+    async def respond(self, messages: Messages, turn: int) -> Messages | None:
+        return await self.run_calls(parse_tool_calls(messages[-1]["content"]))
+
+    async def run_calls(self, calls: list[ToolCall]) -> Messages | None:
+        """The ``tool`` turns answering ``calls`` (None when there are none: the conversation ends)."""
+        if not calls:
+            return None
+        timeout = float(self.task.workflow_args.get("tool_timeout", 10))
+        results = await asyncio.gather(*(execute(call, self.functions, timeout, self.task) for call in calls))
+        self.calls += len(calls)
+        self.errors += sum(not ok for _, ok in results)
+        return [{"role": "tool", "name": c.name, "content": text} for c, (text, _) in zip(calls, results, strict=True)]
+
+
+class ToolCallWorkflow(ToolUse, MultiTurnWorkflow):
+    """Tool use on the task's tools; the whole conversation is one experience, masked to the
+    model's turns, and the last reply is scored.
 
     Tool schemas come from the row's ``format.tools_key`` column (default ``tools``) or
     ``workflow_args.tools``; the functions are those
     registered with ``register_tool`` or mapped in ``workflow_args.tool_functions`` (one with a
     ``task`` parameter gets this task: tools over the row's own data). The
     schemas go to the chat template as ``tools`` (a template that renders none gets them in
-    the system prompt, as Qwen2.5's renders them). Each
-    call runs with ``workflow_args.tool_timeout`` seconds (default 10) and its result is a
-    ``tool`` turn. The whole conversation is one experience, masked to the model's turns;
-    the last reply is scored. Metrics ``tool_calls`` and ``tool_errors`` count the calls.
+    the system prompt, as Qwen2.5's renders them).
     """
-
-    def __init__(self, task: Task, model: ModelWrapper, auxiliary_models: Sequence[ModelWrapper] = ()):
-        super().__init__(task, model, auxiliary_models)
-        self.calls = self.errors = 0
 
     @cached_property
     def tools(self) -> list[dict[str, Any]]:
@@ -173,19 +206,3 @@ class ToolCallWorkflow(MultiTurnWorkflow):
     @cached_property
     def functions(self) -> dict[str, ToolFunction]:
         return resolve_tools(self.tools, self.task.workflow_args.get("tool_functions", {}))
-
-    async def rollout(self) -> list[Experience]:
-        self.functions  # noqa: B018 -- a tool without a function fails before any model call
-        experiences = await super().rollout()
-        experiences[0].metrics.update(tool_calls=float(self.calls), tool_errors=float(self.errors))
-        return experiences
-
-    async def respond(self, messages: Messages, turn: int) -> Messages | None:
-        calls = parse_tool_calls(messages[-1]["content"])
-        if not calls:
-            return None
-        timeout = float(self.task.workflow_args.get("tool_timeout", 10))
-        results = await asyncio.gather(*(execute(call, self.functions, timeout, self.task) for call in calls))
-        self.calls += len(calls)
-        self.errors += sum(not ok for _, ok in results)
-        return [{"role": "tool", "name": c.name, "content": text} for c, (text, _) in zip(calls, results, strict=True)]

@@ -23,6 +23,7 @@ _WORKFLOWS = {
     "step_wise_alfworld_workflow": "envs.text_games:StepWiseAlfworldWorkflow",
     "sciworld_workflow": "envs.text_games:SciWorldWorkflow",
     "webshop_workflow": "envs.text_games:WebShopWorkflow",
+    "intercode_sql_workflow": "envs.intercode_sql:InterCodeSQLWorkflow",
 }
 _REWARDS = {
     "math_reward": "math_reward",
