@@ -25,13 +25,6 @@ MISSING_PLUGINS: dict[str, dict[str, str]] = {
         "buffer.explorer_input.tasksets[0].default_workflow_type": "cod_frozenlake_obscure_workflow",
         "buffer.explorer_input.tasksets[1].default_workflow_type": "cod_random_alchemy_workflow",
     },
-    "entropy_clipb.yaml": {
-        "buffer.explorer_input.taskset.default_workflow_type": "async_math_workflow",
-        "buffer.explorer_input.eval_tasksets[0].default_workflow_type": "async_math_workflow",
-        "buffer.explorer_input.eval_tasksets[1].default_workflow_type": "async_math_workflow",
-        "buffer.explorer_input.eval_tasksets[2].default_workflow_type": "async_math_workflow",
-        "buffer.explorer_input.eval_tasksets[3].default_workflow_type": "async_math_workflow",
-    },
     "tinker.yaml": {"explorer.rollout_model.engine_type": "tinker", "trainer.trainer_type": "tinker"},
 }
 """Plugins still missing (tinker: Trinity-RFT turns every engine into its Tinker backend)."""

@@ -13,11 +13,12 @@ import yaml
 
 from trinity.common.experience import Task
 from trinity.common.tiny_model import build_tiny_model
-from trinity.config.schema import InferenceModelConfig, ModelConfig
+from trinity.config.schema import Config, InferenceModelConfig, ModelConfig
 from trinity.engine.base import SamplingArgs
 from trinity.engine.client import EngineClient
 from trinity.engine.transformers_rollout import TransformersRolloutEngine
 from trinity.explorer.model_wrapper import ModelWrapper
+from trinity.explorer.runner import TaskRunner
 from trinity.explorer.workflow import Workflow
 from trinity.plugins import Kind, resolve
 
@@ -41,6 +42,31 @@ def client(tiny_model_dir: Path):
 @pytest.fixture
 def model(client: EngineClient) -> ModelWrapper:
     return ModelWrapper(client, SamplingArgs(n=1, max_tokens=16, temperature=1.0))
+
+
+@pytest.fixture
+def run_tasks(client: EngineClient, tiny_model_dir: Path):
+    """``run_tasks(tasks, auxiliary=[], **explorer)``: the explorer's ``TaskRunner`` on the tiny
+    model (``auxiliary``: one client per auxiliary model), one batch; its ``BatchOutcome``."""
+    runners = []
+
+    def run(tasks: list[Task], auxiliary: list[EngineClient] = (), **explorer):
+        model = {"model_path": str(tiny_model_dir), "engine_type": "transformers", "max_response_tokens": 8}
+        aux = [{"engine_type": "external"} for _ in auxiliary]
+        config = Config.model_validate(
+            {
+                "model": {"model_path": str(tiny_model_dir), "max_prompt_tokens": 256, "max_response_tokens": 8},
+                "explorer": {"rollout_model": model, "auxiliary_models": aux, **explorer},
+                "buffer": {"batch_size": len(tasks)},
+            }
+        )
+        runner = TaskRunner(config, [client], [[a] for a in auxiliary])
+        runners.append(runner)
+        return runner.run(tasks, "1")
+
+    yield run
+    for runner in runners:
+        runner.loop.close()
 
 
 @pytest.fixture
@@ -108,3 +134,59 @@ def explore(tiny_model_dir: Path, tmp_path: Path):
         return [json.loads(line) for line in (tmp_path / "out" / "out.jsonl").read_text().splitlines()]
 
     return run
+
+
+@pytest.fixture(scope="session")
+def hosted_judge():
+    """A stand-in for a hosted judge (an OpenAI-compatible chat server, reached through
+    ``engine_type: external``): it grades ``Score: 7`` and ranks RULER's candidates 1, 1/2, 1/3..."""
+    import re
+    import threading
+    import time
+
+    import uvicorn
+    from fastapi import FastAPI
+
+    from ports import free_port
+
+    app, prompts = FastAPI(), []
+
+    @app.get("/v1/models")
+    def models():
+        return {"object": "list", "data": [{"id": "judge", "object": "model", "created": 0, "owned_by": "test"}]}
+
+    @app.post("/v1/chat/completions")
+    def chat(body: dict):
+        prompt = body["messages"][-1]["content"]
+        prompts.append(prompt)
+        count = len(re.findall(r"^# Candidate solution \d+$", prompt, re.MULTILINE))
+        verdict = f"[{', '.join(str(1 / (i + 1)) for i in range(count))}]" if count else "Fair.\nScore: 7"
+        message = {"role": "assistant", "content": verdict}
+        choice = {"index": 0, "message": message, "finish_reason": "stop", "logprobs": None}
+        return {"id": "j", "object": "chat.completion", "created": 0, "model": "judge", "choices": [choice]}
+
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    while not server.started:
+        time.sleep(0.05)
+    yield f"http://127.0.0.1:{port}/v1", prompts
+    server.should_exit = True
+    thread.join(timeout=10)
+
+
+@pytest.fixture
+def external_judge(hosted_judge, monkeypatch):
+    from trinity.config.schema import ExternalModelConfig, InferenceModelConfig, ModelConfig
+    from trinity.engine.client import EngineClient
+    from trinity.engine.external import ExternalEngine
+
+    url, prompts = hosted_judge
+    monkeypatch.setenv("TRINITY_JUDGE_URL", url)
+    config = InferenceModelConfig(engine_type="external")
+    config.external_model_config = ExternalModelConfig(base_url_env="TRINITY_JUDGE_URL", model_name="judge")
+    client = EngineClient(ExternalEngine(config, ModelConfig()))
+    prompts.clear()
+    yield ModelWrapper(client, SamplingArgs(n=1, max_tokens=64)), prompts
+    client.close()

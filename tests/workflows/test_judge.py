@@ -69,63 +69,7 @@ def test_the_rubric_is_required(make_workflow, judge):
         make_workflow("rubric_judge_workflow", row, auxiliary_models=[judge]).run()
 
 
-# --- math reward model and RULER, with a hosted judge ---------------------------------------
-
-
-@pytest.fixture(scope="module")
-def hosted_judge():
-    """A stand-in for a hosted judge (an OpenAI-compatible chat server, reached through
-    ``engine_type: external``): it grades ``Score: 7`` and ranks RULER's candidates 1, 1/2, 1/3..."""
-    import re
-    import threading
-    import time
-
-    import uvicorn
-    from fastapi import FastAPI
-
-    from ports import free_port
-
-    app, prompts = FastAPI(), []
-
-    @app.get("/v1/models")
-    def models():
-        return {"object": "list", "data": [{"id": "judge", "object": "model", "created": 0, "owned_by": "test"}]}
-
-    @app.post("/v1/chat/completions")
-    def chat(body: dict):
-        prompt = body["messages"][-1]["content"]
-        prompts.append(prompt)
-        count = len(re.findall(r"^# Candidate solution \d+$", prompt, re.MULTILINE))
-        verdict = f"[{', '.join(str(1 / (i + 1)) for i in range(count))}]" if count else "Fair.\nScore: 7"
-        message = {"role": "assistant", "content": verdict}
-        choice = {"index": 0, "message": message, "finish_reason": "stop", "logprobs": None}
-        return {"id": "j", "object": "chat.completion", "created": 0, "model": "judge", "choices": [choice]}
-
-    port = free_port()
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    while not server.started:
-        time.sleep(0.05)
-    yield f"http://127.0.0.1:{port}/v1", prompts
-    server.should_exit = True
-    thread.join(timeout=10)
-
-
-@pytest.fixture
-def external_judge(hosted_judge, monkeypatch):
-    from trinity.config.schema import ExternalModelConfig, InferenceModelConfig, ModelConfig
-    from trinity.engine.client import EngineClient
-    from trinity.engine.external import ExternalEngine
-
-    url, prompts = hosted_judge
-    monkeypatch.setenv("TRINITY_JUDGE_URL", url)
-    config = InferenceModelConfig(engine_type="external")
-    config.external_model_config = ExternalModelConfig(base_url_env="TRINITY_JUDGE_URL", model_name="judge")
-    client = EngineClient(ExternalEngine(config, ModelConfig()))
-    prompts.clear()
-    yield ModelWrapper(client, SamplingArgs(n=1, max_tokens=64)), prompts
-    client.close()
+# --- math reward model and RULER, with a hosted judge (conftest.hosted_judge) -----------------
 
 
 MATH_ROW = {"question": "What is 2+2?", "answer": "4"}
@@ -194,3 +138,73 @@ def test_parse_scores(text, scores):
     from trinity_workflows.judge import parse_scores
 
     assert parse_scores(text, 2) == scores
+
+
+# --- the judge behind an OpenAI-compatible API (rubric_judge_openai_workflow) -----------------
+
+
+def test_a_rubric_judge_behind_an_api_grades_each_sample(make_workflow, hosted_judge, monkeypatch):
+    url, prompts = hosted_judge
+    monkeypatch.setenv("MY_JUDGE_URL", url)
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    prompts.clear()
+    args = {"judge_model_name": "judge", "judge_api_base_url_env": "MY_JUDGE_URL", "rubric": "Award 10 if right."}
+    workflow = make_workflow(
+        "rubric_judge_openai_workflow", MATH_ROW, format=MATH_FORMAT, workflow_args=args, repeat_times=2
+    )
+    experiences = workflow.run()
+    assert [e.reward for e in experiences] == [0.7, 0.7]
+    assert len(prompts) == 2 and "Award 10 if right." in prompts[0] and "# Reference answer\n4" in prompts[0]
+    assert experiences[0].info["judge_output"] == "Fair.\nScore: 7"
+
+
+@pytest.mark.parametrize(
+    ("args", "error"),
+    [
+        ({"rubric": "r"}, "set workflow_args.judge_model_name"),
+        ({"rubric": "r", "judge_model_name": "judge", "judge_api_base_url_env": "NO_SUCH_URL"}, "NO_SUCH_URL"),
+    ],
+)
+def test_a_rubric_judge_api_without_its_name_or_address_fails_before_sampling(make_workflow, model, args, error):
+    model.enable_history = True
+    with pytest.raises(WorkflowError, match=error):
+        make_workflow("rubric_judge_openai_workflow", MATH_ROW, format=MATH_FORMAT, workflow_args=args).run()
+    assert model.extract_experience_from_history() == []  # the policy was not asked
+
+
+# --- trainable RULER: the policy judges its own group -----------------------------------------
+
+
+def test_ruler_rewards_average_the_parsed_judgements_and_reward_each_judge_by_its_error():
+    from trinity_workflows.judge import ruler_rewards
+
+    replies = ["[1.0, 0.0]", "thinking... [0.5, 0.5]", "no list"]
+    means, judge_rewards, success = ruler_rewards(replies, 2, gold=[1.0, 0.0])
+    assert means == [0.75, 0.25]  # over the two replies that parse
+    assert judge_rewards == [1.0, 0.5, 0.0]  # 1 - mean |score - gold|; a reply without a list gets 0
+    assert success == pytest.approx(2 / 3)
+    assert ruler_rewards(["none"], 2, gold=None) == ([0.0, 0.0], [0.0], 0.0)
+
+
+@pytest.mark.parametrize("labelled", [True, False])
+def test_trainable_ruler_adds_the_policys_judgements_as_their_own_group(run_tasks, labelled):
+    from trinity.common.experience import Task
+
+    task = Task(
+        workflow_type="math_trainable_ruler_workflow",
+        raw=MATH_ROW,
+        format=MATH_FORMAT,
+        workflow_args={"ground_truth_probability": 1.0 if labelled else 0.0},
+        repeat_times=2,
+        taskset_name="t",
+        index=0,
+    )
+    outcome = run_tasks([task])
+    responses = [e for e in outcome.experiences if e.eid.task == "t:0"]
+    judgements = [e for e in outcome.experiences if e.eid.task == "t:0/ruler"]
+    assert len(responses) == 2 and len(judgements) == (2 if labelled else 0)
+    for exp in responses:  # the tiny model neither answers 4 nor writes a list of scores
+        assert exp.reward == exp.metrics["gold_reward"] == 0.0 and exp.metrics["judge_success"] == 0.0
+    for judgement in judgements:
+        assert "# Candidate solution 2" in judgement.messages[-2]["content"]
+        assert judgement.reward == judgement.metrics["reward_for_judger"] == 0.0

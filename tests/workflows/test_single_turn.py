@@ -221,3 +221,19 @@ def test_on_policy_distill_workflow_records_the_teachers_logprobs(make_workflow,
     assert "accuracy" in scored[0].metrics
     with pytest.raises(WorkflowError, match="teacher"):
         make_workflow("on_policy_distill_workflow", row, format=QUICKSTART_FORMAT).run()
+
+
+def test_on_policy_distill_math_workflow_asks_qwen_math_style_and_grades_the_answer(make_workflow, model):
+    row = {"question": "3+4=", "answer": "7"}
+    workflow = make_workflow(
+        "on_policy_distill_math_workflow", row, format=QUICKSTART_FORMAT, repeat_times=2, auxiliary_models=[model]
+    )
+    assert workflow.messages() == [
+        {"role": "system", "content": "You are a helpful assistant."},
+        {"role": "user", "content": f"3+4=\n{BOXED_SYSTEM_PROMPT}"},
+    ]
+    experiences = workflow.run()
+    assert len(experiences) == 2
+    for exp in experiences:
+        assert exp.reward == exp.metrics["accuracy"] == math_reward(exp.info["response_text"], "7")["accuracy"]
+        assert exp.teacher_logprobs.shape == (exp.response_length,) and "kl_divergence" in exp.metrics

@@ -11,8 +11,11 @@ up in the explorer's failure count and logs instead of as a silent reward of 0.
 from __future__ import annotations
 
 import asyncio
+import os
+import random
 import re
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any, ClassVar, TypeVar
 
 from trinity.plugin_api import Experience, ModelWrapper, set_reward
@@ -73,20 +76,22 @@ class JudgedWorkflow(CatalogueWorkflow):
             )
         return self.auxiliary_models[index]
 
-    async def ask_judge(
-        self, judge: ModelWrapper, prompt: str, parse: Callable[[str], T | None], wanted: str
-    ) -> tuple[T, str]:
+    async def ask_judge(self, judge: Any, prompt: str, parse: Callable[[str], T | None], wanted: str) -> tuple[T, str]:
         """The judge's parsed verdict on ``prompt`` and its reply; ``JudgeError`` naming
         ``wanted`` when no reply parses."""
         attempts = 1 + int(self._arg("judge_retries", 2))
-        sampling = {"logprobs": False, **self._arg("judge_sampling", {})}
         for _ in range(attempts):
-            (verdict,) = await judge.chat_async([{"role": "user", "content": prompt}], n=1, **sampling)
-            output = verdict.info["response_text"]
+            output = await self.judge_reply(judge, prompt)
             parsed = parse(output)
             if parsed is not None:
                 return parsed, output
         raise JudgeError(f"the judge gave no {wanted} in {attempts} attempts; its last reply: {output[-300:]!r}")
+
+    async def judge_reply(self, judge: ModelWrapper, prompt: str) -> str:
+        """The judge's reply to ``prompt`` (one sample, ``judge_sampling``'s arguments)."""
+        sampling = {"logprobs": False, **self._arg("judge_sampling", {})}
+        (verdict,) = await judge.chat_async([{"role": "user", "content": prompt}], n=1, **sampling)
+        return verdict.info["response_text"]
 
 
 class RubricJudgeWorkflow(JudgedWorkflow):
@@ -120,7 +125,7 @@ class RubricJudgeWorkflow(JudgedWorkflow):
             record_gold_reward(self, experiences)
         return experiences
 
-    async def _grade(self, judge: ModelWrapper, rubric: str, question: str, exp: Experience, index: int) -> None:
+    async def _grade(self, judge: Any, rubric: str, question: str, exp: Experience, index: int) -> None:
         max_score = float(self._arg("max_score", 10))
         truth = self.truth
         prompt = JUDGE_PROMPT.format(
@@ -185,6 +190,15 @@ def parse_scores(text: str, count: int) -> list[float] | None:
     return None
 
 
+def ruler_prompt(question: str, responses: list[str]) -> str:
+    """RULER's request to score ``responses`` to ``question`` together."""
+    solutions = "\n\n".join(f"# Candidate solution {i + 1}\n{text}" for i, text in enumerate(responses))
+    count = len(responses)
+    return RULER_PROMPT.format(
+        question=question, count=count, solutions=solutions, example=", ".join(["0.5"] * count)
+    )
+
+
 class MathRULERWorkflow(JudgedWorkflow):
     """RULER (relative universal LLM-elicited rewards, after OpenPipe ART) for math: the judge
     (``explorer.auxiliary_models[workflow_args.judge_model]``, default the first) sees all
@@ -203,16 +217,8 @@ class MathRULERWorkflow(JudgedWorkflow):
         messages = self.messages()
         experiences = await self.model.chat_async(messages, n=self.repeat_times)
         record_gold_reward(self, experiences)
-        solutions = "\n\n".join(
-            f"# Candidate solution {i + 1}\n{exp.info['response_text']}" for i, exp in enumerate(experiences)
-        )
         count = len(experiences)
-        prompt = RULER_PROMPT.format(
-            question=last_user_text(messages) or "",
-            count=count,
-            solutions=solutions,
-            example=", ".join(["0.5"] * count),
-        )
+        prompt = ruler_prompt(last_user_text(messages) or "", [exp.info["response_text"] for exp in experiences])
         scores, output = await self.ask_judge(
             judge, prompt, lambda text: parse_scores(text, count), f"list of {count} scores"
         )
@@ -220,3 +226,107 @@ class MathRULERWorkflow(JudgedWorkflow):
             exp.info["judge_output"] = output
             set_reward(exp, {"ruler": score})
         return experiences
+
+
+class RubricJudgeAPIWorkflow(RubricJudgeWorkflow):
+    """``rubric_judge_workflow`` with the judge behind an OpenAI-compatible API instead of an
+    auxiliary model (Trinity-RFT's ``rubric_judge_openai_workflow``): ``workflow_args``
+    ``judge_model_name`` (required), ``judge_api_base_url_env`` (default ``OPENAI_BASE_URL``)
+    and ``judge_api_key_env`` (``OPENAI_API_KEY``) name the model and the environment variables
+    holding the API's address and key. Checked before any model call.
+    """
+
+    _client: Any = None
+
+    @property
+    def judge(self) -> Any:
+        name = self._arg("judge_model_name", None)
+        if not name:
+            raise ValueError("no judge: set workflow_args.judge_model_name (the model the judge API serves)")
+        url_env = self._arg("judge_api_base_url_env", "OPENAI_BASE_URL")
+        base_url = os.environ.get(url_env)
+        if not base_url:
+            raise ValueError(f"no judge API: environment variable {url_env} (workflow_args.judge_api_base_url_env) is unset")
+        api_key = os.environ.get(self._arg("judge_api_key_env", "OPENAI_API_KEY")) or "EMPTY"
+        import openai  # on first use: a second of import time the other workflows do not pay
+
+        self._client = openai.AsyncOpenAI(base_url=base_url, api_key=api_key, max_retries=0)
+        return name
+
+    async def judge_reply(self, judge: Any, prompt: str) -> str:
+        sampling = self._arg("judge_sampling", {})
+        completion = await self._client.chat.completions.create(
+            model=judge, messages=[{"role": "user", "content": prompt}], n=1, **sampling
+        )
+        return completion.choices[0].message.content or ""
+
+    async def rollout(self) -> list[Experience]:
+        try:
+            return await super().rollout()
+        finally:
+            if self._client is not None:
+                await self._client.close()
+
+
+def ruler_rewards(
+    replies: list[str], count: int, gold: list[float] | None
+) -> tuple[list[float], list[float], float]:
+    """What a group of RULER judgements gives: each response's mean score over the replies
+    that parse (0 when none does), each reply's own reward (1 - its mean absolute error to
+    ``gold``; 0 without ``gold`` or when it does not parse) and the share of replies that parse."""
+    totals, parsed, judge_rewards = [0.0] * count, 0, []
+    for reply in replies:
+        scores = parse_scores(reply, count)
+        if scores is None:
+            judge_rewards.append(0.0)
+            continue
+        parsed += 1
+        totals = [t + s for t, s in zip(totals, scores, strict=True)]
+        error = sum(abs(s - g) for s, g in zip(scores, gold, strict=True)) / count if gold else 1.0
+        judge_rewards.append(1.0 - error)
+    means = [t / parsed for t in totals] if parsed else totals
+    return means, judge_rewards, parsed / len(replies) if replies else 0.0
+
+
+class MathTrainableRULERWorkflow(CatalogueWorkflow):
+    """RULER where the policy itself is the judge, and is trained as one (Trinity-RFT's
+    ``math_trainable_ruler_workflow``, after ART's RULER and Kimi K2): a share of the tasks,
+    ``workflow_args.ground_truth_probability`` (0.2), counts as labelled.
+
+    - Labelled: each response's reward is the reward function's (``math_reward``); the policy
+      also judges the group ``repeat_times`` times, and each judgement is an experience too,
+      rewarded 1 - its mean absolute error to the true scores (rescaled from [-0.1, 1.1] to
+      [0, 1]). Judgements form their own GRPO group (``eid.task`` ``<task>/ruler``).
+    - Unlabelled: the policy judges once and its scores are the responses' rewards.
+
+    Metrics: ``gold_reward`` (the reward function's score, always), ``judge_success`` (the
+    share of judgements with a list of as many scores), ``reward_for_judger`` on judgements.
+    """
+
+    default_reward_fn = "math_reward"
+    default_system_prompt = THINK_ANSWER_SYSTEM_PROMPT
+
+    async def rollout(self) -> list[Experience]:
+        messages = self.messages()
+        responses = await self.model.chat_async(messages, n=self.repeat_times)
+        question = last_user_text(messages) or ""
+        record_gold_reward(self, responses)
+        gold = [exp.metrics["gold_reward"] for exp in responses]
+        labelled = random.random() < float(self.task.workflow_args.get("ground_truth_probability", 0.2))
+        prompt = ruler_prompt(question, [exp.info["response_text"] for exp in responses])
+        judge_messages = [{"role": "user", "content": prompt}]
+        judgements = await self.model.chat_async(judge_messages, n=self.repeat_times if labelled else 1)
+        scaled = [min(1.0, max(0.0, (g + 0.1) / 1.2)) for g in gold] if labelled else None
+        means, judge_rewards, success = ruler_rewards(
+            [j.info["response_text"] for j in judgements], len(responses), scaled
+        )
+        for exp, true, judged in zip(responses, gold, means, strict=True):
+            exp.reward = true if labelled else judged
+            exp.metrics["judge_success"] = success
+        if not labelled:
+            return responses
+        for judgement, reward in zip(judgements, judge_rewards, strict=True):
+            judgement.reward = reward
+            judgement.eid = replace(judgement.eid, task="ruler")
+            judgement.metrics.update(judge_success=success, reward_for_judger=reward)
+        return responses + judgements

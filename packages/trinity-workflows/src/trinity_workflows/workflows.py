@@ -138,3 +138,18 @@ class OnPolicyDistillWorkflow(SimpleWorkflow):
                 exp.reward = 0.0
             exp.metrics["kl_divergence"] = float((exp.logprobs - exp.teacher_logprobs).sum())
         return experiences
+
+
+class OnPolicyDistillMathWorkflow(OnPolicyDistillWorkflow):
+    """``on_policy_distill_workflow`` with Qwen2.5-Math's prompt (Trinity-RFT's
+    ``on_policy_distill_math_workflow``): the system prompt "You are a helpful assistant." and
+    the question followed by the boxed-answer instruction; each sample is graded by
+    ``math_reward`` (the boxed answer against the truth) unless the task names another.
+    """
+
+    default_reward_fn = "math_reward"
+    default_system_prompt = "You are a helpful assistant."
+
+    @property
+    def user_prompt(self) -> str:
+        return f"{super().user_prompt}\n{BOXED_SYSTEM_PROMPT}"

@@ -4,6 +4,9 @@ One long-lived event loop per explorer: async workflows run on it, sync ones in 
 pool. ``runner_per_model`` jobs run at once per engine, whatever batch they belong to, so a
 slow task of one batch does not hold the next batch's tasks back.
 
+Experiences are numbered here (``eid``: batch, task, run); a workflow that sets ``eid.task``
+puts those experiences in a group of their own, ``<task id>/<eid.task>`` (the advantage's group).
+
 A task's ``repeat_times`` runs are split into jobs of at most
 ``explorer.max_repeat_times_per_runner`` (all in one job when unset). A workflow that samples
 its repeats itself (``can_repeat``) asks for a job's runs at once (``n``); any other is run
@@ -164,7 +167,9 @@ class TaskRunner:
                     continue
                 for i, exp in enumerate(produced):
                     run = first_run + (i if workflow_cls.can_repeat else offset)
-                    exp.eid = EID(batch=batch_id, task=group, run=run, step=exp.eid.step)
+                    sub_group = exp.eid.task  # a workflow's own group within the task (a judge's replies)
+                    task_group = f"{group}/{sub_group}" if sub_group else group
+                    exp.eid = EID(batch=batch_id, task=task_group, run=run, step=exp.eid.step)
                 finished.extend(produced)
 
         outcomes = await asyncio.gather(*(job(start) for start in starts), return_exceptions=True)
