@@ -35,6 +35,7 @@ _WORKFLOWS = {
     "sciworld_workflow": "envs.text_games:SciWorldWorkflow",
     "webshop_workflow": "envs.text_games:WebShopWorkflow",
     "intercode_sql_workflow": "envs.intercode_sql:InterCodeSQLWorkflow",
+    "email_search_workflow": "envs.email_search:EmailSearchWorkflow",
 }
 _REWARDS = {
     "math_reward": "math_reward",
