@@ -25,9 +25,8 @@ MISSING_PLUGINS: dict[str, dict[str, str]] = {
         "buffer.explorer_input.tasksets[0].default_workflow_type": "cod_frozenlake_obscure_workflow",
         "buffer.explorer_input.tasksets[1].default_workflow_type": "cod_random_alchemy_workflow",
     },
-    "tinker.yaml": {"explorer.rollout_model.engine_type": "tinker", "trainer.trainer_type": "tinker"},
 }
-"""Plugins still missing (tinker: Trinity-RFT turns every engine into its Tinker backend)."""
+"""Plugins still missing. (tinker.yaml checks: the hosted Tinker backend is refused at run, tests/config/test_run_refusals.py.)"""
 
 _PLUGIN_MESSAGES = (
     re.compile(r"^unknown [\w ]+? '(?P<name>[^']+)'"),

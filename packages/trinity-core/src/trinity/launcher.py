@@ -93,7 +93,7 @@ def run(config_path: str, overrides: list[str] | None = None, verbose: bool = Fa
     """
     import ray
 
-    stages = load_stage_configs(config_path, overrides)
+    stages = load_stage_configs(config_path, overrides, run=True)
     raw = read_yaml(config_path, overrides)
     started_ray = not ray.is_initialized()
     if started_ray:
@@ -108,7 +108,7 @@ def run(config_path: str, overrides: list[str] | None = None, verbose: bool = Fa
         signal.signal(stop_signal, _STOP_SIGNALS)
     detected = detected_cluster(stages[0], OmegaConf.select(raw, "mode", default="both"))
     if detected:
-        stages = load_stage_configs(config_path, [*(overrides or []), *detected], warn=False)
+        stages = load_stage_configs(config_path, [*(overrides or []), *detected], warn=False, run=True)
     summaries = []
     model_path = None
     try:

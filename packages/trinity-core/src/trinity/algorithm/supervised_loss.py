@@ -15,7 +15,7 @@ from trinity.algorithm.policy_loss import AggregatedLoss, PPOPolicyLoss, require
 from trinity.algorithm.utils import LossAggMode, masked_sum
 from trinity.common.batch import Batch
 from trinity.common.lazy_import import lazy_module
-from trinity.config.base import PluginArgs, inert
+from trinity.config.base import PluginArgs, derived
 
 torch = lazy_module("torch")
 F = lazy_module("torch.nn.functional")
@@ -109,13 +109,14 @@ class _MixedLoss(PolicyLossFn):
     class Args(PPOPolicyLoss.Args):
         grpo_loss_agg_mode: LossAggMode | None = Field(None, description="the RL part's own loss_agg_mode")
         sft_loss_agg_mode: LossAggMode | None = Field(None, description="the SFT part's own loss_agg_mode")
-        # Trinity-RFT's micro-batch bookkeeping: the engine here weighs each part by its own tokens.
-        use_dynamic_bsz: bool | None = inert(None, "Trinity-RFT's dynamic batching flag")
-        ppo_mini_batch_size: int = inert(1, "Trinity-RFT's mini-batch size", ge=1)
-        ppo_micro_batch_size_per_gpu: int = inert(1, "Trinity-RFT's micro-batch size", ge=1)
-        ngpus_trainer: int = inert(1, "Trinity-RFT's trainer GPUs", ge=1)
-        train_batch_size_usual: int = inert(1, "Trinity-RFT's rollout rows per batch", ge=1)
-        train_batch_size_expert: int = inert(1, "Trinity-RFT's expert rows per batch", ge=1)
+        # Trinity-RFT's trainer fills these (its micro-batch bookkeeping); here each part is weighed by its own
+        # rows and tokens in the batch, so trinity derives them: a value in the file is replaced, with a warning.
+        use_dynamic_bsz: bool | None = derived(None, "Trinity-RFT's dynamic batching flag")
+        ppo_mini_batch_size: int = derived(1, "Trinity-RFT's mini-batch size", ge=1)
+        ppo_micro_batch_size_per_gpu: int = derived(1, "Trinity-RFT's micro-batch size", ge=1)
+        ngpus_trainer: int = derived(1, "Trinity-RFT's trainer GPUs", ge=1)
+        train_batch_size_usual: int = derived(1, "Trinity-RFT's rollout rows per batch", ge=1)
+        train_batch_size_expert: int = derived(1, "Trinity-RFT's expert rows per batch", ge=1)
 
     def __init__(self, **args: Any) -> None:
         super().__init__(**args)

@@ -14,14 +14,17 @@ from trinity.config.load import ConfigError, ConfigIssue, IssueCollector, parse_
 from trinity.config.schema import Config
 
 
-def load_config(path: str | Path, overrides: list[str] | None = None, strict: bool = False) -> Config:
+def load_config(
+    path: str | Path, overrides: list[str] | None = None, strict: bool = False, run: bool = False
+) -> Config:
     """Read, type, validate and derive a config; raises ConfigError listing every problem.
 
-    Warnings (deprecated keys, adjusted values, keys with no effect yet) are logged once;
-    ``strict`` turns the keys with no effect yet into errors.
+    Warnings (deprecated keys, adjusted values, keys with no effect) are logged once. ``run``
+    (a config about to run) makes what only a run refuses an error; ``strict`` makes that and
+    the keys with no effect errors.
     """
     config, issues = check_tree(read_yaml(path, overrides))
-    issues.raise_if_any(str(path), strict)
+    issues.raise_if_any(str(path), strict, run)
     issues.emit_warnings()
     return config
 
@@ -43,7 +46,7 @@ def check_tree(raw: DictConfig | dict) -> tuple[Config, IssueCollector]:
 
 
 def load_stage_configs(
-    path: str | Path, overrides: list[str] | None = None, strict: bool = False, warn: bool = True
+    path: str | Path, overrides: list[str] | None = None, strict: bool = False, warn: bool = True, run: bool = False
 ) -> list[Config]:
     """One checked config per stage (the config itself when it has no ``stages``).
 
@@ -52,7 +55,7 @@ def load_stage_configs(
     experiment name is ``<name>/<stage_name>``, and each stage keeps its final Hugging Face
     weights (``save_hf_checkpoint: never`` becomes ``last``): the next stage starts from them.
     Every issue of every stage is reported at once, and each warning once (``warn=False``:
-    none, for a config loaded again).
+    none, for a config loaded again); ``run`` and ``strict`` as in ``load_config``.
     """
     raw = read_yaml(path, overrides)
     issues = IssueCollector()
@@ -79,11 +82,8 @@ def load_stage_configs(
                     merged.synchronizer.sync_method = None  # derived again for the stage's own mode
             stage_issues = IssueCollector()
             configs.append(check_config(parse_config(merged, stage_issues), stage_issues))
-            for issue in stage_issues.issues:
-                issues.add(issue.path, f"{issue.message} (in stage {stage.stage_name})")
-            for issue in stage_issues.warnings:
-                issues.warn(issue.path, issue.message)
-    issues.raise_if_any(str(path), strict)
+            issues.merge(stage_issues, f" (in stage {stage.stage_name})")
+    issues.raise_if_any(str(path), strict, run)
     if warn:
         issues.emit_warnings()
     return configs

@@ -37,10 +37,25 @@ class PluginArgs(ConfigModel):
 EFFECT = "x-trinity-effect"
 """JSON Schema key of a field's marker: ``inert`` or ``derived`` (absent: acted on)."""
 
+REASON = "x-trinity-reason"
+"""JSON Schema key of why an ``inert`` field cannot act here: the warning and docs/config.md quote it."""
 
-def inert(default: Any = PydanticUndefined, description: str = "", **constraints: Any) -> Any:
-    """A field Trinity-RFT accepts that trinity does not act on yet (warns when set)."""
-    return Field(default, description=description, json_schema_extra={EFFECT: "inert"}, **constraints)
+
+def inert(default: Any = PydanticUndefined, description: str = "", *, reason: str, **constraints: Any) -> Any:
+    """A field Trinity-RFT accepts that trinity does not act on (warns when set), and ``reason``: why not here."""
+    extra = {EFFECT: "inert", REASON: reason}
+    return Field(default, description=description, json_schema_extra=extra, **constraints)
+
+
+def inert_reason(field: Any) -> str | None:
+    """Why an ``inert`` field has no effect (None for a field that acts)."""
+    extra = field.json_schema_extra if isinstance(field.json_schema_extra, dict) else {}
+    return extra.get(REASON) if extra.get(EFFECT) == "inert" else None
+
+
+def inert_message(reason: str) -> str:
+    """The one wording of an inert key's warning, shared by the loader and the reference."""
+    return f"has no effect in trinity: {reason}"
 
 
 def derived(default: Any = PydanticUndefined, description: str = "", **constraints: Any) -> Any:

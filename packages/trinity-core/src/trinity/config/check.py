@@ -17,6 +17,7 @@ from __future__ import annotations
 import importlib.util
 import logging
 import math
+from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -225,13 +226,40 @@ def check_rollout_correction(config: Config, issues: IssueCollector) -> None:
         )
 
 
+TINKER = "tinker"
+"""Trinity-RFT's engine and trainer type backed by the hosted Tinker service: refused here."""
+
+TINKER_REFUSAL = (
+    "needs the hosted Tinker service (Thinking Machines' training API, reached with the `tinker` client): "
+    "trinity has no Tinker backend and no local server speaks its protocol; train here with "
+    "trainer_type verl or torch and engine_type vllm or transformers (model.lora_configs for a LoRA run)"
+)
+
+
+def check_tinker(config: Config, issues: IssueCollector) -> None:
+    """Tinker, as Trinity-RFT: ``model.tinker.enable`` makes the trainer and every engine ``tinker``.
+
+    That backend is a hosted service, so any of it (the switch, a ``model.tinker`` key, a ``tinker``
+    engine or trainer type) is refused at ``trinity run`` and a warning at ``trinity config check``.
+    """
+    tinker = config.model.tinker
+    if tinker.enable:
+        config.trainer.trainer_type = TINKER
+        for _, inference in config.explorer.inference_models():
+            inference.engine_type = TINKER
+        issues.refuse_at_run(
+            "model.tinker.enable", f"trainer_type and every engine_type become tinker, which {TINKER_REFUSAL}"
+        )
+        return
+    named = [f"model.tinker.{key}" for key in sorted(tinker.model_fields_set)]
+    named += [f"{path}.engine_type" for path, m in config.explorer.inference_models() if m.engine_type == TINKER]
+    named += ["trainer.trainer_type"] if config.trainer.trainer_type == TINKER else []
+    for path in named:
+        issues.refuse_at_run(path, f"Tinker {TINKER_REFUSAL}")
+
+
 def check_model(config: Config, issues: IssueCollector) -> None:
     model = config.model
-    if model.tinker.enable:  # as Trinity-RFT: every engine becomes tinker (a plugin trinity does not ship)
-        config.trainer.trainer_type = "tinker"
-        for _, inference in config.explorer.inference_models():
-            inference.engine_type = "tinker"
-        issues.warn("model.tinker.enable", "trainer_type and every engine_type set to tinker")
     if model.external_model.enable:  # as Trinity-RFT: the rollout model is the external server's
         if config.mode != "bench":
             issues.add(
@@ -262,8 +290,8 @@ def check_model(config: Config, issues: IssueCollector) -> None:
         if is_rollout:
             inference.trust_remote_code = inference.trust_remote_code or model.trust_remote_code
             inference.chat_template = inference.chat_template or model.custom_chat_template
-        else:
-            _derive_token_limits(inference, path, issues)
+        else:  # Trinity-RFT checks no auxiliary model's limits: its templates may leave them inconsistent
+            _derive_token_limits(inference, path, issues, over_the_limit=issues.refuse_at_run)
         inference.enable_return_routed_experts = config.algorithm.enable_router_replay
         inference.ray_namespace = config.ray_namespace
         inference.checkpoint_job_dir = config.checkpoint_job_dir
@@ -315,15 +343,18 @@ def check_lora(config: Config, issues: IssueCollector) -> None:
     }
 
 
-def _derive_token_limits(model: Any, path: str, issues: IssueCollector) -> None:
+def _derive_token_limits(
+    model: Any, path: str, issues: IssueCollector, over_the_limit: Callable[[str, str], None] | None = None
+) -> None:
     """Fill max_model_len / max_prompt_tokens / max_response_tokens as Trinity-RFT does.
 
     Given two, the third follows; given only max_model_len, prompt and response get half each;
-    a min_response_tokens that leaves no room is lowered (with a warning).
+    a min_response_tokens that leaves no room is lowered (with a warning). Prompt and response
+    over max_model_len are reported with ``over_the_limit`` (default: an error).
     """
     total, prompt, response = model.max_model_len, model.max_prompt_tokens, model.max_response_tokens
     if total is not None and prompt is not None and response is not None and prompt + response > total:
-        issues.add(
+        (over_the_limit or issues.add)(
             f"{path}.max_model_len",
             f"max_prompt_tokens {prompt} + max_response_tokens {response} = {prompt + response} "
             f"exceeds max_model_len {total}",
@@ -493,7 +524,7 @@ def check_explorer(config: Config, issues: IssueCollector) -> None:
     if config.mode == "serve":  # the proxy forwards to the engines' endpoints (as Trinity-RFT)
         explorer.rollout_model.enable_openai_api = True
     for path, model in explorer.inference_models():
-        if _explorer_runs(config):
+        if _explorer_runs(config) and model.engine_type != TINKER:  # refused by check_tinker
             plugin_ok(issues, Kind.ROLLOUT_ENGINE, model.engine_type, f"{path}.engine_type")
     if _explorer_runs(config):
         check_doors(explorer, issues)
@@ -627,7 +658,8 @@ def _fill_taskset(config: Config, taskset: TasksetConfig, is_eval: bool, path: s
     if not _explorer_runs(config):
         return
     if not (taskset.path or taskset.task_dir):  # a task_dir in error is reported as such
-        issues.add(f"{path}.path", "required: the file, folder or dataset of the tasks (or a task_dir)")
+        # Trinity-RFT's benchmark templates leave it empty for a script to fill: they check, they do not run
+        issues.refuse_at_run(f"{path}.path", "required: the file, folder or dataset of the tasks (or a task_dir)")
     if taskset.default_workflow_type is None and not taskset.format.workflow_key:
         issues.add(
             f"{path}.default_workflow_type",
@@ -747,7 +779,7 @@ def _check_replay_buffer(experience: ExperienceBufferConfig, path: str, issues: 
 def check_trainer(config: Config, issues: IssueCollector) -> None:
     trainer = config.trainer
     trainer.trust_remote_code = config.model.trust_remote_code
-    if _trainer_runs(config):
+    if _trainer_runs(config) and trainer.trainer_type != TINKER:  # refused by check_tinker
         plugin_ok(issues, Kind.TRAINER_ENGINE, trainer.trainer_type, "trainer.trainer_type")
         _check_expert_buffer(config, issues)
     if trainer.trainer_strategy == "megatron":
@@ -860,6 +892,7 @@ CHECKS = (
     check_global,
     check_monitor,
     check_algorithm,
+    check_tinker,
     check_model,
     check_cluster,
     plugin_defaults,

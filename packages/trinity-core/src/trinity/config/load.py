@@ -25,7 +25,7 @@ from omegaconf.errors import OmegaConfBaseException
 from pydantic import BaseModel, ValidationError
 
 from trinity.common.errors import PicklableError, first_line
-from trinity.config.base import EFFECT, ConfigModel
+from trinity.config.base import EFFECT, ConfigModel, inert_message, inert_reason
 from trinity.config.schema import Config
 
 logger = logging.getLogger(__name__)
@@ -57,13 +57,16 @@ class ConfigError(PicklableError, ValueError):
 class IssueCollector:
     """Collects errors and warnings while the loader and the check pass keep going.
 
-    ``inert`` warnings (keys accepted but not acted on yet) become errors under ``--strict``.
+    ``inert`` warnings (keys accepted but not acted on) become errors under ``--strict``;
+    ``at_run`` ones (stricter than Trinity-RFT, or a feature that cannot run here) are warnings
+    at ``trinity config check``, so Trinity-RFT's templates still check, and errors at ``trinity run``.
     """
 
     def __init__(self) -> None:
         self.issues: list[ConfigIssue] = []
         self.warnings: list[ConfigIssue] = []
         self.inert: list[ConfigIssue] = []
+        self.at_run: list[ConfigIssue] = []
 
     def add(self, path: str, message: str) -> None:
         """Record an error; the first one at a path wins (no cascades of one cause)."""
@@ -82,12 +85,32 @@ class IssueCollector:
         if issue not in self.inert:
             self.inert.append(issue)
 
-    def raise_if_any(self, source: str = "", strict: bool = False) -> None:
-        issues = self.issues + (self.inert if strict else [])
+    def refuse_at_run(self, path: str, message: str) -> None:
+        """Record what a run cannot do: a warning when the config is checked, an error when it runs."""
+        issue = ConfigIssue(path, message)
+        if issue not in self.at_run:
+            self.at_run.append(issue)
+
+    def merge(self, other: IssueCollector, note: str = "") -> None:
+        """Take ``other``'s issues (a stage's), the errors' messages followed by ``note``."""
+        for issue in other.issues:
+            self.add(issue.path, f"{issue.message}{note}")
+        for issue in other.warnings:
+            self.warn(issue.path, issue.message)
+        for issue in other.inert:
+            self.no_effect(issue.path, issue.message)
+        for issue in other.at_run:
+            self.refuse_at_run(issue.path, f"{issue.message}{note}")
+
+    def raise_if_any(self, source: str = "", strict: bool = False, run: bool = False) -> None:
+        """Raise every error; ``run``: also what only a run refuses; ``strict``: also inert keys and those."""
+        issues = self.issues + (self.at_run if run or strict else []) + (self.inert if strict else [])
         if issues:
             raise ConfigError(issues, source)
 
     def emit_warnings(self) -> None:
+        for issue in self.at_run:
+            logger.warning("%s (trinity run refuses it)", issue)
         for issue in self.inert + self.warnings:
             logger.warning("%s", issue)
 
@@ -379,7 +402,7 @@ def report_effects(model: BaseModel, path: str, issues: IssueCollector) -> None:
         value, key_path = getattr(model, name), _join(path, name)
         effect = (field.json_schema_extra or {}).get(EFFECT) if isinstance(field.json_schema_extra, dict) else None
         if effect == "inert" and value != _default(field):
-            issues.no_effect(key_path, "has no effect yet in trinity (accepted for Trinity-RFT compatibility)")
+            issues.no_effect(key_path, inert_message(inert_reason(field)))
         elif effect == "derived" and value != _default(field):
             issues.warn(key_path, "is derived by trinity: the value in the file is replaced")
         if isinstance(value, BaseModel):

@@ -14,7 +14,7 @@ import annotated_types
 from pydantic import BaseModel
 from pydantic.json_schema import GenerateJsonSchema
 
-from trinity.config.base import EFFECT
+from trinity.config.base import EFFECT, inert_reason
 from trinity.config.load import children
 from trinity.config.schema import Config
 
@@ -106,8 +106,22 @@ def _default(field: Any) -> str:
 
 def _description(field: Any) -> str:
     effect = (field.json_schema_extra or {}).get(EFFECT)
-    prefix = {"inert": "**No effect yet.** ", "derived": "*Derived.* "}.get(effect, "")
+    prefix = {"inert": "**No effect.** ", "derived": "*Derived.* "}.get(effect, "")
     return prefix + (field.description or "").replace("|", "\\|")
+
+
+def inert_keys(found: dict[type[BaseModel], list[str]] | None = None) -> dict[str, str]:
+    """``{dotted key: reason}`` of every key of the schema that has no effect in trinity."""
+    if found is None:
+        found = {}
+        _models(Config, "", found)
+    keys = {}
+    for model, paths in found.items():
+        for name, field in model.model_fields.items():
+            reason = inert_reason(field)
+            if reason:
+                keys[".".join(p for p in (paths[0], name) if p)] = reason
+    return keys
 
 
 def _models(model: type[BaseModel], path: str, found: dict[type[BaseModel], list[str]]) -> None:
@@ -132,15 +146,25 @@ def markdown() -> str:
         "# Configuration reference",
         "",
         "Generated from `trinity/config/schema.py` by `trinity config docs`; a test keeps it in step.",
-        "Keys are Trinity-RFT's. **No effect yet**: accepted, warns when set (an error under",
-        "`trinity config check --strict`). *Derived*: filled by trinity; a value in the file is replaced.",
+        "Keys are Trinity-RFT's. **No effect**: accepted, warns when set (an error under",
+        "`trinity config check --strict`); why is listed below. *Derived*: filled by trinity; a value in the",
+        "file is replaced.",
         "",
         "Stricter than Trinity-RFT, which runs these and wastes the run: a group algorithm (grpo, dapo,",
         "opmd, ...) with `algorithm.repeat_times: 1` (every advantage would be 0), and a",
         "`min_response_tokens` over `max_response_tokens` (Trinity-RFT lowers it). Each is an error",
         "naming the key; GPU arithmetic errors name the keys to change.",
         "",
+        "Warnings at `trinity config check`, errors at `trinity run` (Trinity-RFT's templates check; they do not",
+        "run): a taskset without `path`, an auxiliary model's `max_prompt_tokens + max_response_tokens` over its",
+        "`max_model_len`, and Tinker (`model.tinker.*`, `engine_type` / `trainer_type: tinker`), which needs the",
+        "hosted Tinker service. `trinity config check --strict` refuses them too.",
+        "",
     ]
+    inert = inert_keys(found)
+    lines += [f"## Keys with no effect ({len(inert)})", "", "| key | why it cannot act here |", "|---|---|"]
+    lines += [f"| `{key}` | {reason} |" for key, reason in inert.items()]
+    lines.append("")
     for model, paths in found.items():
         where = ", ".join(f"`{p}`" for p in paths if p) or "the top level"
         lines += [f"## {model.__name__}", "", f"{(model.__doc__ or '').strip()} At {where}.", ""]

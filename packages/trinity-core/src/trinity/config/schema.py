@@ -26,6 +26,21 @@ from pydantic import BeforeValidator, Field, StringConstraints, field_serializer
 
 from trinity.config.base import ConfigModel, derived, inert
 
+# Why an inert key cannot act here, shared by the keys it holds for (see ``inert``).
+_VLLM_LORA = "a vLLM LoRA setting that is not passed to vLLM yet (issue 33, part 1)"
+_MEGATRON = (
+    "read only by the Megatron-Core trainer strategy, which needs Megatron-Core and GPUs; "
+    "trinity trains with verl's FSDP or torch"
+)
+_VLLM_MULTI_GPU = (
+    "vLLM spreads one engine over several GPUs with it; not passed to vLLM here, where an engine is "
+    "tensor-parallel only and no test machine has the GPUs"
+)
+_PIPELINE_INPUT = "not wired yet: the pipeline keeps no copy of its input"
+_ROPE = "not passed to the engines' model loading yet"
+_RUNNERS = "trinity's workflow runners are coroutines of the explorer, not actors to prepare"
+_COD = "read only by Trinity-RFT's CoD workflows (cod_*), which trinity does not ship"
+
 
 def _choice(aliases: dict[str, str] | None = None, case: str = "lower") -> BeforeValidator:
     """Case-insensitive enum values, with older names mapped to the current ones."""
@@ -84,8 +99,12 @@ class FormatConfig(ConfigModel):
     system_prompt: str | None = Field(None, description="System prompt of every row; system_prompt_key wins.")
     messages_key: str = Field("message", description="Column of the message list (prompt_type messages).")
     tools_key: str = Field("tools", description="Column of the tool schemas offered to the model.")
-    image_key: str | None = inert(None, "Column of images (multimodal models).")
-    video_key: str | None = inert(None, "Column of videos (multimodal models).")
+    image_key: str | None = Field(
+        None, description="Column of a row's images (a path, bytes or a list of them) for a vision-language model."
+    )
+    video_key: str | None = Field(
+        None, description="Column of a row's videos; refused at rollout here (video processors need torchvision)."
+    )
     reply_prefix: str | None = Field(None, description="Text the assistant's reply starts with (appended to prompts).")
     workflow_key: str | None = Field(None, description="Column naming a per-row workflow (overrides the taskset's).")
     reward_fn_key: str | None = Field(None, description="Column naming a per-row reward function.")
@@ -172,7 +191,11 @@ class StorageConfig(ConfigModel):
         "count says whether the lost commit landed); other operations that fail once connected are not repeated.",
     )
     max_retry_interval: int = Field(1, gt=0, description="Seconds between those attempts.")
-    enable_progress_bar: bool = inert(False, "Show a progress bar while a dataset loads.")
+    enable_progress_bar: bool = inert(
+        False,
+        "Show a progress bar while a dataset loads.",
+        reason="datasets load without a progress bar here; not wired yet",
+    )
     ray_namespace: str | None = Field(
         None, description="Ray namespace of the buffer (another experiment's, to share it); unset: this one's."
     )
@@ -328,9 +351,21 @@ class ExperiencePipelineConfig(ConfigModel):
     operators: list[OperatorConfig] = Field(
         default_factory=list, description="Experience operators applied in order to each batch of experiences."
     )
-    save_input: bool = inert(True, "Keep the experiences as they were before the operators.")
-    input_save_path: str | None = inert(None, "Where the unprocessed experiences go (jsonl or sqlite).")
-    inputs: dict[str, ExperienceBufferConfig] = inert(default_factory=dict, description="Extra input buffers.")
+    save_input: bool = inert(
+        True,
+        "Keep the experiences as they were before the operators.",
+        reason=_PIPELINE_INPUT,
+    )
+    input_save_path: str | None = inert(
+        None,
+        "Where the unprocessed experiences go (jsonl or sqlite).",
+        reason=_PIPELINE_INPUT,
+    )
+    inputs: dict[str, ExperienceBufferConfig] = inert(
+        default_factory=dict,
+        description="Extra input buffers.",
+        reason="not wired yet: the pipeline reads the explorer's experiences only",
+    )
     output: ExperienceBufferConfig | None = derived(None, "The pipeline's output: the trainer's experience buffer.")
 
 
@@ -424,7 +459,9 @@ class LoRAConfig(ConfigModel):
     lora_rank: int = Field(32, ge=0, description="Rank r of the adapter.")
     lora_alpha: int = Field(32, ge=0, description="Scaling alpha of the adapter (its update is scaled by alpha / r).")
     lora_dtype: str = inert(
-        "auto", "Data type of the adapter weights in vLLM; the reference engines hold it as the base model."
+        "auto",
+        "Data type of the adapter weights in vLLM; the reference engines hold it as the base model.",
+        reason=_VLLM_LORA,
     )
     target_modules: str | list[str] = Field(
         "all-linear",
@@ -437,15 +474,28 @@ class LoRAConfig(ConfigModel):
 
 
 class TinkerConfig(ConfigModel):
-    """Training and sampling on the Tinker service instead of local engines."""
+    """Training and sampling on the hosted Tinker service instead of local engines (Trinity-RFT's and its
+    forks' keys): refused at ``trinity run``, a warning at ``trinity config check`` (no Tinker backend here)."""
 
-    enable: bool = Field(False, description="Use the Tinker service (not available in trinity).")
-    rank: int = inert(16, "LoRA rank on Tinker.", ge=1)
-    seed: int | None = inert(None, "Seed on Tinker.")
-    train_mlp: bool = inert(True, "Train the MLP layers.")
-    train_attn: bool = inert(True, "Train the attention layers.")
-    train_unembed: bool = inert(True, "Train the unembedding.")
-    base_url: str | None = inert(None, "URL of the Tinker service.")
+    enable: bool = Field(False, description="Train and sample on the Tinker service (refused here).")
+    base_model: str | None = Field(None, description="Tinker's name of the base model; unset: model.model_path.")
+    rank: int = Field(16, ge=1, description="LoRA rank on Tinker.")
+    seed: int | None = Field(None, description="Seed on Tinker.")
+    train_mlp: bool = Field(True, description="Train the MLP layers.")
+    train_attn: bool = Field(True, description="Train the attention layers.")
+    train_unembed: bool = Field(True, description="Train the unembedding.")
+    base_url: str | None = Field(None, description="URL of the Tinker service; unset: the client's default.")
+    full_param: bool = Field(False, description="Train every weight instead of a LoRA adapter.")
+    server_loss_fn: str | None = Field(
+        None, description="A loss the service computes; unset: the loss is the client's."
+    )
+    server_loss_fn_config: dict[str, Any] | None = Field(None, description="Arguments of server_loss_fn.")
+    server_loss_send_mask: bool = Field(False, description="Send the response mask with server_loss_fn's inputs.")
+    forward_backward_chunk_bytes: int | None = Field(
+        None, ge=1, description="Bytes per forward_backward request; unset: the whole batch in one."
+    )
+    forward_backward_max_inflight: int = Field(1, ge=1, description="forward_backward chunks in flight at once.")
+    sdk_chunk_bytes_cap: int | None = Field(None, ge=1, description="The client's byte limit of one request.")
 
 
 class ExternalModelConfig(ConfigModel):
@@ -484,13 +534,18 @@ class ModelConfig(ConfigModel):
         None, description="LoRA adapter trained instead of the full model (one, as in Trinity-RFT)."
     )
     fully_sharded_loras: bool = inert(
-        False, "Shard LoRA weights across tensor-parallel ranks: vLLM's; the vLLM engine takes no adapter yet."
+        False,
+        "Shard LoRA weights across tensor-parallel ranks: vLLM's; the vLLM engine takes no adapter yet.",
+        reason=_VLLM_LORA,
     )
     max_cpu_loras: int | None = inert(
-        None, "LoRA adapters kept in CPU memory: vLLM's; the vLLM engine takes no adapter yet.", ge=1
+        None,
+        "LoRA adapters kept in CPU memory: vLLM's; the vLLM engine takes no adapter yet.",
+        ge=1,
+        reason=_VLLM_LORA,
     )
-    rope_scaling: dict[str, Any] | None = inert(None, "RoPE scaling override of the model config.")
-    rope_theta: float | None = inert(None, "RoPE theta override of the model config.", gt=0)
+    rope_scaling: dict[str, Any] | None = inert(None, "RoPE scaling override of the model config.", reason=_ROPE)
+    rope_theta: float | None = inert(None, "RoPE theta override of the model config.", gt=0, reason=_ROPE)
     tinker: TinkerConfig = Field(default_factory=TinkerConfig, description="Tinker service settings.")
     external_model: ExternalModelConfig = Field(
         default_factory=ExternalModelConfig, description="An API model to evaluate (bench mode)."
@@ -506,14 +561,18 @@ class InferenceModelConfig(ConfigModel):
     engine_type: str = Field("vllm", description="A rollout engine plugin: vllm, transformers, ...")
     engine_num: int = Field(1, ge=1, description="Engines (replicas) of this model.")
     tensor_parallel_size: int = Field(1, ge=1, description="GPUs per engine for tensor parallelism.")
-    data_parallel_size: int = inert(1, "Data-parallel ranks inside one engine.", ge=1)
-    pipeline_parallel_size: int = inert(1, "Pipeline stages of one engine.", ge=1)
-    enable_expert_parallel: bool = inert(False, "Expert parallelism of MoE models.")
+    data_parallel_size: int = inert(1, "Data-parallel ranks inside one engine.", ge=1, reason=_VLLM_MULTI_GPU)
+    pipeline_parallel_size: int = inert(1, "Pipeline stages of one engine.", ge=1, reason=_VLLM_MULTI_GPU)
+    enable_expert_parallel: bool = inert(False, "Expert parallelism of MoE models.", reason=_VLLM_MULTI_GPU)
     gpu_per_engine: int = derived(0, "tensor x data x pipeline parallel size.", ge=0)
     extra_engine_args: dict[str, Any] = Field(
         default_factory=dict, description="Engine-specific arguments passed through (e.g. vLLM's)."
     )
-    use_v1: bool = inert(True, "vLLM's V1 engine (the only one of the vLLM trinity runs).")
+    use_v1: bool = inert(
+        True,
+        "vLLM's V1 engine (the only one of the vLLM trinity runs).",
+        reason="trinity runs vLLM's V1 engine only (vLLM removed V0 in 0.11)",
+    )
     enforce_eager: bool = Field(False, description="No CUDA graphs (vLLM).")
     enable_prefix_caching: bool = Field(True, description="Reuse the KV cache of shared prefixes (vLLM).")
     enable_chunked_prefill: bool = Field(True, description="Chunked prefill (vLLM).")
@@ -536,8 +595,12 @@ class InferenceModelConfig(ConfigModel):
     repetition_penalty: float | None = Field(
         None, gt=0.0, description="Repetition penalty; unset: model.repetition_penalty."
     )
-    ignore_eos: bool = inert(False, "Keep generating past end-of-sequence (length tests).")
-    enable_multimodal: bool = inert(False, "Accept images and videos in prompts.")
+    ignore_eos: bool = inert(
+        False, "Keep generating past end-of-sequence (length tests).", reason="not passed to the engines' sampling yet"
+    )
+    enable_multimodal: bool = Field(
+        False, description="Require a vision tower (a VLM takes images whether set or not; a text model refuses it)."
+    )
     chat_template: str | None = Field(
         None, description="Chat template of this model; unset: model.custom_chat_template."
     )
@@ -546,8 +609,16 @@ class InferenceModelConfig(ConfigModel):
     )
     enable_history: bool = Field(False, description="Record every call's prompt, response and log-probs.")
     enable_openai_api: bool = Field(False, description="Serve an OpenAI-compatible endpoint for workflows (vLLM).")
-    enable_log_requests: bool = inert(False, "Log every request of the OpenAI endpoint.")
-    base_port: int | None = inert(None, "First port of the OpenAI endpoints.", ge=1, le=65535)
+    enable_log_requests: bool = inert(
+        False, "Log every request of the OpenAI endpoint.", reason="not wired to the OpenAI endpoints yet"
+    )
+    base_port: int | None = inert(
+        None,
+        "First port of the OpenAI endpoints.",
+        ge=1,
+        le=65535,
+        reason="the OpenAI endpoints take a free port each; not wired yet",
+    )
     api_key: str = Field(
         "EMPTY",
         description="Bearer token the OpenAI endpoints (and serve mode's proxy) require; EMPTY or empty: none, as in "
@@ -567,19 +638,48 @@ class InferenceModelConfig(ConfigModel):
         description="The server of engine_type external; the rollout model's is model.external_model.",
     )
     nnodes: int = derived(1, "Nodes one engine spans.", ge=1)
-    node_rank: int = inert(0, "This engine's node (multi-node engines).", ge=0)
+    node_rank: int = inert(
+        0,
+        "This engine's node (multi-node engines).",
+        ge=0,
+        reason="set per engine by Trinity-RFT's launcher (DO NOT SET there); an engine here spans one node",
+    )
     enable_return_routed_experts: bool = derived(False, "algorithm.enable_router_replay.")
-    weight_sync_buffer_size: int = inert(1024, "MB of GPU memory per batch of NCCL weight sync.", ge=1)
-    bundle_indices: str = inert("", "Placement group bundles of the engine.")
-    engine_id: int = inert(0, "Index of the engine.", ge=0)
+    weight_sync_buffer_size: int = inert(
+        1024,
+        "MB of GPU memory per batch of NCCL weight sync.",
+        ge=1,
+        reason="the NCCL weight sync sends each tensor whole; not wired yet",
+    )
+    bundle_indices: str = inert(
+        "",
+        "Placement group bundles of the engine.",
+        reason="set per engine by Trinity-RFT's launcher (DO NOT SET there); trinity places engines itself",
+    )
+    engine_id: int = inert(
+        0,
+        "Index of the engine.",
+        ge=0,
+        reason="set per engine by Trinity-RFT's launcher (DO NOT SET there); trinity numbers engines itself",
+    )
     ray_namespace: str | None = derived(None, "The experiment's Ray namespace.")
-    ray_actor_name: str | None = inert(None, "Name of the engine's actor.")
+    ray_actor_name: str | None = inert(
+        None,
+        "Name of the engine's actor.",
+        reason="set per engine by Trinity-RFT's launcher (DO NOT SET there); trinity names engines itself",
+    )
     sync_method: str | None = derived(None, "synchronizer.sync_method.")
     checkpoint_job_dir: str | None = derived(None, "The job folder.")
-    cuda_visible_devices: str | None = inert(None, "GPUs of the engine.")
+    cuda_visible_devices: str | None = inert(
+        None,
+        "GPUs of the engine.",
+        reason="set per engine by Trinity-RFT's launcher (DO NOT SET there); Ray assigns GPUs here",
+    )
     enable_lora: bool = derived(False, "Whether model.lora_configs is set (the rollout model only).")
     enable_runtime_lora_updating: bool = inert(
-        False, "vLLM's loading of new adapters while serving; the vLLM engine takes no adapter yet."
+        False,
+        "vLLM's loading of new adapters while serving; the vLLM engine takes no adapter yet.",
+        reason=_VLLM_LORA,
     )
     lora_modules: list[dict[str, Any]] | None = derived(None, "The adapters of model.lora_configs, for the engine.")
     lora_kwargs: dict[str, Any] = derived(
@@ -826,8 +926,18 @@ class ExplorerConfig(ConfigModel):
     name: str = Field("explorer", description="Name of this explorer (several may feed one trainer).")
     mode: str = derived("both", "The experiment's mode.")
     runner_per_model: int = Field(8, ge=1, description="Workflows run at once per rollout engine.")
-    runner_prepare_concurrency: int = inert(8, "Runners being prepared at once.", ge=1)
-    runner_prepare_max_retries: int = inert(2, "Retries of a runner that failed to start.", ge=0)
+    runner_prepare_concurrency: int = inert(
+        8,
+        "Runners being prepared at once.",
+        ge=1,
+        reason=_RUNNERS,
+    )
+    runner_prepare_max_retries: int = inert(
+        2,
+        "Retries of a runner that failed to start.",
+        ge=0,
+        reason=_RUNNERS,
+    )
     max_timeout: int = Field(1800, gt=0, description="Seconds a task may take before it fails.")
     max_retry_times: int = Field(2, ge=0, description="Retries of a failed task.")
     env_vars: dict[str, str] = Field(default_factory=dict, description="Environment variables of the workflows.")
@@ -852,14 +962,30 @@ class ExplorerConfig(ConfigModel):
         description="Address the serve-mode proxy binds to. Trinity-RFT's 0.0.0.0 let any host that reaches the "
         "port score and commit training data; beyond loopback, explorer.rollout_model.api_key is required.",
     )
-    service_status_check_interval: int = inert(60, "Seconds between health checks of served models.", gt=0)
-    min_running_model_num: int = inert(1, "Served models kept running during weight updates.", ge=1)
-    db_url: str | None = inert(None, "Database of the serve-mode history; unset: a sqlite file in the job.")
+    service_status_check_interval: int = inert(
+        60,
+        "Seconds between health checks of served models.",
+        gt=0,
+        reason="serve mode's proxy does not poll its engines' health yet",
+    )
+    min_running_model_num: int = inert(
+        1,
+        "Served models kept running during weight updates.",
+        ge=1,
+        reason="serve mode's proxy keeps every engine serving; not wired yet",
+    )
+    db_url: str | None = inert(
+        None,
+        "Database of the serve-mode history; unset: a sqlite file in the job.",
+        reason="serve mode writes its calls to the experience buffer; no separate history database yet",
+    )
     over_rollout: OverRolloutConfig = Field(default_factory=OverRolloutConfig, description="Straggler control.")
     dynamic_timeout: DynamicTimeoutConfig = Field(
         default_factory=DynamicTimeoutConfig, description="Adaptive task timeout."
     )
-    runner_state_report_interval: int = inert(0, "Seconds between runner state reports; 0: never.", ge=0)
+    runner_state_report_interval: int = inert(
+        0, "Seconds between runner state reports; 0: never.", ge=0, reason="no periodic runner-state report yet"
+    )
     max_inflight_batches: int = Field(2, ge=1, description="Batches in flight at once with sync_style fully_async.")
 
     def inference_models(self) -> list[tuple[str, InferenceModelConfig]]:
@@ -872,13 +998,13 @@ class ExplorerConfig(ConfigModel):
 class MegatronParallelConfig(ConfigModel):
     """Megatron-Core parallelism of the trainer (trainer_strategy megatron)."""
 
-    tensor_model_parallel_size: int = inert(1, "Tensor parallel size.", ge=1)
-    pipeline_model_parallel_size: int = inert(1, "Pipeline parallel size.", ge=1)
-    virtual_pipeline_model_parallel_size: int | None = inert(None, "Virtual pipeline stages.", ge=1)
-    expert_model_parallel_size: int = inert(1, "Expert parallel size.", ge=1)
-    expert_tensor_parallel_size: int | None = inert(None, "Expert tensor parallel size.", ge=1)
-    context_parallel_size: int = inert(1, "Context parallel size.", ge=1)
-    sequence_parallel: bool = inert(True, "Sequence parallelism.")
+    tensor_model_parallel_size: int = inert(1, "Tensor parallel size.", ge=1, reason=_MEGATRON)
+    pipeline_model_parallel_size: int = inert(1, "Pipeline parallel size.", ge=1, reason=_MEGATRON)
+    virtual_pipeline_model_parallel_size: int | None = inert(None, "Virtual pipeline stages.", ge=1, reason=_MEGATRON)
+    expert_model_parallel_size: int = inert(1, "Expert parallel size.", ge=1, reason=_MEGATRON)
+    expert_tensor_parallel_size: int | None = inert(None, "Expert tensor parallel size.", ge=1, reason=_MEGATRON)
+    context_parallel_size: int = inert(1, "Context parallel size.", ge=1, reason=_MEGATRON)
+    sequence_parallel: bool = inert(True, "Sequence parallelism.", reason=_MEGATRON)
 
 
 class TrainerConfig(ConfigModel):
@@ -890,7 +1016,9 @@ class TrainerConfig(ConfigModel):
     trainer_type: str = Field("verl", description="A training engine plugin: verl, torch, ...")
     trainer_strategy: TrainerStrategy = Field("fsdp2", description="verl's strategy: fsdp or fsdp2 (megatron: no).")
     save_interval: int = Field(0, ge=0, description="Steps between checkpoints; 0: only the last.")
-    enable_preview: bool = inert(False, "Show rollout previews in wandb.")
+    enable_preview: bool = inert(
+        False, "Show rollout previews in wandb.", reason="no rollout preview table in the monitors yet"
+    )
     total_steps: int | None = Field(None, ge=1, description="Trainer steps before the end; unset: buffer.total_steps.")
     save_hf_checkpoint: SaveHFCheckpoint = Field(
         "last", description="Hugging Face weights with checkpoints: last, always or never."
@@ -908,10 +1036,16 @@ class TrainerConfig(ConfigModel):
     )
     micro_batch_size_per_gpu: int = Field(4, ge=1, description="Rows per micro-batch without dynamic batching.")
     ulysses_sequence_parallel_size: int = Field(1, ge=1, description="Ulysses sequence parallel size.")
-    fix_actor_microbatch_loss_scale: bool = inert(False, "Scale micro-batch losses by their share of tokens.")
+    fix_actor_microbatch_loss_scale: bool = inert(
+        False,
+        "Scale micro-batch losses by their share of tokens.",
+        reason="the training engines weigh micro-batches by tokens already; not wired as a switch yet",
+    )
     param_offload: bool = Field(False, description="Offload parameters to CPU (FSDP).")
     optimizer_offload: bool = Field(False, description="Offload optimizer state to CPU (FSDP).")
-    grad_offload: bool = inert(False, "Offload gradients to CPU (FSDP).")
+    grad_offload: bool = inert(
+        False, "Offload gradients to CPU (FSDP).", reason="not mapped to verl's FSDP offload yet"
+    )
     offload_policy: bool = Field(False, description="FSDP2's CPU offload policy.")
     save_strategy: SaveStrategy = Field(
         "unrestricted", description="Who may save at once: single_thread, single_process, single_node, unrestricted."
@@ -941,8 +1075,12 @@ class SynchronizerConfig(ConfigModel):
         0, ge=0, description="Steps the explorer may run ahead of the trainer (fully_async and trainer_driven too)."
     )
     sync_timeout: int = Field(3600, gt=0, description="Seconds a sync may wait before it fails.")
-    group_name: str = inert("rollout_weight_sync", "Name of the NCCL weight-sync group.")
-    wait_for_checkpoint: bool = inert(False, "Wait for the latest checkpoint before syncing.")
+    group_name: str = inert(
+        "rollout_weight_sync",
+        "Name of the NCCL weight-sync group.",
+        reason="the NCCL weight-sync group is named by trinity; not wired yet",
+    )
+    wait_for_checkpoint: bool = inert(False, "Wait for the latest checkpoint before syncing.", reason="not wired yet")
     explorer_world_size: int | None = derived(None, "Ranks of the rollout engines.", ge=0)
     ray_namespace: str = derived("", "The experiment's Ray namespace.")
 
@@ -955,7 +1093,7 @@ class MonitorConfig(ConfigModel):
         description="A monitor plugin or a list: tensorboard, wandb, mlflow, console.",
     )
     monitor_args: dict[str, Any] | None = Field(None, description="Arguments of the monitors.")
-    detailed_stats: bool = inert(False, "Mean, std, max and min of every evaluation metric.")
+    detailed_stats: bool = inert(False, "Mean, std, max and min of every evaluation metric.", reason="not wired yet")
     enable_ray_timeline: bool = Field(
         False, description="Write Ray's timeline of each stage to <job dir>/monitor/timeline.json (Chrome trace)."
     )
@@ -1001,10 +1139,12 @@ class LogConfig(ConfigModel):
 class CoDConfig(ConfigModel):
     """Chain-of-draft task packing (a Trinity-RFT research feature)."""
 
-    task_pack_size: int = inert(4, "Tasks packed into one.", ge=1)
-    eval_task_pack_size: int | None = inert(None, "Tasks packed into one when evaluating.", ge=1)
-    packing_strategy: str = inert("cod", "How tasks are packed.")
-    cod_workflow_args: dict[str, Any] = inert(default_factory=dict, description="Arguments of the packing workflow.")
+    task_pack_size: int = inert(4, "Tasks packed into one.", ge=1, reason=_COD)
+    eval_task_pack_size: int | None = inert(None, "Tasks packed into one when evaluating.", ge=1, reason=_COD)
+    packing_strategy: str = inert("cod", "How tasks are packed.", reason=_COD)
+    cod_workflow_args: dict[str, Any] = inert(
+        default_factory=dict, description="Arguments of the packing workflow.", reason=_COD
+    )
 
 
 class StageConfig(ConfigModel):
@@ -1030,7 +1170,11 @@ class Config(ConfigModel):
     checkpoint_job_dir: str = derived("", "<checkpoint_root_dir>/<project>/<group>/<name>, absolute.")
     ray_namespace: str = Field("", description="Ray namespace of the run; unset: <project>/<group>/<name>.")
     continue_from_checkpoint: bool = Field(True, description="Resume from the job folder's last checkpoint.")
-    ignore_validator_suggestions: bool = inert(False, "Skip Trinity-RFT's interactive GPU-memory suggestions.")
+    ignore_validator_suggestions: bool = inert(
+        False,
+        "Skip Trinity-RFT's interactive GPU-memory suggestions.",
+        reason="trinity's check asks nothing interactively: there is nothing to skip",
+    )
     algorithm: AlgorithmConfig = Field(default_factory=AlgorithmConfig, description="The RL algorithm.")
     data_processor: DataProcessorConfig = Field(default_factory=DataProcessorConfig, description="Data pipelines.")
     model: ModelConfig = Field(default_factory=ModelConfig, description="The model trained.")

@@ -95,8 +95,13 @@ class FrozenLakeArgs(PluginArgs):
     reward_fn_type: str | None = inert(
         None,
         "an OpenJudge grader of the whole trajectory (Trinity-RFT's later examples); the environment's reward is used",
+        reason="OpenJudge graders (Trinity-RFT's later examples) are not shipped: the environment's own reward is used",
     )
-    reward_fn_args: dict[str, Any] = inert({}, "the OpenJudge grader's arguments")
+    reward_fn_args: dict[str, Any] = inert(
+        {},
+        "the OpenJudge grader's arguments",
+        reason="OpenJudge graders (Trinity-RFT's later examples) are not shipped: the environment's own reward is used",
+    )
 
 
 class FrozenLakeEpisode:
