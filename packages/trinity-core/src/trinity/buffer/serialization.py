@@ -29,7 +29,7 @@ import numpy as np
 import torch
 
 from trinity.buffer.errors import SerializationError
-from trinity.common.experience import EID, Experience
+from trinity.common.experience import EID, MEDIA_KEYS, Experience
 
 FORMAT_VERSION = 1
 MAGIC = b"TRX"
@@ -56,6 +56,8 @@ TENSOR_FIELDS = (  # the Experience fields that hold tensors
     "rejected",
     "teacher_logprobs",
 )
+MEDIA_PREFIX = "mm:"
+"""Stored tensor names of ``Experience.multi_modal_inputs``' entries: ``mm:pixel_values``..."""
 _TOKEN_FIELDS = frozenset({"tokens", "chosen", "rejected"})
 _DTYPES = {
     str(d).removeprefix("torch."): d
@@ -92,8 +94,8 @@ def _stored(name: str, tensor: torch.Tensor) -> torch.Tensor:
 def serialize_experience(exp: Experience) -> bytes:
     """One experience as bytes (see the module docstring for the layout)."""
     specs, chunks = [], []
-    for name in TENSOR_FIELDS:
-        value = getattr(exp, name)
+    media = {MEDIA_PREFIX + key: value for key, value in _media_items(exp.multi_modal_inputs)}
+    for name, value in [*((name, getattr(exp, name)) for name in TENSOR_FIELDS), *media.items()]:
         if value is None:
             continue
         stored = _stored(name, value)
@@ -140,6 +142,17 @@ def _plain(value: Any, where: str) -> Any:
         "booleans, None, lists and dicts (and numpy/torch values, sets, tuples and paths, converted) are kept, "
         "never pickled objects (a stored pickle runs code when read); convert it to one of those"
     )
+
+
+def _media_items(media: dict[str, Any] | None) -> list[tuple[str, Any]]:
+    """The entries of ``multi_modal_inputs``; a key outside ``MEDIA_KEYS`` is a ``SerializationError``
+    (a row read back hands them to the model as keyword arguments)."""
+    unknown = sorted(set(media or {}) - MEDIA_KEYS)
+    if unknown:
+        raise SerializationError(
+            f"experience.multi_modal_inputs holds {unknown}: the buffer keeps only {sorted(MEDIA_KEYS)}"
+        )
+    return list((media or {}).items())
 
 
 def _dtype_name(dtype: torch.dtype) -> str:
@@ -191,7 +204,14 @@ def deserialize_experience(blob: bytes | bytearray | memoryview, trust_pickle: b
             flat = torch.empty(0, dtype=dtype)
         tensors[name] = flat.reshape(shape).to(_DTYPES[restore])
         offset += nbytes + _pad(nbytes)
+    media = {
+        name.removeprefix(MEDIA_PREFIX): tensors.pop(name) for name in list(tensors) if name.startswith(MEDIA_PREFIX)
+    }
+    unknown = sorted(set(tensors) - set(TENSOR_FIELDS)) + sorted(set(media) - MEDIA_KEYS)
+    if unknown:
+        raise SerializationError(f"a stored experience holds tensors {unknown}, which no experience has: not read")
     return Experience(
+        multi_modal_inputs=media or None,
         prompt_length=header["p"], reward=header["r"], eid=EID(*header["e"]), model_version=header["v"],
         truncate_status=header["ts"], messages=header["m"], metrics=header["mt"], info=header["i"], **tensors,
     )  # fmt: skip
@@ -226,6 +246,9 @@ def experience_to_dict(exp: Experience) -> dict[str, Any]:
     out: dict[str, Any] = {
         name: getattr(exp, name).tolist() for name in TENSOR_FIELDS if getattr(exp, name) is not None
     }
+    media = _media_items(exp.multi_modal_inputs)
+    if media:
+        out["multi_modal_inputs"] = {key: {"dtype": _dtype_name(v.dtype), "data": v.tolist()} for key, v in media}
     e = exp.eid
     out.update(
         prompt_length=exp.prompt_length, reward=exp.reward, model_version=exp.model_version,
@@ -245,7 +268,12 @@ def experience_from_dict(row: dict[str, Any]) -> Experience:
         for name in TENSOR_FIELDS
         if row.get(name) is not None
     }
+    media = {
+        key: torch.tensor(v["data"], dtype=_DTYPES[v["dtype"]])
+        for key, v in _media_items(row.get("multi_modal_inputs"))
+    }
     return Experience(
+        multi_modal_inputs=media or None,
         prompt_length=row["prompt_length"], reward=row.get("reward"), eid=EID(**row.get("eid", {})),
         model_version=row.get("model_version", 0), truncate_status=row.get("truncate_status"),
         messages=row.get("messages"), metrics=row.get("metrics") or {}, info=row.get("info") or {}, **tensors,

@@ -53,6 +53,7 @@ class Batch:
     expected_entropy_scores: torch.Tensor | None = None  # [B, R] its expectation over the vocabulary
     rollout_logprobs: torch.Tensor | None = None  # [B, R] the rollout engine's, kept when old_logprobs are recomputed
     rollout_is_weights: torch.Tensor | None = None  # [B, R] rollout correction's importance weights (decoupled)
+    multi_modal_inputs: list[dict[str, torch.Tensor] | None] | None = None  # [B] a row's image tensors, or None
 
     @property
     def batch_size(self) -> int:
@@ -70,11 +71,20 @@ class Batch:
         if not isinstance(index, (slice, torch.Tensor)):
             index = torch.as_tensor(list(index), dtype=torch.long)
         values = {f.name: getattr(self, f.name) for f in fields(self)}
-        return Batch(**{k: (v[index] if v is not None else None) for k, v in values.items()})
+        media = values.pop("multi_modal_inputs")
+        if media is not None:
+            rows = range(len(media))[index] if isinstance(index, slice) else torch.arange(len(media))[index].tolist()
+            media = [media[i] for i in rows]
+        return Batch(**{k: (v[index] if v is not None else None) for k, v in values.items()}, multi_modal_inputs=media)
 
     def to(self, device: torch.device | str) -> Batch:
         values = {f.name: getattr(self, f.name) for f in fields(self)}
-        return Batch(**{k: (v.to(device) if v is not None else None) for k, v in values.items()})
+        media = values.pop("multi_modal_inputs")
+        if media is not None:
+            media = [{k: v.to(device) for k, v in row.items()} if row else row for row in media]
+        return Batch(
+            **{k: (v.to(device) if v is not None else None) for k, v in values.items()}, multi_modal_inputs=media
+        )
 
     def with_fields(self, **changes: torch.Tensor | None) -> Batch:
         return replace(self, **changes)
@@ -138,6 +148,7 @@ class Batch:
                         per_token[name] = torch.zeros((n, response_width), dtype=torch.float32)
                     per_token[name][i, : min(r, value.numel())] = value[:r].float()
         position_ids = (attention_mask.cumsum(dim=1) - 1).clamp(min=0)
+        media = [exp.multi_modal_inputs for exp, _, _, _ in rows]
         return cls(
             input_ids=input_ids,
             attention_mask=attention_mask,
@@ -167,4 +178,5 @@ class Batch:
                 if any(h is not None for h in states)
                 else None
             ),
+            multi_modal_inputs=media if any(media) else None,
         )

@@ -17,6 +17,10 @@ if TYPE_CHECKING:
     import torch
 
 
+MEDIA_KEYS = frozenset({"pixel_values", "image_grid_thw", "pixel_values_videos", "video_grid_thw"})
+"""The keys ``Experience.multi_modal_inputs`` may hold (the model inputs a Qwen2-VL-family model takes
+beside the tokens): a stored row naming another is refused, not passed to the model."""
+
 TRUNCATED_FROM = "truncated_from"
 """The ``info`` key of a truncated prompt's length in tokens before ``max_prompt_tokens`` cut it."""
 
@@ -75,6 +79,9 @@ class Experience:
     """DPO: token ids of the rejected response."""
     teacher_logprobs: torch.Tensor | None = None
     """On-policy distillation: a teacher model's log-probabilities of the response tokens."""
+    multi_modal_inputs: dict[str, torch.Tensor] | None = None
+    """A vision-language prompt's image tensors (``pixel_values``, ``image_grid_thw``), which the
+    trainer passes with the tokens; None for text."""
     messages: list[dict[str, Any]] | None = None
     metrics: dict[str, float] = field(default_factory=dict)
     info: dict[str, Any] = field(default_factory=dict)

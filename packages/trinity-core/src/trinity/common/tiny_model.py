@@ -9,6 +9,7 @@ without its own regex), so ids round-trip through ``AutoTokenizer``. The default
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import torch
 from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
@@ -124,11 +125,100 @@ def build_tiny_model(
         eos_token_id=ids["<|im_end|>"],
         pad_token_id=ids["<|endoftext|>"],
     )
+    _save_random(Qwen2ForCausalLM, config, tokenizer, ids, out, seed)
+    return out
+
+
+def _save_random(model_class: type, config: Any, tokenizer: Any, ids: dict[str, int], out: Path, seed: int) -> None:
+    """A ``model_class`` of ``config`` with random weights from ``seed`` (global RNG state left
+    untouched), ending at ``<|im_end|>`` / ``<|endoftext|>``, saved with ``tokenizer`` to ``out``."""
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        model = Qwen2ForCausalLM(config)
+        model = model_class(config)
     model.generation_config.eos_token_id = [ids["<|im_end|>"], ids["<|endoftext|>"]]
     model.generation_config.pad_token_id = ids["<|endoftext|>"]
+    for stale in out.glob("*.safetensors"):
+        stale.unlink()
     model.save_pretrained(out)
     tokenizer.save_pretrained(out)
+
+
+VISION_TOKENS = ("<|vision_start|>", "<|vision_end|>", "<|image_pad|>", "<|video_pad|>")
+"""Qwen2-VL's special tokens: an image is ``<|vision_start|><|image_pad|><|vision_end|>`` in the
+rendered prompt, and its one ``<|image_pad|>`` becomes one token per merged patch."""
+_VISION_PARTS = (
+    "{%- macro render(content) %}"
+    "{%- if content is string %}{{- content }}"
+    "{%- else %}{%- for part in content or [] %}"
+    "{%- if part['type'] == 'image' or 'image' in part %}{{- '<|vision_start|><|image_pad|><|vision_end|>' }}"
+    "{%- elif part['type'] == 'video' or 'video' in part %}{{- '<|vision_start|><|video_pad|><|vision_end|>' }}"
+    "{%- else %}{{- part['text'] }}{%- endif %}"
+    "{%- endfor %}{%- endif %}"
+    "{%- endmacro %}"
+)
+VL_CHAT_TEMPLATE = _VISION_PARTS + CHAT_TEMPLATE.replace("(message['content'] or '')", "render(message['content'])")
+"""``CHAT_TEMPLATE`` with OpenAI-style content parts: text as is, each image or video part as
+Qwen2-VL's vision block."""
+
+
+def build_tiny_vl_model(
+    out_dir: str | Path,
+    hidden_size: int = 128,
+    num_layers: int = 2,
+    num_heads: int = 4,
+    num_kv_heads: int = 2,
+    intermediate_size: int = 256,
+    vision_dim: int = 64,
+    vision_depth: int = 2,
+    image_side: int = 56,
+    seed: int = 0,
+) -> Path:
+    """Write a randomly initialised Qwen2-VL model (Trinity-RFT's VLM examples use Qwen2.5-VL,
+    the same family) with a tiny vision tower, its tokenizer and image processor to ``out_dir``.
+
+    The text side is ``build_tiny_model``'s shape and tokenizer plus ``VISION_TOKENS``; images are
+    resized to ``image_side`` pixels square (14-pixel patches, merged 2 x 2: a 56-pixel image is 4
+    tokens). Deterministic for a given ``seed``; transformers' video processors need torchvision,
+    so the folder has no video processor.
+    """
+    from transformers import AutoConfig, AutoTokenizer, Qwen2VLConfig, Qwen2VLForConditionalGeneration
+    from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
+
+    out = Path(out_dir)
+    text = build_tiny_model(out, hidden_size, num_layers, num_heads, num_kv_heads, intermediate_size, seed=seed)
+    tokenizer = AutoTokenizer.from_pretrained(text)
+    tokenizer.add_special_tokens({"additional_special_tokens": ["<|im_start|>", *VISION_TOKENS]})
+    tokenizer.chat_template = VL_CHAT_TEMPLATE
+    ids = {token: tokenizer.convert_tokens_to_ids(token) for token in (*SPECIAL_TOKENS, *VISION_TOKENS)}
+    text_config = AutoConfig.from_pretrained(text).to_dict()
+    unit = hidden_size // num_heads // 16  # Qwen2-VL splits head_dim / 2 as 2:3:3 (16, 24, 24 of 64)
+    text_config.update(
+        vocab_size=len(tokenizer),
+        rope_parameters={
+            "rope_type": "default",
+            "rope_theta": 1e6,
+            "mrope_section": [2 * unit, 3 * unit, 3 * unit],
+        },
+    )
+    config = Qwen2VLConfig(
+        text_config=text_config,
+        vision_config={
+            "depth": vision_depth,
+            "embed_dim": vision_dim,
+            "hidden_size": hidden_size,
+            "num_heads": 4,
+            "mlp_ratio": 2,
+            "patch_size": 14,
+            "spatial_merge_size": 2,
+            "temporal_patch_size": 2,
+        },
+        image_token_id=ids["<|image_pad|>"],
+        video_token_id=ids["<|video_pad|>"],
+        vision_start_token_id=ids["<|vision_start|>"],
+        vision_end_token_id=ids["<|vision_end|>"],
+        tie_word_embeddings=True,
+    )
+    _save_random(Qwen2VLForConditionalGeneration, config, tokenizer, ids, out, seed)
+    pixels = image_side * image_side
+    Qwen2VLImageProcessorPil(min_pixels=pixels, max_pixels=pixels).save_pretrained(out)
     return out

@@ -56,6 +56,8 @@ class Completion:
     truncated_from: int | None = None
     """The prompt's length before ``max_prompt_tokens`` cut it (nothing was generated); None: it fit."""
     model_version: int = 0
+    multi_modal_inputs: dict[str, torch.Tensor] | None = None
+    """The image tensors the model took beside the prompt (``trinity.engine.multimodal``); None: text only."""
 
     @property
     def prompt_truncated(self) -> bool:

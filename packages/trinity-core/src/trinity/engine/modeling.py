@@ -13,6 +13,7 @@ import torch
 from safetensors.torch import load_file
 
 from trinity.engine.lora import is_adapter_model, load_adapter_state
+from trinity.engine.multimodal import MediaInputs, model_media
 
 HF_SUBDIR = "huggingface"
 ACTOR_HF_SUBDIR = Path("actor") / HF_SUBDIR
@@ -31,21 +32,35 @@ def model_dtype(device: torch.device, name: str = "bfloat16") -> torch.dtype | s
     return name if name == "auto" else getattr(torch, name)
 
 
+def load_model(path: str, dtype: torch.dtype | str, trust_remote_code: bool = False) -> torch.nn.Module:
+    """The causal LM at ``path``: ``AutoModelForCausalLM``, or ``AutoModelForImageTextToText`` for
+    a vision-language model (a config with a ``vision_config``)."""
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForImageTextToText
+
+    config = AutoConfig.from_pretrained(path, trust_remote_code=trust_remote_code)
+    auto = AutoModelForImageTextToText if getattr(config, "vision_config", None) is not None else AutoModelForCausalLM
+    return auto.from_pretrained(path, dtype=dtype, trust_remote_code=trust_remote_code)
+
+
 def response_logits(
     model: torch.nn.Module,
     input_ids: torch.Tensor,
     attention_mask: torch.Tensor,
     position_ids: torch.Tensor,
     width: int,
+    media: MediaInputs | None = None,
 ) -> torch.Tensor:
     """float32 logits ``[B, width, V]`` that predicted the last ``width`` tokens of each row; only
-    the last ``width + 1`` positions go through the LM head (``logits_to_keep``)."""
+    the last ``width + 1`` positions go through the LM head (``logits_to_keep``). With ``media``
+    (the rows' image tensors, ``collate_media``) the model places the images itself: their
+    positions (Qwen2-VL's 3-D rope) are its own, from the tokens and the mask."""
     out = model(
         input_ids=input_ids,
         attention_mask=attention_mask,
-        position_ids=position_ids,
+        position_ids=None if media else position_ids,
         logits_to_keep=width + 1,
         use_cache=False,
+        **(model_media(model, input_ids, media) if media else {}),
     )
     return out.logits[:, :-1].float()
 
@@ -57,11 +72,12 @@ def token_logprobs(
     position_ids: torch.Tensor,
     width: int,
     with_entropy: bool = False,
+    media: MediaInputs | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Logprobs ``[B, width]`` of the last ``width`` tokens of each row, each given its prefix,
     and (``with_entropy``) the entropy of the distributions that predicted them. Runs with grad
     when the caller has grad enabled."""
-    logits = response_logits(model, input_ids, attention_mask, position_ids, width)
+    logits = response_logits(model, input_ids, attention_mask, position_ids, width, media)
     normaliser = logits.logsumexp(-1)
     logprobs = logits.gather(-1, input_ids[:, -width:].unsqueeze(-1)).squeeze(-1) - normaliser
     if not with_entropy:

@@ -52,7 +52,7 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
-from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForTokenClassification, AutoTokenizer
+from transformers import AutoConfig, AutoModelForTokenClassification, AutoTokenizer
 
 from trinity.common.batch import Batch
 from trinity.common.errors import first_line
@@ -64,12 +64,14 @@ from trinity.engine.modeling import (
     HF_SUBDIR,
     default_device,
     entropy_scores,
+    load_model,
     load_weights_into,
     model_dtype,
     read_hf_weights,
     response_logits,
     token_logprobs,
 )
+from trinity.engine.multimodal import MediaInputs, collate_media
 from trinity.plugins import Kind, resolve
 
 MicroLoss = Callable[[Batch], tuple[torch.Tensor, Metrics, float]]
@@ -151,6 +153,11 @@ def _trimmed(mb: Batch) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, int, 
     return mb.input_ids[:, cols], mb.attention_mask[:, cols], mb.position_ids[:, cols], prompt - start, end - prompt
 
 
+def _media(mb: Batch) -> MediaInputs | None:
+    """The micro-batch's image tensors as one forward pass takes them; None for text rows."""
+    return collate_media(mb.multi_modal_inputs) or None if mb.multi_modal_inputs is not None else None
+
+
 def _pad_to(values: torch.Tensor, width: int) -> torch.Tensor:
     return F.pad(values, (0, width - values.shape[1]))
 
@@ -184,7 +191,7 @@ class TorchTrainingEngine(TrainingEngine):
 
         path, remote_code = config.model.model_path, config.model.trust_remote_code
         self.tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=remote_code)
-        self.actor = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32, trust_remote_code=remote_code)
+        self.actor = load_model(path, torch.float32, remote_code)
         self.lora = (config.model.lora_configs or [None])[0]
         if self.lora is not None:
             self.actor = with_adapter(self.actor, self.lora, trainable=True)
@@ -259,12 +266,16 @@ class TorchTrainingEngine(TrainingEngine):
             zeros = torch.zeros_like(mb.response_mask, dtype=torch.float32)
             return zeros, (zeros if with_entropy else None)
         with self._autocast():
-            logprobs, entropy = token_logprobs(model, input_ids, mask, positions, width, with_entropy)
+            logprobs, entropy = token_logprobs(model, input_ids, mask, positions, width, with_entropy, _media(mb))
         return _pad_to(logprobs, full), (_pad_to(entropy, full) if entropy is not None else None)
 
     def _values(self, mb: Batch) -> torch.Tensor:
         """Critic values ``[b, R]``: the value head at the position before each response token."""
         input_ids, mask, positions, prompt, width = _trimmed(mb)
+        if mb.multi_modal_inputs is not None:
+            raise ValueError(
+                "the torch engine's critic (ppo) takes no images: use an algorithm without a critic (grpo)"
+            )
         with self._autocast():
             out = self.critic(input_ids=input_ids, attention_mask=mask, position_ids=positions, use_cache=False)
         return _pad_to(out.logits[:, prompt - 1 : prompt - 1 + width, 0].float(), mb.responses.shape[1])
@@ -282,7 +293,7 @@ class TorchTrainingEngine(TrainingEngine):
         scores = torch.zeros((*mb.response_mask.shape, 2), dtype=torch.float32, device=mb.response_mask.device)
         if width:
             with self._autocast():
-                logits = response_logits(self.actor, input_ids, mask, positions, width)
+                logits = response_logits(self.actor, input_ids, mask, positions, width, _media(mb))
             scores[:, :width] = entropy_scores(logits, input_ids[:, -width:])
         return scores
 

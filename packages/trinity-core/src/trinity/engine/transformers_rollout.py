@@ -20,6 +20,10 @@ Sampling settings come from ``SamplingArgs`` over ``ModelConfig`` (temperature, 
 repetition_penalty), never from the checkpoint's ``generation_config.json``. ``max_model_len``
 bounds prompt + response for the longest prompt of a batch.
 
+A vision-language model (a config with a ``vision_config``: Qwen2-VL, Qwen2.5-VL) takes images in
+``chat``'s content parts (``trinity.engine.multimodal``): each prompt's image tensors go into the
+batched ``generate`` and back with its completions, for the trainer to recompute over.
+
 With LoRA (``enable_lora``, derived from ``model.lora_configs``) the engine holds the base
 model with the adapter (``trinity.engine.lora``, unmerged: the trainer's very computation), and
 ``update_weights`` takes the adapter's tensors alone.
@@ -35,18 +39,20 @@ from contextlib import contextmanager
 from typing import Any
 
 import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig, StoppingCriteria, StoppingCriteriaList
+from transformers import AutoTokenizer, GenerationConfig, StoppingCriteria, StoppingCriteriaList
 
 from trinity.config.schema import InferenceModelConfig, ModelConfig
 from trinity.engine.base import Completion, RolloutEngine, SamplingArgs
 from trinity.engine.lora import is_adapter_model, with_adapter
 from trinity.engine.modeling import (
     default_device,
+    load_model,
     load_weights_into,
     model_dtype,
     read_hf_weights,
     token_logprobs,
 )
+from trinity.engine.multimodal import MediaError, MediaInputs, VisionInputs, collate_media, media_parts, model_media
 from trinity.engine.prompts import PromptFormatter, response_budget
 from trinity.engine.prompts import first as _first
 
@@ -106,7 +112,8 @@ class _RawLogprobs(StoppingCriteria):
 
 
 class TransformersRolloutEngine(RolloutEngine):
-    """``AutoModelForCausalLM`` + ``AutoTokenizer`` from a local directory (or a hub id)."""
+    """``AutoModelForCausalLM`` (``AutoModelForImageTextToText`` for a VLM) + ``AutoTokenizer`` from a
+    local directory (or a hub id)."""
 
     takes_lora = True
 
@@ -116,10 +123,15 @@ class TransformersRolloutEngine(RolloutEngine):
         path = config.model_path or model.model_path
         remote_code = config.trust_remote_code
         self.tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=remote_code)
-        self.model = AutoModelForCausalLM.from_pretrained(
-            path, dtype=model_dtype(self.device, config.dtype), trust_remote_code=remote_code
-        )
+        self.model = load_model(path, model_dtype(self.device, config.dtype), remote_code)
         self.model.to(self.device).eval()
+        self.vision: VisionInputs | None = None
+        if getattr(self.model.config, "vision_config", None) is not None:
+            self.vision = VisionInputs(path, self.model.config, remote_code)
+        elif config.enable_multimodal:
+            raise MediaError(
+                f"enable_multimodal: the model at {path} has no vision tower (its config no vision_config)"
+            )
         self.model_version = 0
         eos = self.model.generation_config.eos_token_id
         eos_ids = set(eos if isinstance(eos, list) else [eos] if eos is not None else [])
@@ -146,23 +158,33 @@ class TransformersRolloutEngine(RolloutEngine):
         return self.generate_from_ids(self.prompts.text_ids(prompts), args)
 
     def chat(self, conversations: list[list[dict[str, Any]]], args: SamplingArgs) -> list[list[Completion]]:
-        return self.generate_from_ids([self.chat_prompt_ids(c, args.tools) for c in conversations], args)
+        prompts = [self._chat_prompt(c, args.tools) for c in conversations]
+        return self.generate_from_ids([ids for ids, _ in prompts], args, [media for _, media in prompts])
 
     def chat_prompt_ids(self, messages: list[dict[str, Any]], tools: Any = None) -> list[int]:
         """Token ids of ``messages`` (offering ``tools``) through the chat template, with the generation prompt."""
         return self.prompts.chat_ids(messages, tools)
 
-    def generate_from_ids(self, prompts: list[list[int]], args: SamplingArgs) -> list[list[Completion]]:
+    def generate_from_ids(
+        self, prompts: list[list[int]], args: SamplingArgs, media: list[MediaInputs | None] | None = None
+    ) -> list[list[Completion]]:
         """``args.n`` completions for each prompt given as token ids (the path ``generate``
-        and ``chat`` take after tokenising)."""
+        and ``chat`` take after tokenising), with each prompt's image tensors (``media``)."""
+        media = media or [None] * len(prompts)
         prepared = [self.prompts.fit(ids) for ids in prompts]
+        for (_, truncated_from), inputs in zip(prepared, media, strict=True):
+            if truncated_from is not None and inputs:
+                raise MediaError(
+                    f"a prompt with images of {truncated_from} tokens exceeds max_prompt_tokens "
+                    f"{self.prompts.max_prompt_tokens}: it cannot be cut (its image tokens would lose their pixels)"
+                )
         results: list[list[Completion]] = [[] for _ in prompts]
         live = [i for i, (_, truncated_from) in enumerate(prepared) if truncated_from is None]
         for i, (ids, truncated_from) in enumerate(prepared):
             if truncated_from is not None:
                 results[i] = [self._empty(ids, truncated_from) for _ in range(args.n)]
         if live:
-            completions = self._sample([prepared[i][0] for i in live], args)
+            completions = self._sample([prepared[i][0] for i in live], args, [media[i] for i in live])
             for k, i in enumerate(live):
                 results[i] = completions[k * args.n : (k + 1) * args.n]
         return results
@@ -201,6 +223,18 @@ class TransformersRolloutEngine(RolloutEngine):
 
     # -- internals ----------------------------------------------------------------------
 
+    def _chat_prompt(self, messages: list[dict[str, Any]], tools: Any) -> tuple[list[int], MediaInputs | None]:
+        """A conversation's prompt ids and, where it holds images, their tensors (the ids expanded to them)."""
+        parts = media_parts(messages)
+        if not parts:
+            return self.chat_prompt_ids(messages, tools), None
+        if self.vision is None:
+            raise MediaError(
+                f"a prompt holds {len(parts)} image/video parts, but the rollout model "
+                f"{self.config.model_path or self.model_config.model_path} takes no images (no vision tower)"
+            )
+        return self.vision.prepare(self.chat_prompt_ids(messages, tools), parts)
+
     def _empty(self, prompt: list[int], truncated_from: int) -> Completion:
         return Completion(prompt, [], [], "", "length", truncated_from=truncated_from, model_version=self.model_version)
 
@@ -226,14 +260,19 @@ class TransformersRolloutEngine(RolloutEngine):
         )
 
     @torch.no_grad()
-    def _sample(self, prompts: list[list[int]], args: SamplingArgs) -> list[Completion]:
+    def _sample(
+        self, prompts: list[list[int]], args: SamplingArgs, media: list[MediaInputs | None]
+    ) -> list[Completion]:
         rows = [ids for ids in prompts for _ in range(args.n)]
+        row_media = [inputs for inputs in media for _ in range(args.n)]
+        media_inputs = {k: v.to(self.device) for k, v in collate_media(row_media).items()}
         width = max(len(ids) for ids in rows)
         input_ids = torch.full((len(rows), width), self.pad_id, dtype=torch.long)
         prompt_mask = torch.zeros_like(input_ids)
         for row, ids in enumerate(rows):
             input_ids[row, width - len(ids) :] = torch.tensor(ids, dtype=torch.long)
             prompt_mask[row, width - len(ids) :] = 1
+        inputs = model_media(self.model, input_ids.to(self.device), media_inputs) if media_inputs else {}
         gen_config = self._generation_config(args, width)
         recorder = _RawLogprobs(self.model) if args.logprobs else None
         stopping = StoppingCriteriaList([recorder] if recorder else [])
@@ -246,6 +285,7 @@ class TransformersRolloutEngine(RolloutEngine):
                     attention_mask=prompt_mask.to(self.device),
                     generation_config=gen_config,
                     stopping_criteria=stopping,
+                    **inputs,
                 ).cpu()
         finally:
             if recorder:
@@ -261,6 +301,7 @@ class TransformersRolloutEngine(RolloutEngine):
                 text=text,
                 finish_reason=reason,
                 model_version=self.model_version,
+                multi_modal_inputs=row_media[row],
             )
             for row, (length, text, reason) in enumerate(cuts)
         ]

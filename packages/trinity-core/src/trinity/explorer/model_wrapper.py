@@ -18,6 +18,7 @@ from trinity.common.experience import TRUNCATED_FROM, Experience
 from trinity.common.lazy_import import lazy_module
 from trinity.engine.base import Completion, SamplingArgs
 from trinity.engine.client import EngineClient
+from trinity.engine.multimodal import MediaError, media_parts, without_media
 from trinity.engine.tokenization import TokenizedConversation
 
 torch = lazy_module("torch")
@@ -182,12 +183,22 @@ def _to_experience(completion: Completion, messages: list[dict[str, Any]] | None
     info = {"response_text": completion.text, "finish_reason": completion.finish_reason}
     if completion.prompt_truncated:
         info[TRUNCATED_FROM] = completion.truncated_from
+    if messages is not None and completion.multi_modal_inputs is None and media_parts(messages):
+        raise MediaError(
+            "the rollout engine returned no image tensors for a prompt with images, so the trainer could not "
+            "recompute its logprobs: multimodal prompts need a rollout engine that takes images (transformers)"
+        )
     return Experience(
         tokens=torch.tensor(prompt + response, dtype=torch.long),
         prompt_length=len(prompt),
         logprobs=torch.tensor(completion.response_logprobs, dtype=torch.float32),
         model_version=completion.model_version,
         truncate_status=status,
-        messages=[*messages, {"role": "assistant", "content": completion.text}] if messages is not None else None,
+        multi_modal_inputs=completion.multi_modal_inputs,
+        messages=(
+            [*without_media(messages), {"role": "assistant", "content": completion.text}]
+            if messages is not None
+            else None
+        ),
         info=info,
     )
