@@ -1093,7 +1093,9 @@ class MonitorConfig(ConfigModel):
         description="A monitor plugin or a list: tensorboard, wandb, mlflow, console.",
     )
     monitor_args: dict[str, Any] | None = Field(None, description="Arguments of the monitors.")
-    detailed_stats: bool = inert(False, "Mean, std, max and min of every evaluation metric.", reason="not wired yet")
+    detailed_stats: bool = Field(
+        False, description="Evaluation also reports std@k, worst@k and the spread of the task means over the tasks."
+    )
     enable_ray_timeline: bool = Field(
         False, description="Write Ray's timeline of each stage to <job dir>/monitor/timeline.json (Chrome trace)."
     )

@@ -568,7 +568,7 @@ class Explorer:
             outcome = await self.runner.run_batch(tasks, batch_id=f"eval/{storage.name}/{self.step}")
             for exp in outcome.experiences:
                 runs.setdefault(exp.eid.task, []).append({"reward": exp.reward or 0.0, **exp.metrics})
-        return eval_at_k(storage.name, runs.values())
+        return eval_at_k(storage.name, runs.values(), self.config.monitor.detailed_stats)
 
     def shutdown(self) -> None:
         for client in [*self.engines, *(c for clients in self.auxiliary for c in clients)]:

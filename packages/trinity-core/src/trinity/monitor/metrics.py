@@ -2,12 +2,14 @@
 
 ``stats("critic/score", rewards)`` gives ``critic/score/mean|max|min``;
 ``gather("rollout", metrics_of_each_experience)`` gives ``rollout/<metric>/mean|max|min``;
-``eval_at_k(taskset, runs_of_each_task)`` gives ``eval/<taskset>/<metric>/mean@k|best@k``;
+``eval_at_k(taskset, runs_of_each_task)`` gives ``eval/<taskset>/<metric>/mean@k|best@k`` (and more with
+``monitor.detailed_stats``);
 ``timer(metrics, "step")`` adds ``time/step``. The full table is in trinity-monitors' README.
 """
 
 from __future__ import annotations
 
+import statistics
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -45,25 +47,35 @@ def gather(prefix: str, records: Iterable[Mapping[str, float]]) -> dict[str, flo
     return result
 
 
-def eval_at_k(taskset: str, task_runs: Iterable[Sequence[Mapping[str, float]]]) -> dict[str, float]:
+def eval_at_k(
+    taskset: str, task_runs: Iterable[Sequence[Mapping[str, float]]], detailed: bool = False
+) -> dict[str, float]:
     """``eval/<taskset>/<metric>/mean@k`` and ``best@k`` from the ``k`` runs of each eval task.
 
     ``task_runs`` holds, per task, the metric dicts of its repeated rollouts. ``mean@k``
     averages each task's mean over its runs, ``best@k`` each task's best run, both then
-    averaged over tasks. ``k`` is the largest number of runs a task has.
+    averaged over tasks. ``k`` is the largest number of runs a task has. ``detailed``
+    (``monitor.detailed_stats``) adds ``std@k`` and ``worst@k`` (each task's spread and worst
+    run, averaged) and ``mean@k/std|max|min``: how the task means spread over the tasks.
     """
-    means: dict[str, list[float]] = {}
-    bests: dict[str, list[float]] = {}
+    columns: dict[str, list[list[float]]] = {}
     k = 0
     for runs in task_runs:
         k = max(k, len(runs))
         for key, values in _columns(runs).items():
-            means.setdefault(key, []).append(sum(values) / len(values))
-            bests.setdefault(key, []).append(max(values))
+            columns.setdefault(key, []).append(values)
     result: dict[str, float] = {}
-    for key in means:
-        result[f"eval/{taskset}/{key}/mean@{k}"] = sum(means[key]) / len(means[key])
-        result[f"eval/{taskset}/{key}/best@{k}"] = sum(bests[key]) / len(bests[key])
+    for key, tasks in columns.items():
+        prefix = f"eval/{taskset}/{key}"
+        means = [statistics.fmean(values) for values in tasks]
+        result[f"{prefix}/mean@{k}"] = statistics.fmean(means)
+        result[f"{prefix}/best@{k}"] = statistics.fmean(max(values) for values in tasks)
+        if detailed:
+            result[f"{prefix}/std@{k}"] = statistics.fmean(statistics.pstdev(values) for values in tasks)
+            result[f"{prefix}/worst@{k}"] = statistics.fmean(min(values) for values in tasks)
+            result[f"{prefix}/mean@{k}/std"] = statistics.pstdev(means)
+            result[f"{prefix}/mean@{k}/max"] = max(means)
+            result[f"{prefix}/mean@{k}/min"] = min(means)
     return result
 
 
