@@ -36,6 +36,8 @@ _WORKFLOWS = {
     "webshop_workflow": "envs.text_games:WebShopWorkflow",
     "intercode_sql_workflow": "envs.intercode_sql:InterCodeSQLWorkflow",
     "email_search_workflow": "envs.email_search:EmailSearchWorkflow",
+    "simple_mm_workflow": "multimodal:SimpleMMWorkflow",
+    "async_simple_mm_workflow": "multimodal:SimpleMMWorkflow",
 }
 _REWARDS = {
     "math_reward": "math_reward",
