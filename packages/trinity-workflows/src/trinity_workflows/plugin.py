@@ -36,6 +36,8 @@ _WORKFLOWS = {
     "webshop_workflow": "envs.text_games:WebShopWorkflow",
     "intercode_sql_workflow": "envs.intercode_sql:InterCodeSQLWorkflow",
     "email_search_workflow": "envs.email_search:EmailSearchWorkflow",
+    "RAFT_alfworld_workflow": "envs.raft_alfworld:RAFTAlfworldWorkflow",
+    "RAFT_reflect_alfworld_workflow": "envs.raft_alfworld:RAFTReflectAlfworldWorkflow",
     "simple_mm_workflow": "multimodal:SimpleMMWorkflow",
     "async_simple_mm_workflow": "multimodal:SimpleMMWorkflow",
 }

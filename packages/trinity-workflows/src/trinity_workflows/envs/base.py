@@ -114,13 +114,14 @@ class EnvironmentWorkflow(ConversationWorkflow):
             experience.metrics.update(env_steps=float(len(record.rewards)), env_done=float(record.done))
         return self.annotate(experiences, record)
 
-    async def play(self, episode: Episode, max_steps: int) -> EpisodeRecord:
+    async def play(self, episode: Episode, max_steps: int, context: Messages | None = None) -> EpisodeRecord:
         """Model and environment take turns until the episode ends, ``max_steps`` actions were
         taken, or the conversation outgrows ``max_prompt_tokens`` (``record.cut``: the episode's
-        last experience then counts as a truncated prompt, as a conversation's does)."""
+        last experience then counts as a truncated prompt, as a conversation's does). The model
+        sees ``context`` (default: the system prompt) before the first observation."""
         record = EpisodeRecord()
         observation = self.format_observation(await asyncio.to_thread(episode.reset))
-        messages: Messages = [{"role": "system", "content": self.env_system_prompt}]
+        messages: Messages = context or [{"role": "system", "content": self.env_system_prompt}]
         for _ in range(max_steps):
             messages = [*messages, {"role": "user", "content": observation}]
             (reply,) = await self.model.chat_async(messages, n=1)
