@@ -139,7 +139,8 @@ def explore(tiny_model_dir: Path, tmp_path: Path):
 @pytest.fixture(scope="session")
 def hosted_judge():
     """A stand-in for a hosted judge (an OpenAI-compatible chat server, reached through
-    ``engine_type: external``): it grades ``Score: 7`` and ranks RULER's candidates 1, 1/2, 1/3..."""
+    ``engine_type: external``): it grades ``Score: 7``, ranks RULER's candidates 1, 1/2, 1/3...
+    and says ``Correctness: YES`` to a search answer that is the correct answer, else ``NO``."""
     import re
     import threading
     import time
@@ -161,6 +162,8 @@ def hosted_judge():
         prompts.append(prompt)
         count = len(re.findall(r"^# Candidate solution \d+$", prompt, re.MULTILINE))
         verdict = f"[{', '.join(str(1 / (i + 1)) for i in range(count))}]" if count else "Fair.\nScore: 7"
+        if match := re.search(r"^Response: (.*)\nCorrect answer: (.*)$", prompt, re.MULTILINE):
+            verdict = f"Correctness: {'YES' if match[1].strip() == match[2].strip() else 'NO'}"
         message = {"role": "assistant", "content": verdict}
         choice = {"index": 0, "message": message, "finish_reason": "stop", "logprobs": None}
         return {"id": "j", "object": "chat.completion", "created": 0, "model": "judge", "choices": [choice]}
