@@ -18,6 +18,7 @@ _WORKFLOWS = {
     "async_math_ruler_workflow": "judge:MathRULERWorkflow",
     "on_policy_distill_workflow": "workflows:OnPolicyDistillWorkflow",
     "on_policy_distill_math_workflow": "workflows:OnPolicyDistillMathWorkflow",
+    "thinking_budget_workflow": "workflows:ThinkingBudgetWorkflow",
     "multi_turn_workflow": "conversation:MultiTurnWorkflow",
     "step_wise_workflow": "conversation:StepWiseWorkflow",
     "tool_call_workflow": "conversation:ToolCallWorkflow",

@@ -15,8 +15,8 @@ from typing import Any, ClassVar
 
 import torch
 
-from trinity.plugin_api import Experience
-from trinity_workflows.base import CatalogueWorkflow, last_user_text
+from trinity.plugin_api import Experience, Field, PluginArgs
+from trinity_workflows.base import CatalogueWorkflow, Messages, last_user_text
 
 THINK_ANSWER_SYSTEM_PROMPT = (
     "A conversation between User and Assistant. The user asks a question, and the Assistant solves it. "
@@ -153,3 +153,80 @@ class OnPolicyDistillMathWorkflow(OnPolicyDistillWorkflow):
     @property
     def user_prompt(self) -> str:
         return f"{super().user_prompt}\n{BOXED_SYSTEM_PROMPT}"
+
+
+class ThinkingBudgetArgs(PluginArgs):
+    """``workflow_args`` of ``thinking_budget_workflow``."""
+
+    thinking_token_budget: int = Field(ge=1, description="most tokens of thinking before its end is forced")
+    reasoning_end_str: str = Field("</think>", min_length=1, description="the text that ends the thinking")
+
+
+class ThinkingBudgetWorkflow(CatalogueWorkflow):
+    """Responses whose thinking is cut at a token budget (Trinity-RFT's
+    ``thinking_budget_workflow``, which asks vLLM for ``thinking_token_budget``): each sample
+    thinks for at most ``thinking_token_budget`` tokens; if it has not written
+    ``reasoning_end_str`` by then, that text is appended for it, and it goes on to answer. The
+    forced end is masked out of the loss (``action_mask`` 0). Works on any engine with a
+    tokenizer: the continuation is a second call on the raw text, and the response's logprobs
+    are recomputed in one pass over the whole sequence. The prompt is the row's
+    ``messages`` column (Trinity-RFT's) or the task's prompt; a reward function is optional
+    (without one the reward is 0). Metric ``thinking_forced``: 1 where the end was forced.
+    """
+
+    Args = ThinkingBudgetArgs
+    needs_reward_fn = False
+
+    def messages(self) -> Messages:
+        row_messages = self.task.raw.get(self.task.format.get("messages_key") or "messages")
+        return [dict(m) for m in row_messages] if isinstance(row_messages, list) else super().messages()
+
+    async def rollout(self) -> list[Experience]:
+        args = ThinkingBudgetArgs.model_validate(self.task.workflow_args)
+        chat = self.model.chat_tokenizer
+        messages = self.messages()
+        prompt = chat.render(messages, generation_prompt=True)
+        thoughts = await self.model.generate_async(prompt, n=self.repeat_times, max_tokens=args.thinking_token_budget)
+        total = self.model.defaults.max_tokens
+        end_ids = chat.encode(args.reasoning_end_str)
+        experiences = await asyncio.gather(
+            *(self._finish(exp, prompt, args.reasoning_end_str, end_ids, total, messages) for exp in thoughts)
+        )
+        question = last_user_text(messages)
+        for exp in experiences:
+            if self.reward_fn is not None:
+                self.score_experience(exp, question)
+            else:
+                exp.reward = 0.0
+        return list(experiences)
+
+    async def _finish(
+        self, thought: Experience, prompt: str, end: str, end_ids: list[int], total: int | None, messages: Messages
+    ) -> Experience:
+        """``thought`` ended (its own end of thinking, or the forced one) and answered."""
+        text = thought.info["response_text"]
+        forced = end not in text
+        if not forced and thought.info["finish_reason"] == "stop":
+            thought.action_mask = torch.ones(thought.response_length, dtype=torch.bool)
+            thought.metrics["thinking_forced"] = 0.0
+            return thought
+        inserted = end_ids if forced else []
+        so_far = text + (end if forced else "")
+        left = None if total is None else max(1, total - thought.response_length - len(inserted))
+        (answer,) = await self.model.generate_async(prompt + so_far, n=1, max_tokens=left)
+        tokens = [*thought.tokens.tolist(), *inserted, *answer.tokens[answer.prompt_length :].tolist()]
+        logprobs = await self.model.logprobs_async(tokens)
+        mask = torch.ones(len(tokens) - thought.prompt_length, dtype=torch.bool)
+        mask[thought.response_length : thought.response_length + len(inserted)] = False
+        response_text = so_far + answer.info["response_text"]
+        return Experience(
+            tokens=torch.tensor(tokens, dtype=torch.long),
+            prompt_length=thought.prompt_length,
+            logprobs=torch.tensor(logprobs[thought.prompt_length :], dtype=torch.float32),
+            action_mask=mask,
+            model_version=answer.model_version,
+            truncate_status=answer.truncate_status,
+            messages=[*messages, {"role": "assistant", "content": response_text}],
+            info={"response_text": response_text, "finish_reason": answer.info["finish_reason"]},
+            metrics={"thinking_forced": float(forced)},
+        )

@@ -19,7 +19,7 @@ from trinity.common.lazy_import import lazy_module
 from trinity.engine.base import Completion, SamplingArgs
 from trinity.engine.client import EngineClient
 from trinity.engine.multimodal import MediaError, media_parts, without_media
-from trinity.engine.tokenization import TokenizedConversation
+from trinity.engine.tokenization import ChatTokenizer, TokenizedConversation
 
 torch = lazy_module("torch")
 
@@ -150,12 +150,16 @@ class ModelWrapper:
     ) -> TokenizedConversation:
         """``messages`` (offered ``tools``) as the engine's chat template tokenises them, masked to
         the assistant turns: the tokens of a multi-turn experience."""
+        return self.chat_tokenizer.conversation(messages, tools)
+
+    @property
+    def chat_tokenizer(self) -> ChatTokenizer:
+        """The engine's chat template and tokenizer, for workflows that build experiences token by
+        token (a multi-turn conversation, a response continued after a forced end of thinking)."""
         prompts = self.client.engine.prompts
         if prompts is None:
-            raise TypeError(
-                f"the {type(self.client.engine).__name__} has no tokenizer: a multi-turn experience needs one"
-            )
-        return prompts.chat.conversation(messages, tools)
+            raise TypeError(f"the {type(self.client.engine).__name__} has no tokenizer: this workflow needs one")
+        return prompts.chat
 
     def extract_experience_from_history(self) -> list[Experience]:
         """The experiences recorded since the last call (``enable_history``), clearing them."""
