@@ -22,6 +22,7 @@ _WORKFLOWS = {
     "multi_turn_workflow": "conversation:MultiTurnWorkflow",
     "step_wise_workflow": "conversation:StepWiseWorkflow",
     "tool_call_workflow": "conversation:ToolCallWorkflow",
+    "toolcall_workflow": "toolcall:ToolCallPredictionWorkflow",
     "rubric_judge_workflow": "judge:RubricJudgeWorkflow",
     "math_rm_workflow": "judge:MathRMWorkflow",
     "math_ruler_workflow": "judge:MathRULERWorkflow",
