@@ -106,7 +106,8 @@ class CatalogueWorkflow(Workflow):
 
     def score(self, response: str, truth: Any, prompt: str | None = None, **context: Any) -> dict[str, float]:
         """The reward components; ``context`` (e.g. ``response_length``) reaches only the
-        reward functions that declare it, so simple functions need no ``**kwargs``."""
+        reward functions that declare it, so simple functions need no ``**kwargs``; ``messages``
+        is the conversation, the response last (for the rewards that grade a trajectory)."""
         keywords = _keywords(self.reward_fn)
         accepted = {k: v for k, v in context.items() if keywords is None or k in keywords}
         return self.reward_fn(response=response, truth=truth, prompt=prompt, **accepted, **self.task.reward_fn_args)
@@ -114,7 +115,9 @@ class CatalogueWorkflow(Workflow):
     def score_experience(self, experience: Experience, prompt: str | None = None) -> Experience:
         """Score one experience's response against ``truth`` and store reward and components."""
         response = experience.info["response_text"]
-        components = self.score(response, self.truth, prompt, response_length=experience.response_length)
+        components = self.score(
+            response, self.truth, prompt, response_length=experience.response_length, messages=experience.messages
+        )
         return set_reward(experience, components)
 
 

@@ -87,7 +87,7 @@ class ConversationWorkflow(CatalogueWorkflow):
     async def grade(self, turns: list[Experience], prompt: str | None) -> dict[str, float]:
         """The reward components of the conversation (default: the reward function on the last
         reply); a workflow that grades the whole episode, or asks a judge, overrides it."""
-        return self.score(turns[-1].info["response_text"], self.truth, prompt)
+        return self.score(turns[-1].info["response_text"], self.truth, prompt, messages=turns[-1].messages)
 
     async def experiences(
         self, messages: Messages, turns: list[Experience], components: dict[str, float]

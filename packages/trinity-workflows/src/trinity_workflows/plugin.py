@@ -57,6 +57,9 @@ _REWARDS = {
     "countdown_reward": "countdown_reward",
     "accuracy_reward": "accuracy_reward",
     "math_dapo_reward": "math_dapo_reward",
+    "rlcr_reward": "rlcr_reward",
+    "rm_gallery_reward": "rm_gallery_reward",
+    "trajectory_accuracy_grader_reward": "trajectory_accuracy_grader_reward",
 }
 
 
