@@ -208,3 +208,12 @@ def test_trainable_ruler_adds_the_policys_judgements_as_their_own_group(run_task
     for judgement in judgements:
         assert "# Candidate solution 2" in judgement.messages[-2]["content"]
         assert judgement.reward == judgement.metrics["reward_for_judger"] == 0.0
+
+
+def test_trainable_ruler_args_are_checked():
+    from pydantic import ValidationError
+
+    from trinity_workflows.judge import MathTrainableRULERWorkflow
+
+    with pytest.raises(ValidationError, match="ground_truth_probability"):
+        MathTrainableRULERWorkflow.Args.model_validate({"ground_truth_probability": 1.5})

@@ -60,9 +60,11 @@ def test_the_prompt_offers_the_tools_and_replays_the_conversation(tmp_path, mode
     experiences = workflow.run()
     assert len(experiences) == model.defaults.n
     for exp in experiences:
-        assert exp.reward == exp.metrics["accuracy"] == toolcall_reward(exp.info["response_text"], ROW["answer"])[
-            "accuracy"
-        ]
+        assert (
+            exp.reward
+            == exp.metrics["accuracy"]
+            == toolcall_reward(exp.info["response_text"], ROW["answer"])["accuracy"]
+        )
 
 
 def test_an_unknown_speaker_is_named(make_workflow):

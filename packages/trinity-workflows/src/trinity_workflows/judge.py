@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any, ClassVar, TypeVar
 
-from trinity.plugin_api import Experience, ModelWrapper, set_reward
+from trinity.plugin_api import Experience, Field, ModelWrapper, PluginArgs, set_reward
 from trinity_workflows.base import CatalogueWorkflow, last_user_text
 from trinity_workflows.workflows import THINK_ANSWER_SYSTEM_PROMPT
 
@@ -194,9 +194,7 @@ def ruler_prompt(question: str, responses: list[str]) -> str:
     """RULER's request to score ``responses`` to ``question`` together."""
     solutions = "\n\n".join(f"# Candidate solution {i + 1}\n{text}" for i, text in enumerate(responses))
     count = len(responses)
-    return RULER_PROMPT.format(
-        question=question, count=count, solutions=solutions, example=", ".join(["0.5"] * count)
-    )
+    return RULER_PROMPT.format(question=question, count=count, solutions=solutions, example=", ".join(["0.5"] * count))
 
 
 class MathRULERWorkflow(JudgedWorkflow):
@@ -246,7 +244,9 @@ class RubricJudgeAPIWorkflow(RubricJudgeWorkflow):
         url_env = self._arg("judge_api_base_url_env", "OPENAI_BASE_URL")
         base_url = os.environ.get(url_env)
         if not base_url:
-            raise ValueError(f"no judge API: environment variable {url_env} (workflow_args.judge_api_base_url_env) is unset")
+            raise ValueError(
+                f"no judge API: environment variable {url_env} (workflow_args.judge_api_base_url_env) is unset"
+            )
         api_key = os.environ.get(self._arg("judge_api_key_env", "OPENAI_API_KEY")) or "EMPTY"
         import openai  # on first use: a second of import time the other workflows do not pay
 
@@ -268,9 +268,7 @@ class RubricJudgeAPIWorkflow(RubricJudgeWorkflow):
                 await self._client.close()
 
 
-def ruler_rewards(
-    replies: list[str], count: int, gold: list[float] | None
-) -> tuple[list[float], list[float], float]:
+def ruler_rewards(replies: list[str], count: int, gold: list[float] | None) -> tuple[list[float], list[float], float]:
     """What a group of RULER judgements gives: each response's mean score over the replies
     that parse (0 when none does), each reply's own reward (1 - its mean absolute error to
     ``gold``; 0 without ``gold`` or when it does not parse) and the share of replies that parse."""
@@ -288,6 +286,17 @@ def ruler_rewards(
     return means, judge_rewards, parsed / len(replies) if replies else 0.0
 
 
+class TrainableRULERArgs(PluginArgs):
+    """``workflow_args`` of ``math_trainable_ruler_workflow``."""
+
+    ground_truth_probability: float = Field(
+        0.2,
+        ge=0,
+        le=1,
+        description="share of the tasks whose truth is used (the rest are rewarded by the policy's judgement)",
+    )
+
+
 class MathTrainableRULERWorkflow(CatalogueWorkflow):
     """RULER where the policy itself is the judge, and is trained as one (Trinity-RFT's
     ``math_trainable_ruler_workflow``, after ART's RULER and Kimi K2): a share of the tasks,
@@ -303,16 +312,18 @@ class MathTrainableRULERWorkflow(CatalogueWorkflow):
     share of judgements with a list of as many scores), ``reward_for_judger`` on judgements.
     """
 
+    Args = TrainableRULERArgs
     default_reward_fn = "math_reward"
     default_system_prompt = THINK_ANSWER_SYSTEM_PROMPT
 
     async def rollout(self) -> list[Experience]:
+        args = TrainableRULERArgs.model_validate(self.task.workflow_args)
         messages = self.messages()
         responses = await self.model.chat_async(messages, n=self.repeat_times)
         question = last_user_text(messages) or ""
         record_gold_reward(self, responses)
         gold = [exp.metrics["gold_reward"] for exp in responses]
-        labelled = random.random() < float(self.task.workflow_args.get("ground_truth_probability", 0.2))
+        labelled = random.random() < args.ground_truth_probability
         prompt = ruler_prompt(question, [exp.info["response_text"] for exp in responses])
         judge_messages = [{"role": "user", "content": prompt}]
         judgements = await self.model.chat_async(judge_messages, n=self.repeat_times if labelled else 1)
