@@ -88,3 +88,10 @@ def test_tinker_enable_turns_every_engine_into_tinker_as_trinity_rft(tmp_path):
     cfg = load_config(write(tmp_path), ["model.tinker.enable=true", "model.tinker.base_model=Qwen/Qwen3-4B"])
     assert cfg.trainer.trainer_type == cfg.explorer.rollout_model.engine_type == "tinker"
     assert cfg.model.tinker.base_model == "Qwen/Qwen3-4B"
+
+
+def test_use_v1_false_is_refused_at_run_vllm_has_no_v0(tmp_path, caplog):
+    found = _warned_then_refused(write(tmp_path), ["explorer.rollout_model.use_v1=false"], caplog)
+    assert found == {
+        "explorer.rollout_model.use_v1": "vLLM removed its V0 engine in 0.11: trinity runs V1 (use_v1: true)"
+    }

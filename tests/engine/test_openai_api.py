@@ -224,3 +224,24 @@ def test_a_model_that_calls_tools_gets_openai_tool_calls(tool_model_dir):
         assert final.message.content == answer(expression) and final.finish_reason == "stop"
     finally:
         client.close()
+
+
+def test_base_port_places_each_engine_s_endpoint_and_requests_are_logged_on_request(endpoint, tiny_model_dir, caplog):
+    """Trinity-RFT's base_port (engine i on base_port + i) and enable_log_requests."""
+    from ports import free_port
+
+    base = free_port() - 1  # engine 1 takes base + 1: the free port
+    client = serve(tiny_model_dir, base_port=base, engine_id=1, enable_log_requests=True)
+    try:
+        assert client.api_url == f"http://127.0.0.1:{base + 1}/v1"
+        with caplog.at_level("INFO", logger="trinity.engine.openai_api"):
+            for served in (client, endpoint):  # the module's endpoint: the defaults, nothing logged
+                api = openai.OpenAI(base_url=served.api_url, api_key="EMPTY")
+                api.chat.completions.create(model="tiny", messages=MESSAGES, max_tokens=2)
+    finally:
+        client.close()
+    logged = [r.getMessage() for r in caplog.records if r.name == "trinity.engine.openai_api"]
+    assert len(logged) == 1
+    assert logged == [
+        '/v1/chat/completions: {"model":"tiny","max_tokens":2,"messages":[{"role":"user","content":"What is 1+1?"}]}'
+    ]

@@ -115,6 +115,18 @@ def test_eos_ends_a_response_but_not_before_min_tokens(tiny_model_dir: Path) -> 
     assert len(late.response_token_ids) >= 5
 
 
+def test_ignore_eos_generates_up_to_the_limit(tiny_model_dir: Path) -> None:
+    engine = TransformersRolloutEngine(
+        InferenceModelConfig(model_path=str(tiny_model_dir), engine_type="transformers", ignore_eos=True),
+        ModelConfig(model_path=str(tiny_model_dir), max_prompt_tokens=32, max_response_tokens=24, max_model_len=56),
+    )
+    greedy = engine.generate(PROMPTS[:1], GREEDY)[0][0].response_token_ids
+    engine.eos_ids = [greedy[0]]  # as above: the greedy first token would end the response
+    (result,) = engine.generate(PROMPTS[:1], SamplingArgs(temperature=0.0, max_tokens=24, min_tokens=0))[0]
+    assert result.response_token_ids == greedy and len(greedy) == 24
+    assert result.finish_reason == "length"
+
+
 def test_prompt_truncation(tiny_model_dir: Path) -> None:
     long_prompt = "The quick brown fox jumps over the lazy dog. " * 8
     engine = make_engine(tiny_model_dir, max_prompt_tokens=16)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from trinity.config.schema import InferenceModelConfig, ModelConfig
 from trinity_vllm.server import VLLMServer
 
@@ -28,3 +30,16 @@ def test_tool_and_reasoning_parsers_are_passed():
         "--reasoning-parser",
         "qwen3",
     ]
+
+
+def test_ignore_eos_and_request_logging_reach_vllm():
+    pytest.importorskip("vllm")
+    from trinity.engine.base import SamplingArgs
+
+    config = InferenceModelConfig(model_path="/models/tiny", ignore_eos=True, enable_log_requests=True)
+    server = VLLMServer(config, ModelConfig(max_model_len=64, max_response_tokens=16), "vllm engine")
+    assert server.engine_args()["enable_log_requests"] is True
+    assert server._params(SamplingArgs(max_tokens=8), prompt_length=4).ignore_eos is True
+    default = VLLMServer(InferenceModelConfig(model_path="/models/tiny"), ModelConfig(max_model_len=64), "vllm engine")
+    assert default.engine_args()["enable_log_requests"] is False
+    assert default._params(SamplingArgs(max_tokens=8), prompt_length=4).ignore_eos is False

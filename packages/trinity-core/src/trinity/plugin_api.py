@@ -55,7 +55,7 @@ _ON_FIRST_USE = {
         "trinity.engine.tokenization",
     ),
     **dict.fromkeys(["EngineClient"], "trinity.engine.client"),
-    **dict.fromkeys(["guarded"], "trinity.engine.openai_api"),
+    **dict.fromkeys(["endpoint_port", "guarded"], "trinity.engine.openai_api"),
     **dict.fromkeys(["ModelWrapper"], "trinity.explorer.model_wrapper"),
     **dict.fromkeys(["Workflow", "set_reward"], "trinity.explorer.workflow"),
     **dict.fromkeys(["Monitor", "MonitorError"], "trinity.monitor.base"),

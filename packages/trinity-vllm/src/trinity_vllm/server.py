@@ -31,6 +31,7 @@ from trinity.plugin_api import (
     InferenceModelConfig,
     ModelConfig,
     SamplingArgs,
+    endpoint_port,
     first,
     guarded,
     response_budget,
@@ -74,7 +75,7 @@ class VLLMServer:
         return self.api_url
 
     async def _serve_openai(self, chat_template: str | None, template_kwargs: dict) -> str:
-        """vLLM's own OpenAI server over this engine, on a free port of ``openai_api_host``, in
+        """vLLM's own OpenAI server over this engine, on ``openai_api_host`` (``endpoint_port``), in
         this actor's event loop: its requests join the explorer's in one scheduler. It sits
         behind trinity's request guard too: vLLM's ``--api-key`` leaves paths outside ``/v1``
         (``/invocations``) open and its CORS answers any page's preflight."""
@@ -86,7 +87,7 @@ class VLLMServer:
         from vllm.utils.argparse_utils import FlexibleArgumentParser
 
         host = self.config.openai_api_host
-        sock = create_server_socket((host, 0), reuse_port=False)
+        sock = create_server_socket((host, endpoint_port(self.config)), reuse_port=False)
         port = sock.getsockname()[1]
         args = make_arg_parser(FlexibleArgumentParser()).parse_args(self.openai_argv(chat_template, template_kwargs))
         tasks = await self.engine.get_supported_tasks()
@@ -144,6 +145,7 @@ class VLLMServer:
             "generation_config": "vllm",
             "worker_extension_cls": WORKER_EXTENSION,
             "disable_log_stats": True,
+            "enable_log_requests": config.enable_log_requests,
             "trust_remote_code": config.trust_remote_code,
             **config.extra_engine_args,
         }
@@ -222,6 +224,7 @@ class VLLMServer:
             stop=list(args.stop) or None,
             seed=args.seed,
             logprobs=0 if args.logprobs else None,
+            ignore_eos=self.config.ignore_eos,
             output_kind=RequestOutputKind.FINAL_ONLY,
         )
 

@@ -293,6 +293,12 @@ def check_model(config: Config, issues: IssueCollector) -> None:
         else:  # Trinity-RFT checks no auxiliary model's limits: its templates may leave them inconsistent
             _derive_token_limits(inference, path, issues, over_the_limit=issues.refuse_at_run)
         inference.enable_return_routed_experts = config.algorithm.enable_router_replay
+        # Trinity-RFT's launcher sets these per engine; here one config serves engine_num engines the
+        # explorer starts (engine_id per engine), Ray places and names none of them.
+        inference.engine_id, inference.node_rank, inference.bundle_indices = 0, 0, ""
+        inference.ray_actor_name = inference.cuda_visible_devices = None
+        if not inference.use_v1:
+            issues.refuse_at_run(f"{path}.use_v1", "vLLM removed its V0 engine in 0.11: trinity runs V1 (use_v1: true)")
         inference.ray_namespace = config.ray_namespace
         inference.checkpoint_job_dir = config.checkpoint_job_dir
         inference.gpu_per_engine = engine_gpus(inference)

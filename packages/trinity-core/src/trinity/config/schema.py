@@ -568,11 +568,7 @@ class InferenceModelConfig(ConfigModel):
     extra_engine_args: dict[str, Any] = Field(
         default_factory=dict, description="Engine-specific arguments passed through (e.g. vLLM's)."
     )
-    use_v1: bool = inert(
-        True,
-        "vLLM's V1 engine (the only one of the vLLM trinity runs).",
-        reason="trinity runs vLLM's V1 engine only (vLLM removed V0 in 0.11)",
-    )
+    use_v1: bool = Field(True, description="vLLM's V1 engine, the only one since vLLM 0.11: false is refused at run.")
     enforce_eager: bool = Field(False, description="No CUDA graphs (vLLM).")
     enable_prefix_caching: bool = Field(True, description="Reuse the KV cache of shared prefixes (vLLM).")
     enable_chunked_prefill: bool = Field(True, description="Chunked prefill (vLLM).")
@@ -595,9 +591,7 @@ class InferenceModelConfig(ConfigModel):
     repetition_penalty: float | None = Field(
         None, gt=0.0, description="Repetition penalty; unset: model.repetition_penalty."
     )
-    ignore_eos: bool = inert(
-        False, "Keep generating past end-of-sequence (length tests).", reason="not passed to the engines' sampling yet"
-    )
+    ignore_eos: bool = Field(False, description="Generate past end-of-sequence up to the token limit (length tests).")
     enable_multimodal: bool = Field(
         False, description="Require a vision tower (a VLM takes images whether set or not; a text model refuses it)."
     )
@@ -609,15 +603,12 @@ class InferenceModelConfig(ConfigModel):
     )
     enable_history: bool = Field(False, description="Record every call's prompt, response and log-probs.")
     enable_openai_api: bool = Field(False, description="Serve an OpenAI-compatible endpoint for workflows (vLLM).")
-    enable_log_requests: bool = inert(
-        False, "Log every request of the OpenAI endpoint.", reason="not wired to the OpenAI endpoints yet"
-    )
-    base_port: int | None = inert(
+    enable_log_requests: bool = Field(False, description="Log every request of the OpenAI endpoint (at INFO).")
+    base_port: int | None = Field(
         None,
-        "First port of the OpenAI endpoints.",
         ge=1,
         le=65535,
-        reason="the OpenAI endpoints take a free port each; not wired yet",
+        description="Port of engine 0's OpenAI endpoint, engine i's is base_port + i; unset: free ports.",
     )
     api_key: str = Field(
         "EMPTY",
@@ -638,11 +629,8 @@ class InferenceModelConfig(ConfigModel):
         description="The server of engine_type external; the rollout model's is model.external_model.",
     )
     nnodes: int = derived(1, "Nodes one engine spans.", ge=1)
-    node_rank: int = inert(
-        0,
-        "This engine's node (multi-node engines).",
-        ge=0,
-        reason="set per engine by Trinity-RFT's launcher (DO NOT SET there); an engine here spans one node",
+    node_rank: int = derived(
+        0, "Node of the engine: 0, an engine runs on one node here (set per engine by Trinity-RFT's launcher).", ge=0
     )
     enable_return_routed_experts: bool = derived(False, "algorithm.enable_router_replay.")
     weight_sync_buffer_size: int = inert(
@@ -651,29 +639,20 @@ class InferenceModelConfig(ConfigModel):
         ge=1,
         reason="the NCCL weight sync sends each tensor whole; not wired yet",
     )
-    bundle_indices: str = inert(
-        "",
-        "Placement group bundles of the engine.",
-        reason="set per engine by Trinity-RFT's launcher (DO NOT SET there); trinity places engines itself",
+    bundle_indices: str = derived(
+        "", "Placement-group bundles: none, Ray places each engine here (set per engine by Trinity-RFT's launcher)."
     )
-    engine_id: int = inert(
-        0,
-        "Index of the engine.",
-        ge=0,
-        reason="set per engine by Trinity-RFT's launcher (DO NOT SET there); trinity numbers engines itself",
+    engine_id: int = derived(
+        0, "Index of the engine among engine_num; each engine gets its own (offsets base_port).", ge=0
     )
     ray_namespace: str | None = derived(None, "The experiment's Ray namespace.")
-    ray_actor_name: str | None = inert(
-        None,
-        "Name of the engine's actor.",
-        reason="set per engine by Trinity-RFT's launcher (DO NOT SET there); trinity names engines itself",
+    ray_actor_name: str | None = derived(
+        None, "Name of the engine's actor: none, engines are unnamed here (set per engine by Trinity-RFT's launcher)."
     )
     sync_method: str | None = derived(None, "synchronizer.sync_method.")
     checkpoint_job_dir: str | None = derived(None, "The job folder.")
-    cuda_visible_devices: str | None = inert(
-        None,
-        "GPUs of the engine.",
-        reason="set per engine by Trinity-RFT's launcher (DO NOT SET there); Ray assigns GPUs here",
+    cuda_visible_devices: str | None = derived(
+        None, "GPUs of the engine: none, Ray assigns them here (set per engine by Trinity-RFT's launcher)."
     )
     enable_lora: bool = derived(False, "Whether model.lora_configs is set (the rollout model only).")
     enable_runtime_lora_updating: bool = inert(

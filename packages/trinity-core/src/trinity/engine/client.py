@@ -141,16 +141,16 @@ class EngineClient:
             self.api_url = self.engine.api_url
 
     def serve_openai(self, config: InferenceModelConfig) -> str:
-        """Serve ``trinity.engine.openai_api`` over this client on ``config.openai_api_host`` (a
-        free port), for an engine without an endpoint of its own, behind ``config.api_key``;
+        """Serve ``trinity.engine.openai_api`` over this client on ``config.openai_api_host``
+        (``endpoint_port``), for an engine without an endpoint of its own, behind ``config.api_key``;
         returns its base URL."""
         import socket
 
         import uvicorn
 
-        from trinity.engine.openai_api import guarded, openai_app
+        from trinity.engine.openai_api import endpoint_port, guarded, openai_app
 
-        sock = socket.create_server((config.openai_api_host, 0))
+        sock = socket.create_server((config.openai_api_host, endpoint_port(config)))
         host, port = sock.getsockname()[:2]
         self.api_key = config.endpoint_key()
         app = guarded(openai_app(self, config), config.openai_api_host, self.api_key)

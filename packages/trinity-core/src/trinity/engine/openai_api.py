@@ -20,6 +20,7 @@ sits behind ``guarded``: the ``api_key`` when one is set, and the checks of
 
 from __future__ import annotations
 
+import logging
 import re
 import time
 import uuid
@@ -46,12 +47,23 @@ MAX_TEMPERATURE = 100.0
 """Beyond it sampling is uniform anyway, and a huge temperature overflows the logits to NaN."""
 
 
+logger = logging.getLogger(__name__)
+
+LOGGED_CHARS = 2000
+"""Characters of a request logged with ``enable_log_requests``."""
+
+
 def json_body(model: type[BaseModel]) -> dict[str, Any]:
     """A route's ``openapi_extra`` declaring ``model`` as its JSON body, for a handler that reads
     the raw request (to answer a malformed one in its own words): what the schema shows, and
     what the fuzz tests generate requests from."""
     schema = {"schema": model.model_json_schema()}
     return {"requestBody": {"required": True, "content": {"application/json": schema}}}
+
+
+def endpoint_port(config: InferenceModelConfig) -> int:
+    """Port of an engine's OpenAI endpoint: ``base_port + engine_id`` (Trinity-RFT's), or 0 (a free one)."""
+    return config.base_port + config.engine_id if config.base_port else 0
 
 
 def guarded(app: ASGIApp, host: str, key: str | None) -> RequestGuard:
@@ -136,7 +148,10 @@ def openai_app(client: EngineClient, config: InferenceModelConfig) -> FastAPI:
 
     async def body(request: Request, model: type[_Request]) -> _Request | JSONResponse:
         try:
-            return model.model_validate(await request.json())
+            parsed = model.model_validate(await request.json())
+            if config.enable_log_requests:  # what vLLM's --enable-log-requests shows: the request, bounded
+                logger.info("%s: %s", request.url.path, parsed.model_dump_json(exclude_defaults=True)[:LOGGED_CHARS])
+            return parsed
         except ValidationError as exc:
             first = exc.errors()[0]
             field = ".".join(str(part) for part in first["loc"]) or "body"

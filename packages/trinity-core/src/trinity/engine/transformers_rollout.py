@@ -238,6 +238,11 @@ class TransformersRolloutEngine(RolloutEngine):
     def _empty(self, prompt: list[int], truncated_from: int) -> Completion:
         return Completion(prompt, [], [], "", "length", truncated_from=truncated_from, model_version=self.model_version)
 
+    @property
+    def stop_ids(self) -> list[int]:
+        """The tokens that end a response: the EOS ids, none with ``ignore_eos`` (length tests)."""
+        return [] if self.config.ignore_eos else self.eos_ids
+
     def _generation_config(self, args: SamplingArgs, prompt_width: int) -> GenerationConfig:
         temperature = _first(args.temperature, self.model_config.temperature)
         max_new = response_budget(args.max_tokens, self.max_response_tokens, self.max_model_len, prompt_width)
@@ -253,7 +258,7 @@ class TransformersRolloutEngine(RolloutEngine):
         return GenerationConfig(
             max_new_tokens=max_new,
             min_new_tokens=min(_first(args.min_tokens, self.min_response_tokens), max_new),
-            eos_token_id=self.eos_ids,
+            eos_token_id=self.stop_ids or None,
             pad_token_id=self.pad_id,
             repetition_penalty=self.model_config.repetition_penalty,
             **sampling,
@@ -308,7 +313,7 @@ class TransformersRolloutEngine(RolloutEngine):
 
     def _cut(self, tokens: list[int], stops: list[str], min_tokens: int) -> tuple[int, str, str]:
         """Where a generated row ends: ``(token count, text, finish_reason)``."""
-        eos_at = next((i for i, t in enumerate(tokens) if i >= min_tokens - 1 and t in self.eos_ids), None)
+        eos_at = next((i for i, t in enumerate(tokens) if i >= min_tokens - 1 and t in self.stop_ids), None)
         body = tokens if eos_at is None else tokens[:eos_at]
         if stops:
             text = self.tokenizer.decode(body, skip_special_tokens=True)

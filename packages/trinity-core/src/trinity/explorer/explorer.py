@@ -156,7 +156,8 @@ class Explorer:
     ) -> list[EngineClient]:
         """``model``'s ``engine_num`` engines; a failure to start names the model's config ``key``."""
         try:
-            clients = [EngineClient(engine_cls(model, self.config.model)) for _ in range(model.engine_num)]
+            engines = [model.model_copy(update={"engine_id": i}) for i in range(model.engine_num)]
+            clients = [EngineClient(engine_cls(engine, self.config.model)) for engine in engines]
             for client in clients:  # an engine with no endpoint of its own gets trinity's
                 if model.enable_openai_api and client.api_url is None:
                     logger.info("%s: OpenAI-compatible endpoint at %s", key, client.serve_openai(model))

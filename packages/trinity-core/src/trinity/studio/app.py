@@ -258,7 +258,8 @@ def check(tree: dict[str, Any]) -> dict[str, Any]:
 
     return {
         "errors": listed(more.issues),
-        "warnings": [{"path": p, "message": m} for p, m in notes.items()] + listed(more.at_run + more.inert + more.warnings),
+        "warnings": [{"path": p, "message": m} for p, m in notes.items()]
+        + listed(more.at_run + more.inert + more.warnings),
         "gpu": gpu_split(config),
         "yaml": to_yaml_text(parsed),
     }
