@@ -47,6 +47,7 @@ _WORKFLOWS = {
     "email_search_workflow": "envs.email_search:EmailSearchWorkflow",
     "RAFT_alfworld_workflow": "envs.raft_alfworld:RAFTAlfworldWorkflow",
     "RAFT_reflect_alfworld_workflow": "envs.raft_alfworld:RAFTReflectAlfworldWorkflow",
+    "learn2ask_workflow": "learn2ask:Learn2AskWorkflow",
     "simple_mm_workflow": "multimodal:SimpleMMWorkflow",
     "async_simple_mm_workflow": "multimodal:SimpleMMWorkflow",
 }
