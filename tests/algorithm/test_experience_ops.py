@@ -194,3 +194,44 @@ def test_data_juicer_missing_says_how_to_install(monkeypatch):
         DataJuicerError, match=r"args: Data-Juicer is not installed: pip install \"trinity-core\[data-juicer\]\""
     ):
         DataJuicer(operators=[{"text_length_filter": {}}])
+
+
+@pytest.mark.parametrize("file", [None, "kept/input.jsonl", "kept/input.db"], ids=["default", "jsonl", "sqlite"])
+def test_save_input_keeps_each_batch_as_it_entered_the_operators(tmp_path, file):
+    """Trinity-RFT's save_input / input_save_path: the filtered-out experiences are in the record too."""
+    import json
+    import sqlite3
+
+    from trinity.algorithm.experience_ops import INPUT_FILE
+    from trinity.buffer.serialization import experience_from_dict
+
+    config = Config()
+    config.checkpoint_job_dir = str(tmp_path / "job")
+    path = str(tmp_path / file) if file else None
+    config.data_processor.experience_pipeline = ExperiencePipelineConfig(
+        operators=[OperatorConfig(name="reward_filter", args={"threshold": 1.0})], input_save_path=path
+    )
+    pipeline = ExperiencePipeline.from_config(config)
+    batches = [groups(), groups()[:2]]
+    kept = [pipeline(batch)[0] for batch in batches]
+    assert [len(k) for k in kept] == [6, 1]
+    if file and file.endswith(".db"):
+        with sqlite3.connect(path) as db:
+            rows = [row for (row,) in db.execute("SELECT experience FROM experiences ORDER BY id")]
+    else:
+        rows = (tmp_path / (file or f"job/{INPUT_FILE}")).read_text().splitlines()
+    record = [experience_from_dict(json.loads(row)) for row in rows]
+    assert [(e.eid.task, e.reward) for e in record] == [(e.eid.task, e.reward) for batch in batches for e in batch]
+    assert torch.equal(record[0].tokens, batches[0][0].tokens)
+
+
+def test_save_input_false_or_no_operators_keeps_nothing(tmp_path):
+    config = Config()
+    config.checkpoint_job_dir = str(tmp_path)
+    config.data_processor.experience_pipeline = ExperiencePipelineConfig(
+        operators=[OperatorConfig(name="reward_filter")], save_input=False
+    )
+    assert ExperiencePipeline.from_config(config).record is None
+    config.data_processor.experience_pipeline = ExperiencePipelineConfig()
+    assert ExperiencePipeline.from_config(config).record is None
+    assert list(tmp_path.iterdir()) == []

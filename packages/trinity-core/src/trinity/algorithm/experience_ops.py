@@ -12,17 +12,22 @@ The names and arguments are Trinity-RFT's (``trinity/buffer/operators``).
 
 from __future__ import annotations
 
+import json
 import logging
 import math
+import sqlite3
 import statistics
 from abc import abstractmethod
 from collections.abc import Sequence
+from contextlib import closing
+from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
 from trinity.algorithm.base import ExperienceOperator, Metrics
 from trinity.buffer.data_juicer import STATS_KEY, DataJuicerError, open_recipe, recipe
+from trinity.buffer.serialization import experience_to_dict
 from trinity.common.errors import PicklableError
 from trinity.common.experience import Experience
 from trinity.common.lazy_import import lazy_module
@@ -337,11 +342,38 @@ class OperatorStartError(PicklableError, RuntimeError):
     """An operator of the pipeline cannot start; the message names its config key."""
 
 
-class ExperiencePipeline:
-    """The configured operators, in order; metrics come prefixed ``pipeline/<operator>/``."""
+INPUT_FILE = "experience_pipeline_input.jsonl"
+"""Where the pipeline keeps its input in the job folder (``save_input`` without ``input_save_path``)."""
+_SQLITE_SUFFIXES = (".db", ".sqlite", ".sqlite3")
 
-    def __init__(self, operators: Sequence[tuple[str, ExperienceOperator]] = ()):
+
+class InputRecord:
+    """The experiences as they entered the pipeline (``save_input``), appended as readable rows
+    (``experience_to_dict``): a jsonl file, or a sqlite file (``.db``, ``.sqlite``) with one
+    ``experiences(id, experience)`` row each. A record of what the operators saw, not a buffer."""
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+
+    def append(self, experiences: Sequence[Experience]) -> None:
+        rows = [json.dumps(experience_to_dict(e)) for e in experiences]
+        if self.path.suffix not in _SQLITE_SUFFIXES:
+            with open(self.path, "a", encoding="utf-8") as f:
+                f.write("".join(row + "\n" for row in rows))
+            return
+        with closing(sqlite3.connect(self.path)) as db, db:
+            db.execute("CREATE TABLE IF NOT EXISTS experiences (id INTEGER PRIMARY KEY, experience TEXT NOT NULL)")
+            db.executemany("INSERT INTO experiences (experience) VALUES (?)", [(row,) for row in rows])
+
+
+class ExperiencePipeline:
+    """The configured operators, in order; metrics come prefixed ``pipeline/<operator>/``. With
+    ``record``, each batch is kept as it came in first (Trinity-RFT's ``save_input``)."""
+
+    def __init__(self, operators: Sequence[tuple[str, ExperienceOperator]] = (), record: InputRecord | None = None):
         self.operators = list(operators)
+        self.record = record
 
     @classmethod
     def from_config(cls, config: Config) -> ExperiencePipeline:
@@ -356,7 +388,10 @@ class ExperiencePipeline:
                 operators.append((op.name, operator_cls(**op.args)))
             except (DataJuicerError, ValueError) as exc:  # a recipe that cannot load, args the check missed
                 raise OperatorStartError(f"{key} ({op.name}): {exc}") from exc
-        return cls(operators)
+        record = None
+        if operators and pipeline.save_input:  # without operators the input is what the buffer gets
+            record = InputRecord(pipeline.input_save_path or Path(config.checkpoint_job_dir) / INPUT_FILE)
+        return cls(operators, record)
 
     @property
     def refill_rounds(self) -> int:
@@ -369,6 +404,8 @@ class ExperiencePipeline:
             op.close()
 
     def __call__(self, experiences: list[Experience]) -> tuple[list[Experience], Metrics]:
+        if self.record is not None and experiences:
+            self.record.append(experiences)
         metrics: Metrics = {}
         for name, op in self.operators:
             experiences, op_metrics = op.process(experiences)

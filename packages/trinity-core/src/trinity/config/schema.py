@@ -36,7 +36,6 @@ _VLLM_MULTI_GPU = (
     "vLLM spreads one engine over several GPUs with it; not passed to vLLM here, where an engine is "
     "tensor-parallel only and no test machine has the GPUs"
 )
-_PIPELINE_INPUT = "not wired yet: the pipeline keeps no copy of its input"
 _ROPE = "not passed to the engines' model loading yet"
 _RUNNERS = "trinity's workflow runners are coroutines of the explorer, not actors to prepare"
 _COD = "read only by Trinity-RFT's CoD workflows (cod_*), which trinity does not ship"
@@ -351,15 +350,13 @@ class ExperiencePipelineConfig(ConfigModel):
     operators: list[OperatorConfig] = Field(
         default_factory=list, description="Experience operators applied in order to each batch of experiences."
     )
-    save_input: bool = inert(
-        True,
-        "Keep the experiences as they were before the operators.",
-        reason=_PIPELINE_INPUT,
+    save_input: bool = Field(
+        True, description="Keep each batch as it came in, before the operators (only with operators)."
     )
-    input_save_path: str | None = inert(
+    input_save_path: str | None = Field(
         None,
-        "Where the unprocessed experiences go (jsonl or sqlite).",
-        reason=_PIPELINE_INPUT,
+        description="Where save_input appends: a jsonl file, or sqlite (.db, .sqlite); "
+        "unset: <checkpoint_job_dir>/experience_pipeline_input.jsonl.",
     )
     inputs: dict[str, ExperienceBufferConfig] = inert(
         default_factory=dict,
