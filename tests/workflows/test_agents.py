@@ -229,3 +229,5 @@ def test_the_adapter_takes_a_bare_number_and_refuses_an_output_without_a_reward(
     assert adapter(model, workflow_func="agentscope_functions:plain_reward").run() == []  # no calls, no experiences
     with pytest.raises(WorkflowError, match="workflow_func returned dict without a numeric reward"):
         adapter(model, workflow_func="agentscope_functions:no_reward").run()
+    with pytest.raises(WorkflowError, match="set workflow_args.workflow_func"):
+        adapter(model, judge_func="agentscope_functions:judge_words").run()

@@ -8,6 +8,7 @@ import pytest
 from pydantic import ValidationError
 
 from trinity.plugins import Kind, resolve
+from trinity_workflows.base import WorkflowError
 from trinity_workflows.rewards import accuracy_reward
 from trinity_workflows.workflows import ThinkingBudgetArgs
 
@@ -46,10 +47,17 @@ def test_the_recomputed_logprobs_are_the_models_own(make_workflow, model):
 
 @pytest.mark.parametrize(
     ("args", "field"),
-    [({}, "thinking_token_budget"), ({"thinking_token_budget": 0}, "thinking_token_budget"),
+    [({"thinking_token_budget": 0}, "thinking_token_budget"),
      ({"thinking_token_budget": 4, "reasoning_end_str": ""}, "reasoning_end_str")],
 )  # fmt: skip
 def test_bad_arguments_are_refused_by_name(args, field):
     with pytest.raises(ValidationError, match=field):
         ThinkingBudgetArgs.model_validate(args)
     assert resolve(Kind.WORKFLOW, "thinking_budget_workflow").Args is ThinkingBudgetArgs
+
+
+def test_without_a_budget_the_workflow_says_which_argument_to_set(make_workflow, model):
+    model.enable_history = True
+    with pytest.raises(WorkflowError, match="set workflow_args.thinking_token_budget"):
+        make_workflow("thinking_budget_workflow", ROW).run()
+    assert model.extract_experience_from_history() == []  # before any sampling

@@ -283,9 +283,11 @@ class AgentScopeReActSearchWorkflow(AgentScopeReActWorkflow, JudgedWorkflow):
 class AdapterArgs(PluginArgs):
     """``workflow_args`` of ``agentscope_workflow_adapter`` (and ``_v1``)."""
 
-    workflow_func: str = Field(
-        description='"package.module:function": async (task, model[, auxiliary_models, logger]) -> reward, or an '
-        "object or dict with reward (optional with judge_func), response and metrics"
+    workflow_func: str | None = Field(
+        None,
+        description="(required) "
+        '"package.module:function": async (task, model[, auxiliary_models, logger]) -> reward, or an '
+        "object or dict with reward (optional with judge_func), response and metrics",
     )
     judge_func: str | None = Field(
         None,
@@ -339,6 +341,8 @@ class AgentScopeWorkflowAdapter(CatalogueWorkflow):
     async def rollout(self) -> list[Experience]:
         require_history(self.model)
         args = AdapterArgs.model_validate(self.task.workflow_args)
+        if not args.workflow_func:
+            raise ValueError('no agent: set workflow_args.workflow_func ("package.module:function")')
         defaults = self.model.defaults
         model = await chat_model(self.model, defaults.max_tokens, defaults.temperature)
         output = await self._call(args.workflow_func, task=self.task.raw, model=model)

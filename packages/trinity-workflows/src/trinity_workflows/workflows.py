@@ -158,7 +158,9 @@ class OnPolicyDistillMathWorkflow(OnPolicyDistillWorkflow):
 class ThinkingBudgetArgs(PluginArgs):
     """``workflow_args`` of ``thinking_budget_workflow``."""
 
-    thinking_token_budget: int = Field(ge=1, description="most tokens of thinking before its end is forced")
+    thinking_token_budget: int | None = Field(
+        None, ge=1, description="most tokens of thinking before its end is forced (required)"
+    )
     reasoning_end_str: str = Field("</think>", min_length=1, description="the text that ends the thinking")
 
 
@@ -183,6 +185,8 @@ class ThinkingBudgetWorkflow(CatalogueWorkflow):
 
     async def rollout(self) -> list[Experience]:
         args = ThinkingBudgetArgs.model_validate(self.task.workflow_args)
+        if args.thinking_token_budget is None:
+            raise ValueError("no budget: set workflow_args.thinking_token_budget (tokens of thinking, >= 1)")
         chat = self.model.chat_tokenizer
         messages = self.messages()
         prompt = chat.render(messages, generation_prompt=True)
