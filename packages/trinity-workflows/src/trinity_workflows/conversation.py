@@ -169,7 +169,8 @@ class ToolUse(ConversationWorkflow):
     async def rollout(self) -> list[Experience]:
         self.functions  # noqa: B018 -- a tool without a function fails before any model call
         experiences = await super().rollout()
-        experiences[0].metrics.update(tool_calls=float(self.calls), tool_errors=float(self.errors))
+        if experiences:  # a workflow may leave out all of them (too long for training)
+            experiences[0].metrics.update(tool_calls=float(self.calls), tool_errors=float(self.errors))
         return experiences
 
     async def respond(self, messages: Messages, turn: int) -> Messages | None:

@@ -48,6 +48,7 @@ _WORKFLOWS = {
     "RAFT_alfworld_workflow": "envs.raft_alfworld:RAFTAlfworldWorkflow",
     "RAFT_reflect_alfworld_workflow": "envs.raft_alfworld:RAFTReflectAlfworldWorkflow",
     "learn2ask_workflow": "learn2ask:Learn2AskWorkflow",
+    "bcp_simple_react_workflow": "envs.browse_comp:BCPSimpleReactWorkflow",
     "simple_mm_workflow": "multimodal:SimpleMMWorkflow",
     "async_simple_mm_workflow": "multimodal:SimpleMMWorkflow",
 }
