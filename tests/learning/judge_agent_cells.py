@@ -234,5 +234,20 @@ NOT_CELLS = {
     "alfworld_workflow, sciworld_workflow, webshop_workflow": "the stand-in environments "
     "(tests/workflows/standin_envs) replay scripted rewards whatever the action, so nothing is "
     "learnable there; the real games are not installed and need far more than 6-token replies.",
+    "async_simple_workflow, async_math_workflow, async_math_boxed_workflow, async_math_eval_workflow, "
+    "async_math_rm_workflow, async_math_ruler_workflow": "the same classes as the workflows without "
+    "async_, whose cells (or reasons) stand for them.",
+    "on_policy_distill_math_workflow, rubric_judge_openai_workflow": "on_policy_distill_workflow and "
+    "rubric_judge_workflow with another prompt or another road to the judge; their cells stand for the "
+    "mechanism.",
+    "math_trainable_ruler_workflow": "the policy is its own judge: its unlabelled tasks' rewards are its "
+    "own list of scores, which the tiny model never writes without an SFT warm-up on judgements (all "
+    "rewards 0 until then).",
+    "thinking_budget_workflow, toolcall_workflow": "both are about replies in a format the shared warm "
+    "model (bare digits) does not write: an answer after a thinking block, or a <tool_call> JSON list "
+    "after one; a cell needs an SFT warm-up on that format first.",
+    "agentscope_react_math_workflow, agentscope_v1_react_search_workflow, agentscope_workflow_adapter": "an "
+    "AgentScope agent a step, as agentscope_react_workflow, which is too slow on 2 cores to run to "
+    "completion yet (its note above); the search agent also needs a judge model.",
 }
 """Workflow families without a cell, and why (for the table)."""
