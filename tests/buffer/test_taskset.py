@@ -304,3 +304,17 @@ def test_offline_easy2hard_reorders_later_epochs_by_the_observed_pass_rates(tmp_
     restored.load_state_dict(state)
     restored.feedback([0, 0, 0], [1.0, 1.0, 1.0])
     assert answers(restored.read_batch()) == answers(reader.read_batch()) == [4, 2, 3, 0, 1]
+
+
+def test_enable_progress_bar_shows_datasets_progress_while_loading_only(tmp_path, capfd):
+    import datasets
+
+    pq.write_table(pa.Table.from_pylist(questions(4)), tmp_path / "t.parquet")
+    before = datasets.is_progress_bar_enabled()
+    load_rows(taskset(tmp_path / "t.parquet"))  # Trinity-RFT's default: no bars
+    quiet = capfd.readouterr().err
+    (tmp_path / "t2.parquet").write_bytes((tmp_path / "t.parquet").read_bytes())  # not cached yet: split generated
+    load_rows(taskset(tmp_path / "t2.parquet", enable_progress_bar=True))
+    shown = capfd.readouterr().err
+    assert "Generating train split" in shown and "Generating train split" not in quiet
+    assert datasets.is_progress_bar_enabled() == before  # the process's setting is left as it was

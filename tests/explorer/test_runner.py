@@ -113,3 +113,13 @@ def test_dynamic_timeout_cuts_a_run_at_ratio_times_the_recent_mean(client, tiny_
     slow = task_runner.run(tasks("SleepyWorkflow", {"seconds": 0.2}, {"seconds": 30}), "2")
     assert time.monotonic() - started < 5  # cut at ~3 x 0.2 s, not after max_timeout 60 s
     assert (slow.failed_tasks, slow.failed_runs, len(slow.experiences)) == (1, 1, 1)
+
+
+def test_runner_state_is_reported_every_interval_while_a_batch_runs(client, tiny_model_dir, caplog):
+    with caplog.at_level("INFO", logger="trinity.explorer.runner"):
+        runner(client, tiny_model_dir, runner_state_report_interval=1).run(
+            tasks("SleepyWorkflow", {"seconds": 1.4}, {"seconds": 0.1}), "7"
+        )
+        runner(client, tiny_model_dir).run(tasks("SleepyWorkflow", {"seconds": 1.2}), "8")  # 0: no report
+    reports = [r.getMessage() for r in caplog.records if r.getMessage().startswith("runner state")]
+    assert reports == ["runner state: batch 7: 1 of 2 tasks done; 1 of 8 runners busy"]

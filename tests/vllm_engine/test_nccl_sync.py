@@ -22,7 +22,7 @@ from trinity.config.schema import Config  # noqa: E402
 from trinity.engine.base import SamplingArgs  # noqa: E402
 from trinity.engine.client import EngineClient  # noqa: E402
 from trinity.synchronizer.methods import SyncTimeout  # noqa: E402
-from trinity_vllm.nccl import GroupAddress, NCCLSync, NCCLSyncError  # noqa: E402
+from trinity_vllm.nccl import GroupAddress, NCCLSync, NCCLSyncError, buckets, meta_of  # noqa: E402
 
 
 def sync_config(timeout: int = 60) -> Config:
@@ -158,12 +158,18 @@ def test_connect_refuses_other_engines(coordinator, tiny_model_dir) -> None:
     ],
 )
 def test_weight_group_broadcasts_every_tensor(backend: str) -> None:
-    """Two processes of the group, names, dtypes and values intact (NCCL on CUDA tensors)."""
+    """Two processes of the group, names, dtypes and values intact (NCCL on CUDA tensors), in buckets
+    of 80 bytes (weight_sync_buffer_size): a and d together, b (another dtype) and c alone."""
     from torch.distributed import TCPStore
 
     store = TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)
-    address = asdict(GroupAddress("127.0.0.1", store.port, 2, backend, 60.0))
-    weights = {"a": torch.randn(3, 4), "b": torch.arange(5, dtype=torch.bfloat16), "c": torch.ones(2, 2).t()}
+    address = asdict(GroupAddress("127.0.0.1", store.port, 2, backend, 60.0, "test_group", 80))
+    weights = {
+        "a": torch.randn(3, 4),
+        "d": torch.randn(7),
+        "b": torch.arange(5, dtype=torch.bfloat16),
+        "c": torch.ones(2, 2).t(),
+    }
     spawn = multiprocessing.get_context("spawn")
     received = spawn.Queue()
     members = [spawn.Process(target=member, args=(address, rank, weights, received)) for rank in (0, 1)]
@@ -176,3 +182,25 @@ def test_weight_group_broadcasts_every_tensor(backend: str) -> None:
     assert list(got) == list(weights)
     for name, tensor in weights.items():
         torch.testing.assert_close(got[name], tensor, rtol=0, atol=0)
+
+
+def test_buckets_group_neighbours_of_one_dtype_within_the_buffer_size() -> None:
+    meta = meta_of(
+        {"a": torch.zeros(4), "b": torch.zeros(4), "c": torch.zeros(2, dtype=torch.bfloat16), "d": torch.zeros(8)}
+    )
+    assert buckets(meta, 2**20) == [[0, 1], [2], [3]]  # the bf16 tensor breaks the float32 run
+    weights = meta_of(
+        {"a": torch.zeros(3, 4), "d": torch.zeros(7), "b": torch.zeros(5, dtype=torch.bfloat16), "c": torch.zeros(2, 2)}
+    )
+    assert buckets(weights, 80) == [[0, 1], [2], [3]]  # as the broadcast test sends them
+    assert buckets(meta, 16) == [[0], [1], [2], [3]]  # 16 bytes: one float32 tensor of 4 fills a bucket
+    assert buckets(meta, 8) == [[0], [1], [2], [3]]  # larger than the buffer: alone
+
+
+def test_group_name_and_buffer_size_come_from_the_config() -> None:
+    config = sync_config()
+    config.synchronizer.group_name = "policy_weights"
+    config.explorer.rollout_model.weight_sync_buffer_size = 64
+    (shared,) = NCCLSync.shared_actors(config)
+    (address,) = shared.args
+    assert (address["name"], address["bucket_bytes"]) == ("policy_weights", 64 * 2**20)

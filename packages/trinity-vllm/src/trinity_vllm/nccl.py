@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import threading
 import time
 from collections.abc import Iterator, Sequence
@@ -80,6 +81,11 @@ class GroupAddress:
     """``nccl`` (CUDA tensors) or ``gloo`` (CPU tensors)."""
     timeout: float
     """Seconds a member waits for the others, to join or to finish a broadcast."""
+    name: str = "rollout_weight_sync"
+    """The group's name (``synchronizer.group_name``): its keys in the store, apart from other groups'."""
+    bucket_bytes: int = 1024 * 2**20
+    """Most bytes of one broadcast (``weight_sync_buffer_size`` MB): tensors of one dtype travel
+    together in flat buckets up to it (fewer collectives; a tensor larger goes alone)."""
 
 
 class WeightGroup:
@@ -99,7 +105,8 @@ class WeightGroup:
         from torch.distributed import PrefixStore, TCPStore
 
         timeout = timedelta(seconds=address.timeout)
-        store = PrefixStore("trinity_weights", TCPStore(address.host, address.port, is_master=False, timeout=timeout))
+        store = PrefixStore(address.name, TCPStore(address.host, address.port, is_master=False, timeout=timeout))
+        self.bucket_bytes = address.bucket_bytes
         if address.backend == "nccl":
             from torch.distributed import ProcessGroupNCCL
 
@@ -123,18 +130,38 @@ class WeightGroup:
         self.backend.broadcast([tensor], options).wait()
 
     def send(self, state_dict: dict[str, torch.Tensor]) -> None:
-        """Rank 0: every tensor, in the order of ``meta_of(state_dict)``."""
-        for tensor in state_dict.values():
-            self.broadcast(tensor.to(self.device).contiguous())
+        """Rank 0: every tensor, in the order of ``meta_of(state_dict)``, bucket by bucket."""
+        tensors = list(state_dict.values())
+        for bucket in buckets(meta_of(state_dict), self.bucket_bytes):
+            flat = torch.cat([tensors[i].to(self.device).reshape(-1) for i in bucket])
+            self.broadcast(flat)
         if self.device.type == "cuda":
             torch.cuda.current_stream().synchronize()  # the sent copies stay alive until sent
 
     def receive(self, meta: TensorMeta) -> Iterator[tuple[str, torch.Tensor]]:
-        """The other ranks: ``(name, tensor)`` as each arrives."""
-        for name, dtype, shape in meta:
-            tensor = torch.empty(shape, dtype=getattr(torch, dtype), device=self.device)
-            self.broadcast(tensor)
-            yield name, tensor
+        """The other ranks: ``(name, tensor)`` as each bucket arrives."""
+        for bucket in buckets(meta, self.bucket_bytes):
+            sizes = [math.prod(meta[i][2]) for i in bucket]
+            flat = torch.empty(sum(sizes), dtype=getattr(torch, meta[bucket[0]][1]), device=self.device)
+            self.broadcast(flat)
+            for i, part in zip(bucket, flat.split(sizes), strict=True):
+                yield meta[i][0], part.view(meta[i][2])
+
+
+def buckets(meta: TensorMeta, limit_bytes: int) -> list[list[int]]:
+    """The tensors of ``meta`` (indexes, in order) grouped into broadcasts: consecutive tensors of one
+    dtype while their bytes stay within ``limit_bytes`` (one larger on its own). Both sides compute
+    it from the same metadata."""
+    groups: list[list[int]] = []
+    size, dtype = 0, None
+    for i, (_, kind, shape) in enumerate(meta):
+        nbytes = math.prod(shape) * torch.empty(0, dtype=getattr(torch, kind)).element_size()
+        if not groups or kind != dtype or size + nbytes > limit_bytes:
+            groups.append([])
+            size, dtype = 0, kind
+        groups[-1].append(i)
+        size += nbytes
+    return groups
 
 
 def _describe(exc: Exception) -> str:
@@ -172,6 +199,8 @@ class NCCLSync(SyncMethod):
             "world_size": 1 + model.engine_num * model.tensor_parallel_size,
             "backend": "nccl" if config.cluster.node_num * config.cluster.gpu_per_node else "gloo",
             "timeout": float(config.synchronizer.sync_timeout),
+            "name": config.synchronizer.group_name,
+            "bucket_bytes": model.weight_sync_buffer_size * 2**20,
         }
         # no wait for it here: each side's first call (``address``) waits until its store listens
         return [SharedActor(NCCLCoordinator, COORDINATOR_NAME, (address,))]

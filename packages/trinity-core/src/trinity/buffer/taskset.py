@@ -69,6 +69,8 @@ def _load(storage: StorageConfig) -> tuple[Sequence[dict[str, Any]], list[int] |
         return _read_jsonl(path, storage.format.skip_bad_rows)
     import datasets
 
+    shown = datasets.is_progress_bar_enabled()
+    (datasets.enable_progress_bars if storage.enable_progress_bar else datasets.disable_progress_bars)()
     try:
         if os.path.isfile(path):
             suffix = os.path.splitext(path)[1]
@@ -84,6 +86,8 @@ def _load(storage: StorageConfig) -> tuple[Sequence[dict[str, Any]], list[int] |
     except Exception as exc:  # datasets wraps parse errors in its own types: name the file
         cause = exc.__cause__ or exc
         raise BadDataError(path, None, f"cannot load ({type(cause).__name__}: {cause})") from exc
+    finally:  # the process's setting as it was
+        (datasets.enable_progress_bars if shown else datasets.disable_progress_bars)()
 
 
 def _reads_prompt(workflow: str | None) -> bool:

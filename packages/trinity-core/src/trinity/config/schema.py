@@ -190,11 +190,7 @@ class StorageConfig(ConfigModel):
         "count says whether the lost commit landed); other operations that fail once connected are not repeated.",
     )
     max_retry_interval: int = Field(1, gt=0, description="Seconds between those attempts.")
-    enable_progress_bar: bool = inert(
-        False,
-        "Show a progress bar while a dataset loads.",
-        reason="datasets load without a progress bar here; not wired yet",
-    )
+    enable_progress_bar: bool = Field(False, description="Show datasets' progress bars while a dataset loads.")
     ray_namespace: str | None = Field(
         None, description="Ray namespace of the buffer (another experiment's, to share it); unset: this one's."
     )
@@ -630,11 +626,10 @@ class InferenceModelConfig(ConfigModel):
         0, "Node of the engine: 0, an engine runs on one node here (set per engine by Trinity-RFT's launcher).", ge=0
     )
     enable_return_routed_experts: bool = derived(False, "algorithm.enable_router_replay.")
-    weight_sync_buffer_size: int = inert(
+    weight_sync_buffer_size: int = Field(
         1024,
-        "MB of GPU memory per batch of NCCL weight sync.",
         ge=1,
-        reason="the NCCL weight sync sends each tensor whole; not wired yet",
+        description="MB per broadcast of the NCCL weight sync: tensors of one dtype travel together up to it.",
     )
     bundle_indices: str = derived(
         "", "Placement-group bundles: none, Ray places each engine here (set per engine by Trinity-RFT's launcher)."
@@ -959,8 +954,8 @@ class ExplorerConfig(ConfigModel):
     dynamic_timeout: DynamicTimeoutConfig = Field(
         default_factory=DynamicTimeoutConfig, description="Adaptive task timeout."
     )
-    runner_state_report_interval: int = inert(
-        0, "Seconds between runner state reports; 0: never.", ge=0, reason="no periodic runner-state report yet"
+    runner_state_report_interval: int = Field(
+        0, ge=0, description="Seconds between log lines of a running batch's progress and busy runners; 0: none."
     )
     max_inflight_batches: int = Field(2, ge=1, description="Batches in flight at once with sync_style fully_async.")
 
@@ -1051,10 +1046,10 @@ class SynchronizerConfig(ConfigModel):
         0, ge=0, description="Steps the explorer may run ahead of the trainer (fully_async and trainer_driven too)."
     )
     sync_timeout: int = Field(3600, gt=0, description="Seconds a sync may wait before it fails.")
-    group_name: str = inert(
+    group_name: str = Field(
         "rollout_weight_sync",
-        "Name of the NCCL weight-sync group.",
-        reason="the NCCL weight-sync group is named by trinity; not wired yet",
+        min_length=1,
+        description="Name of the NCCL weight-sync group (its keys in the group's store).",
     )
     wait_for_checkpoint: bool = inert(False, "Wait for the latest checkpoint before syncing.", reason="not wired yet")
     explorer_world_size: int | None = derived(None, "Ranks of the rollout engines.", ge=0)

@@ -84,6 +84,7 @@ class TaskRunner:
         self._slots = asyncio.Semaphore(self.concurrency)  # bound to the loop at first use
         self._recent: deque[float] = deque(maxlen=RECENT_RUNS)
         self._observed_batches = 0
+        self._busy = 0  # jobs holding a slot
 
     def run(self, tasks: list[Task], batch_id: str) -> BatchOutcome:
         """``run_batch`` from outside the loop (evaluation in bench mode, tests)."""
@@ -97,7 +98,13 @@ class TaskRunner:
             asyncio.ensure_future(self._run_task(task, i % len(self.engines), batch_id, finished[i], failures, i))
             for i, task in enumerate(tasks)
         ]
-        cancelled = await self._wait(jobs, min_done)
+        interval = self.config.explorer.runner_state_report_interval
+        reporter = asyncio.ensure_future(self._report(batch_id, jobs, interval)) if interval else None
+        try:
+            cancelled = await self._wait(jobs, min_done)
+        finally:
+            if reporter is not None:
+                reporter.cancel()
         errors = [job.exception() for job in jobs if job not in cancelled]  # each read: none left unretrieved
         crashed = next((error for error in errors if isinstance(error, EngineCrashed)), None)
         if crashed is not None:
@@ -119,6 +126,17 @@ class TaskRunner:
         if not cancelled:
             self._observed_batches += 1
         return BatchOutcome(experiences, failed_tasks, sum(failures), dropped)
+
+    async def _report(self, batch_id: str, jobs: list[asyncio.Future], interval: int) -> None:
+        """Every ``interval`` s while a batch runs (``runner_state_report_interval``): its progress and
+        how many runner slots are busy."""
+        while True:
+            await asyncio.sleep(interval)
+            done = sum(job.done() for job in jobs)
+            logger.info(
+                "runner state: batch %s: %d of %d tasks done; %d of %d runners busy",
+                batch_id, done, len(jobs), self._busy, self.concurrency,
+            )  # fmt: skip
 
     async def _wait(self, jobs: list[asyncio.Future], min_done: int | None) -> set[asyncio.Future]:
         """Wait for the jobs (or ``min_done`` of them, then ``wait_after_min`` s); cancel the rest."""
@@ -160,7 +178,11 @@ class TaskRunner:
         async def job(first_run: int) -> None:
             runs = min(size, task.repeat_times - first_run)
             async with self._slots:
-                results = await self._run_job(workflow_cls, task, engine, runs)
+                self._busy += 1
+                try:
+                    results = await self._run_job(workflow_cls, task, engine, runs)
+                finally:
+                    self._busy -= 1
             for offset, produced in results:
                 if produced is None:
                     failures[index] += 1
