@@ -77,6 +77,19 @@ def trinity_register_reward_fns(register):
         register(name, f"trinity_workflows.rewards:{fn}")
 
 
+@hookimpl
+def trinity_register_buffer_storages(register):
+    register("env_service", "trinity_workflows.envs.env_service:EnvServiceStorage")
+
+
+@hookimpl
+def trinity_check_config(config, issues):
+    """A buffer naming ``env_service`` is refused at run, with what it needs (see envs/env_service.py)."""
+    from trinity_workflows.envs.env_service import refuse_env_service
+
+    refuse_env_service(config, issues)
+
+
 DEFAULT_WORKFLOW = "math_workflow"
 """The workflow of tasksets that name none at any level, as the seed guides' examples expect."""
 
