@@ -123,6 +123,7 @@ def prepare(workspace: Workspace, plan: list[tuple[Cell, str]]) -> None:
     (the cells' makers cache what they build in the workspace, unlocked)."""
     _ = workspace.warm_model, workspace.tiny_model, workspace.arithmetic
     for cell, control in plan:
+        workspace.start_model(cell.model)
         cell.overrides(workspace)
         if control:
             cell.controls[control](workspace)

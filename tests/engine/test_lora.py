@@ -5,6 +5,8 @@ cannot work, naming the key."""
 
 from __future__ import annotations
 
+import logging
+
 import subprocess
 import sys
 from pathlib import Path
@@ -66,8 +68,11 @@ def with_advantages(engine: TorchTrainingEngine, experiences: list[Experience]) 
     return resolve(Kind.ADVANTAGE_FN, algo.advantage_fn)(**algo.advantage_fn_args)(batch)[0]
 
 
-def test_only_the_adapter_trains_and_syncs(tiny_model_dir: Path, experiences: list[Experience]) -> None:
-    engine = TorchTrainingEngine(lora_config(tiny_model_dir))
+def test_only_the_adapter_trains_and_syncs(
+    tiny_model_dir: Path, experiences: list[Experience], caplog: pytest.LogCaptureFixture
+) -> None:
+    with caplog.at_level(logging.INFO, logger="trinity.engine.torch_trainer"):
+        engine = TorchTrainingEngine(lora_config(tiny_model_dir))
     trainable = {n for n, p in engine.actor.named_parameters() if p.requires_grad}
     assert trainable and all(".lora_A." in n or ".lora_B." in n for n in trainable)
     in_optimizer = {id(p) for group in engine.actor_optimizer.param_groups for p in group["params"]}
@@ -79,6 +84,7 @@ def test_only_the_adapter_trains_and_syncs(tiny_model_dir: Path, experiences: li
     adapter_bytes = sum(t.numel() * t.element_size() for t in sent.values())
     full_bytes = sum(p.numel() * p.element_size() for p in engine.actor.get_base_model().state_dict().values())
     assert adapter_bytes < full_bytes / 10
+    assert f"{adapter_bytes / 2**20:.2f} MiB" in caplog.text  # the run's log reports the adapter's size
 
     before = {k: v.clone() for k, v in sent.items()}
     engine.train_step(with_advantages(engine, experiences))

@@ -89,16 +89,26 @@ class Workspace:
 
     @property
     def warm_model(self) -> Path:
-        path = self.root / "warm_model"
+        return self.warmed(60)
+
+    def start_model(self, name: str) -> Path:
+        """A cell's start by name: "tiny", "warm" or "warm_N" (:meth:`warmed` for N steps)."""
+        if name == "tiny":
+            return self.tiny_model
+        return self.warmed(60 if name == "warm" else int(name.removeprefix("warm_")))
+
+    def warmed(self, epochs: int) -> Path:
+        """The tiny model after ``epochs`` full-batch SFT steps on the 25 sums (built once)."""
+        path = self.root / ("warm_model" if epochs == 60 else f"warm_model_{epochs}")
         if not (path / "config.json").exists():
-            out = self.root / "warmup"
+            out = self.root / f"warmup_{epochs}"
             config = base_config(out, self.tiny_model, self.arithmetic)
             config.merge_with_dotlist(
                 [
                     "mode=train",
                     "algorithm.algorithm_type=sft",
                     "buffer.train_batch_size=25",
-                    "buffer.total_epochs=60",
+                    f"buffer.total_epochs={epochs}",
                     "trainer.save_interval=0",
                     "buffer.trainer_input.experience_buffer={name: sft, storage_type: file, "
                     f"path: {self.arithmetic / 'sft.jsonl'}, format: {FORMAT}}}",
@@ -148,6 +158,7 @@ class Cell:
     margin: float
     measure: Measure = field(default_factory=Measure)
     model: str = "warm"
+    """The start: "warm" (60 SFT steps), "warm_N" (N SFT steps) or "tiny" (random weights)."""
     test_steps: int | None = None
     runner: Callable[[Cell, Workspace, Path], None] | None = None
     note: str = ""
@@ -158,8 +169,7 @@ class Cell:
     baseline_margin: float = math.nan
 
     def config_path(self, workspace: Workspace, out_dir: Path, steps: int, seed: int, extra: Sequence[str]) -> Path:
-        model = workspace.warm_model if self.model == "warm" else workspace.tiny_model
-        config = base_config(out_dir, model, workspace.arithmetic)
+        config = base_config(out_dir, workspace.start_model(self.model), workspace.arithmetic)
         config.merge_with_dotlist(
             [
                 f"buffer.total_steps={steps}",

@@ -67,6 +67,13 @@ def with_adapter(model: torch.nn.Module, lora: LoRAConfig, trainable: bool) -> t
     return wrapped
 
 
+def describe_adapter(model: torch.nn.Module) -> str:
+    """The adapter's size against the whole model, for the log line a LoRA run starts with."""
+    trainable, total = model.get_nb_trainable_parameters()
+    size = sum(tensor.nbytes for tensor in adapter_state(model).values())
+    return f"{trainable:,} of {total:,} parameters ({trainable / total:.1%}), {size / 2**20:.2f} MiB"
+
+
 def is_adapter_model(model: torch.nn.Module) -> bool:
     """Whether ``model`` is a peft model; never imports peft (1.9 s on 2 cores, paid by every
     rollout engine's first generate when it did): a model built without it cannot be one."""

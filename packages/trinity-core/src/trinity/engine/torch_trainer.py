@@ -43,6 +43,7 @@ step); the critic likewise under ``<dir>/critic``. Weights are always saved in H
 from __future__ import annotations
 
 import copy
+import logging
 import math
 import pickle
 from collections.abc import Callable
@@ -58,7 +59,7 @@ from trinity.common.batch import Batch
 from trinity.common.errors import first_line
 from trinity.config.schema import Config, OptimizerConfig
 from trinity.engine.base import CheckpointRefused, Metrics, TrainingEngine
-from trinity.engine.lora import adapter_state, with_adapter
+from trinity.engine.lora import adapter_state, describe_adapter, with_adapter
 from trinity.engine.losses import LossFns, Totals, batch_totals, critic_micro_loss, role_metrics
 from trinity.engine.modeling import (
     HF_SUBDIR,
@@ -73,6 +74,8 @@ from trinity.engine.modeling import (
 )
 from trinity.engine.multimodal import MediaInputs, collate_media
 from trinity.plugins import Kind, resolve
+
+logger = logging.getLogger(__name__)
 
 MicroLoss = Callable[[Batch], tuple[torch.Tensor, Metrics, float]]
 """``micro-batch on the device -> (loss weighted by its share, metrics, metrics weight)``."""
@@ -195,6 +198,7 @@ class TorchTrainingEngine(TrainingEngine):
         self.lora = (config.model.lora_configs or [None])[0]
         if self.lora is not None:
             self.actor = with_adapter(self.actor, self.lora, trainable=True)
+            logger.info("LoRA adapter %r trains and syncs alone: %s", self.lora.name, describe_adapter(self.actor))
         self.actor.to(self.device).train()
         self.reference: torch.nn.Module | None = None
         if self.algorithm.needs_reference(algo_cfg.kl_loss_fn, algo_cfg.kl_penalty_fn):
