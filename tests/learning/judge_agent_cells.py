@@ -249,5 +249,14 @@ NOT_CELLS = {
     "agentscope_react_math_workflow, agentscope_v1_react_search_workflow, agentscope_workflow_adapter": "an "
     "AgentScope agent a step, as agentscope_react_workflow, which is too slow on 2 cores to run to "
     "completion yet (its note above); the search agent also needs a judge model.",
+    "intercode_sql_workflow, email_search_workflow, bcp_simple_react_workflow": "their first reward needs a "
+    "well-formed SQL statement or tool call in the format the shared warm model (bare digits) never writes, "
+    "and email/bcp a judge model besides; a cell needs an SFT warm-up on that format first (their tests drive "
+    "them with a scripted policy).",
+    "RAFT_alfworld_workflow, RAFT_reflect_alfworld_workflow": "they keep only won ALFWorld games as "
+    "fine-tuning data, and the ALFWorld stand-in replays scripted rewards whatever the action (as "
+    "alfworld_workflow).",
+    "learn2ask_workflow": "its reward is a judge model's grading of a medical question; the only judge here "
+    "is the tiny model, whose grades are noise.",
 }
 """Workflow families without a cell, and why (for the table)."""
