@@ -7,6 +7,7 @@ import pytest
 from scripted_policy import scripted_workflow
 from test_envs import received, script, standin_envs  # noqa: F401 -- standin_envs is a fixture
 
+from trinity.plugins import Kind, resolve
 from trinity_workflows.envs.raft_alfworld import RAFT_PROMPT, parse_reply
 
 pytestmark = pytest.mark.usefixtures("standin_envs")
@@ -95,3 +96,11 @@ def test_the_tiny_model_writes_no_data(make_workflow, tmp_path):
     game, log = script(tmp_path, [0.0] * 9)
     workflow = make_workflow("RAFT_alfworld_workflow", {"prompt": str(game)}, workflow_args={"max_env_steps": 2})
     assert workflow.run() == [] and len(received(log)) == 2
+
+
+def test_alfworld_workflow_v2_is_the_older_name_of_step_wise_alfworld(make_workflow, tmp_path):
+    """Trinity-RFT's examples/grpo_alfworld/alfworldv2.yaml names the step-wise ALFWorld workflow so."""
+    assert resolve(Kind.WORKFLOW, "alfworld_workflow_v2") is resolve(Kind.WORKFLOW, "step_wise_alfworld_workflow")
+    game, _ = script(tmp_path, [0.0, 1.0])
+    experiences = make_workflow("alfworld_workflow_v2", {"prompt": str(game)}).run()
+    assert [e.eid.step for e in experiences] == [0, 1] and {e.reward for e in experiences} == {1.0}

@@ -41,6 +41,7 @@ _WORKFLOWS = {
     "sudoku_workflow": "envs.sudoku:SudokuWorkflow",
     "alfworld_workflow": "envs.text_games:AlfworldWorkflow",
     "step_wise_alfworld_workflow": "envs.text_games:StepWiseAlfworldWorkflow",
+    "alfworld_workflow_v2": "envs.text_games:StepWiseAlfworldWorkflow",  # its older name (Trinity-RFT's alfworldv2.yaml)
     "sciworld_workflow": "envs.text_games:SciWorldWorkflow",
     "webshop_workflow": "envs.text_games:WebShopWorkflow",
     "intercode_sql_workflow": "envs.intercode_sql:InterCodeSQLWorkflow",
