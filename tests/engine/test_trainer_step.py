@@ -36,3 +36,26 @@ def test_a_batch_that_staleness_control_drops_whole_trains_nothing(tmp_path: Pat
     assert trainer.engine.global_step == 0  # no optimizer or learning-rate step
     after = trainer.engine.actor.state_dict()
     assert all(torch.equal(before[k], after[k]) for k in before)
+
+
+def test_enable_preview_logs_the_step_s_first_experiences_as_text(tmp_path: Path, tiny_model_dir: Path) -> None:
+    """Trinity-RFT's trainer.enable_preview: a rollout_preview table (here the console monitor's tables file)."""
+    import json
+
+    from transformers import AutoTokenizer
+
+    trainer = train_mode_trainer(tmp_path, tiny_model_dir)
+    trainer.train_step(stale_experiences(2))  # off by default: no table
+    trainer.config.trainer.enable_preview = True
+    trainer.train_step(stale_experiences(6))
+    trainer.monitor.close()
+    (line,) = [json.loads(line) for path in (tmp_path / "ckpt").rglob("*_tables.jsonl") for line in path.open()]
+    decode = AutoTokenizer.from_pretrained(tiny_model_dir).decode
+    assert line["table"] == "rollout_preview" and line["step"] == 1
+    assert [(row["task"], row["run"], row["reward"]) for row in line["rows"]] == [
+        ("0", 0, 0.0),
+        ("0", 1, 1.0),
+        ("1", 0, 0.0),
+        ("1", 1, 1.0),
+    ]
+    assert line["rows"][0]["prompt"] == decode([3, 5]) and line["rows"][0]["response"] == decode([7, 9, 11])

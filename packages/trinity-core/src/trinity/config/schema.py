@@ -36,7 +36,7 @@ _VLLM_MULTI_GPU = (
     "vLLM spreads one engine over several GPUs with it; not passed to vLLM here, where an engine is "
     "tensor-parallel only and no test machine has the GPUs"
 )
-_ROPE = "not passed to the engines' model loading yet"
+_ROPE = "not passed to the engines' model loading yet (transformers' rope_parameters, vLLM's hf_overrides, verl's override_config)"
 _RUNNERS = "trinity's workflow runners are coroutines of the explorer, not actors to prepare"
 _COD = "read only by Trinity-RFT's CoD workflows (cod_*), which trinity does not ship"
 
@@ -357,7 +357,8 @@ class ExperiencePipelineConfig(ConfigModel):
     inputs: dict[str, ExperienceBufferConfig] = inert(
         default_factory=dict,
         description="Extra input buffers.",
-        reason="not wired yet: the pipeline reads the explorer's experiences only",
+        reason="Trinity-RFT's experimental extra input buffers of the pipeline; trinity's pipeline takes the "
+        "explorer's experiences only",
     )
     output: ExperienceBufferConfig | None = derived(None, "The pipeline's output: the trainer's experience buffer.")
 
@@ -937,18 +938,21 @@ class ExplorerConfig(ConfigModel):
         60,
         "Seconds between health checks of served models.",
         gt=0,
-        reason="serve mode's proxy does not poll its engines' health yet",
+        reason="serve mode's proxy meets a failed engine on the request that fails (the engine restarts); "
+        "it polls none",
     )
     min_running_model_num: int = inert(
         1,
         "Served models kept running during weight updates.",
         ge=1,
-        reason="serve mode's proxy keeps every engine serving; not wired yet",
+        reason="serve mode loads new weights into each engine between its requests: no engine is taken out of "
+        "service for an update",
     )
     db_url: str | None = inert(
         None,
         "Database of the serve-mode history; unset: a sqlite file in the job.",
-        reason="serve mode writes its calls to the experience buffer; no separate history database yet",
+        reason="serve mode writes its calls to the experience buffer (sqlite or PostgreSQL): there is no "
+        "separate history database",
     )
     over_rollout: OverRolloutConfig = Field(default_factory=OverRolloutConfig, description="Straggler control.")
     dynamic_timeout: DynamicTimeoutConfig = Field(
@@ -987,8 +991,10 @@ class TrainerConfig(ConfigModel):
     trainer_type: str = Field("verl", description="A training engine plugin: verl, torch, ...")
     trainer_strategy: TrainerStrategy = Field("fsdp2", description="verl's strategy: fsdp or fsdp2 (megatron: no).")
     save_interval: int = Field(0, ge=0, description="Steps between checkpoints; 0: only the last.")
-    enable_preview: bool = inert(
-        False, "Show rollout previews in wandb.", reason="no rollout preview table in the monitors yet"
+    enable_preview: bool = Field(
+        False,
+        description="Log each step's first experiences as text, a rollout_preview table in the monitors "
+        "(off here by default; Trinity-RFT's default is on).",
     )
     total_steps: int | None = Field(None, ge=1, description="Trainer steps before the end; unset: buffer.total_steps.")
     save_hf_checkpoint: SaveHFCheckpoint = Field(
@@ -1010,12 +1016,16 @@ class TrainerConfig(ConfigModel):
     fix_actor_microbatch_loss_scale: bool = inert(
         False,
         "Scale micro-batch losses by their share of tokens.",
-        reason="the training engines weigh micro-batches by tokens already; not wired as a switch yet",
+        reason="the training engines here always weigh a micro-batch by its share of the batch's tokens (what "
+        "true asks for); false's per-micro-batch scale is not offered",
     )
     param_offload: bool = Field(False, description="Offload parameters to CPU (FSDP).")
     optimizer_offload: bool = Field(False, description="Offload optimizer state to CPU (FSDP).")
     grad_offload: bool = inert(
-        False, "Offload gradients to CPU (FSDP).", reason="not mapped to verl's FSDP offload yet"
+        False,
+        "Offload gradients to CPU (FSDP).",
+        reason="verl 0.9 has no gradient offload switch (param_offload / offload_policy move gradients with "
+        "the parameters)",
     )
     offload_policy: bool = Field(False, description="FSDP2's CPU offload policy.")
     save_strategy: SaveStrategy = Field(
@@ -1051,7 +1061,11 @@ class SynchronizerConfig(ConfigModel):
         min_length=1,
         description="Name of the NCCL weight-sync group (its keys in the group's store).",
     )
-    wait_for_checkpoint: bool = inert(False, "Wait for the latest checkpoint before syncing.", reason="not wired yet")
+    wait_for_checkpoint: bool = inert(
+        False,
+        "Wait for the latest checkpoint before syncing.",
+        reason="the explorer's waits follow sync_style, sync_offset and sync_timeout; there is no separate switch",
+    )
     explorer_world_size: int | None = derived(None, "Ranks of the rollout engines.", ge=0)
     ray_namespace: str = derived("", "The experiment's Ray namespace.")
 

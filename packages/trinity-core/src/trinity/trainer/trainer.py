@@ -59,6 +59,8 @@ logger = logging.getLogger(__name__)
 
 _THREAD_SAVE_LOCK = threading.Lock()
 _READ_SLICE = 1.0
+PREVIEW_ROWS = 4
+"""Experiences of a step shown in the ``rollout_preview`` table (``trainer.enable_preview``)."""
 """Seconds of one wait on the buffer before checking whether an explorer waits on us."""
 
 
@@ -96,6 +98,7 @@ class Trainer:
         self.config = config
         self.name = config.trainer.name
         self.monitor = setup_role(config, self.name, threads)
+        self._preview_tokenizer: Any = None  # loaded for the first preview (trainer.enable_preview)
         algo = config.algorithm
         self.algorithm = resolve(Kind.ALGORITHM_TYPE, algo.algorithm_type)
         self.advantage_fn = resolve(Kind.ADVANTAGE_FN, algo.advantage_fn)(**algo.advantage_fn_args)
@@ -272,6 +275,8 @@ class Trainer:
 
     def train_step(self, experiences: list[Experience]) -> dict[str, float]:
         """One update from ``experiences``; returns its metrics."""
+        if self.config.trainer.enable_preview:
+            self.log_preview(experiences)
         batch, metrics = self.sample_strategy.sample(experiences, self.step, self.step)
         if batch.batch_size == 0:  # e.g. staleness_control dropped every row
             logger.warning("%s: no experience of step %d is left after sampling: no update", self.name, self.step + 1)
@@ -294,6 +299,29 @@ class Trainer:
         metrics[NO_GRADIENT] = float(not metrics[LEARNABLE_TOKENS] or metrics.get("actor/grad_norm") == 0)
         self.warn_unlearnable(batch, metrics)
         return metrics
+
+    def log_preview(self, experiences: list[Experience]) -> None:
+        """``trainer.enable_preview``: the step's first experiences as text, a ``rollout_preview``
+        table in the monitors (wandb's Table, tensorboard's text, the console's tables file)."""
+        if self._preview_tokenizer is None:
+            from transformers import AutoTokenizer
+
+            model = self.config.model
+            self._preview_tokenizer = AutoTokenizer.from_pretrained(
+                model.model_path, trust_remote_code=model.trust_remote_code
+            )
+        decode = self._preview_tokenizer.decode
+        rows = [
+            {
+                "task": exp.eid.task,
+                "run": exp.eid.run,
+                "reward": exp.reward,
+                "prompt": decode(exp.tokens[: exp.prompt_length].tolist()),
+                "response": decode(exp.tokens[exp.prompt_length :].tolist()),
+            }
+            for exp in experiences[:PREVIEW_ROWS]
+        ]
+        self.monitor.log_table("rollout_preview", rows, self.step + 1)
 
     def prepare(self, batch: Batch) -> tuple[Batch, dict[str, float]]:
         """What the engine fills (old/ref logprobs, values), the KL reward penalty, the rollout
