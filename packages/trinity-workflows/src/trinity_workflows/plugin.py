@@ -1,6 +1,6 @@
 """Registers the workflows and reward functions of the catalogue."""
 
-from trinity.plugin_api import hookimpl
+from trinity.plugin_api import hookimpl, import_target
 
 _WORKFLOWS = {
     "simple_workflow": "workflows:SimpleWorkflow",
@@ -83,12 +83,28 @@ def trinity_register_buffer_storages(register):
     register("env_service", "trinity_workflows.envs.env_service:EnvServiceStorage")
 
 
+_RUN_NEEDS = {
+    "email_search_workflow": ("db_path", "trinity_workflows.envs.email_search:INBOX_NEEDED"),
+    "intercode_sql_workflow": ("db_dir", "trinity_workflows.envs.intercode_sql:DATABASES_NEEDED"),
+}
+"""Workflow args Trinity-RFT's example configs lack (its paths were hard-coded or in Docker):
+they check, with a warning, and a run without them is refused."""
+
+
 @hookimpl
 def trinity_check_config(config, issues):
-    """A buffer naming ``env_service`` is refused at run, with what it needs (see envs/env_service.py)."""
+    """A buffer naming ``env_service`` (see envs/env_service.py), and a taskset of a workflow in
+    ``_RUN_NEEDS`` without its path, are refused at run with what they need."""
     from trinity_workflows.envs.env_service import refuse_env_service
 
     refuse_env_service(config, issues)
+    inputs = config.buffer.explorer_input
+    tasksets = [(f"tasksets[{i}]", t) for i, t in enumerate(inputs.tasksets)]
+    tasksets += [(f"eval_tasksets[{i}]", t) for i, t in enumerate(inputs.eval_tasksets)]
+    for key, taskset in tasksets:
+        arg, what = _RUN_NEEDS.get(taskset.default_workflow_type, (None, ""))
+        if arg and not (taskset.workflow_args or {}).get(arg):
+            issues.refuse_at_run(f"buffer.explorer_input.{key}.workflow_args.{arg}", f"required: {import_target(what)}")
 
 
 DEFAULT_WORKFLOW = "math_workflow"

@@ -58,6 +58,7 @@ reject it when one is missing or contradicted.
 Reply with true (accept) or false (reject) only."""
 
 I_DONT_KNOW = "I don't know"
+INBOX_NEEDED = "the email database (sqlite in ART-E's layout; envs.email_search.write_inbox builds one)"
 _STRING = {"type": "string"}
 TOOLS = [
     {
@@ -174,7 +175,7 @@ def write_inbox(path: str | Path, emails: Iterable[dict[str, Any]]) -> Path:
 class EmailSearchArgs(PluginArgs):
     """``workflow_args`` of ``email_search_workflow``."""
 
-    db_path: str = Field(description="the email database (sqlite, ART-E's layout: see write_inbox)")
+    db_path: str | None = Field(None, description="the email database (sqlite, ART-E's layout: see write_inbox)")
     max_turns: int = Field(10, ge=1, description="most model turns per episode")
     tool_obs_char_limit: int = Field(2000, ge=1, description="most characters of a tool result shown")
     tool_timeout: float = Field(10, gt=0, description="seconds a tool call may take")
@@ -205,6 +206,8 @@ class EmailSearchWorkflow(ToolUse, StepWiseWorkflow):
 
     @property
     def functions(self) -> dict[str, ToolFunction]:
+        if self.args.db_path is None:
+            raise ValueError(f"set workflow_args.db_path: {INBOX_NEEDED}")
         return {"search_emails": self.search_emails, "read_email": self.read_email}
 
     def messages(self) -> Messages:

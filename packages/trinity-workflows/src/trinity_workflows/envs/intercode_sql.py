@@ -44,6 +44,7 @@ Examples:
 Do not ask the user for help; finish the task yourself."""
 
 INVALID_ACTION = "Invalid action. Wrap one SQL statement or submit with <action></action>."
+DATABASES_NEEDED = "the folder of the sqlite databases (InterCode's MySQL in Docker is not used here)"
 
 
 class InterCodeSQLArgs(EnvArgs):
@@ -189,7 +190,7 @@ class InterCodeSQLWorkflow(EnvironmentWorkflow, MultiTurnWorkflow):
     def database(self) -> Path:
         db, db_dir = str(self.record["db"]), self.args.db_dir
         if db_dir is None:
-            raise ValueError("set workflow_args.db_dir: the folder of the sqlite databases")
+            raise ValueError(f"set workflow_args.db_dir: {DATABASES_NEEDED}")
         for candidate in (Path(db_dir) / db / f"{db}.sqlite", Path(db_dir) / f"{db}.sqlite"):
             if candidate.is_file():
                 return candidate
