@@ -95,3 +95,12 @@ def test_use_v1_false_is_refused_at_run_vllm_has_no_v0(tmp_path, caplog):
     assert found == {
         "explorer.rollout_model.use_v1": "vLLM removed its V0 engine in 0.11: trinity runs V1 (use_v1: true)"
     }
+
+
+def test_rope_overrides_are_refused_at_run_with_the_verl_trainer(tmp_path, caplog):
+    found = _warned_then_refused(write(tmp_path), ["trainer.trainer_type=verl", "model.rope_theta=100"], caplog)
+    assert found == {
+        "model.rope_theta": "not passed to verl (its override_config cannot set transformers' rope_parameters): "
+        "use trainer_type torch, or leave the model's own RoPE"
+    }
+    load_config(write(tmp_path), ["model.rope_theta=100"], run=True)  # the torch trainer takes it

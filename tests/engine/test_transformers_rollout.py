@@ -179,3 +179,24 @@ def test_the_weights_dtype_is_float32_on_a_cpu_and_the_dtype_key_on_a_gpu():
     assert model_dtype(torch.device("cpu"), "bfloat16") is torch.float32
     assert model_dtype(torch.device("cuda"), "bfloat16") is torch.bfloat16
     assert model_dtype(torch.device("cuda"), "auto") == "auto"
+
+
+def test_rope_overrides_reach_the_rollout_and_the_training_engine_alike(tiny_model_dir: Path) -> None:
+    """Trinity-RFT's model.rope_theta / rope_scaling over the checkpoint's RoPE, in both engines (through
+    the one load_model): the logprobs move, and the trainer's match the rollout engine's."""
+    from engine_helpers import make_config
+    from trinity.engine.torch_trainer import TorchTrainingEngine
+
+    ids = [list(range(3, 60, 4))]
+    rope = {"rope_theta": 100.0, "rope_scaling": {"type": "linear", "factor": 4.0}}
+    default, moved = make_engine(tiny_model_dir).logprobs(ids)[0], make_engine(tiny_model_dir, **rope).logprobs(ids)[0]
+    assert max(abs(a - b) for a, b in zip(default, moved, strict=True)) > 1e-3
+    trainer = TorchTrainingEngine(
+        make_config(tiny_model_dir, model__rope_theta=100.0, model__rope_scaling=rope["rope_scaling"])
+    )
+    params = trainer.actor.config.rope_parameters
+    assert (params["rope_theta"], params["rope_type"], params["factor"]) == (100.0, "linear", 4.0)
+    with torch.no_grad():
+        logits = trainer.actor(torch.tensor(ids)).logits[0, :-1].log_softmax(-1)
+    expected = logits.gather(-1, torch.tensor(ids[0][1:])[:, None])[:, 0]
+    torch.testing.assert_close(torch.tensor(moved[1:]), expected, atol=1e-4, rtol=0)

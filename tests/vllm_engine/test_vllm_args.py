@@ -43,3 +43,12 @@ def test_ignore_eos_and_request_logging_reach_vllm():
     default = VLLMServer(InferenceModelConfig(model_path="/models/tiny"), ModelConfig(max_model_len=64), "vllm engine")
     assert default.engine_args()["enable_log_requests"] is False
     assert default._params(SamplingArgs(max_tokens=8), prompt_length=4).ignore_eos is False
+
+
+def test_rope_overrides_reach_vllm_as_the_checkpoint_s_rope_parameters_updated(tiny_model_dir):
+    pytest.importorskip("vllm")
+    path = str(tiny_model_dir)
+    model = ModelConfig(max_model_len=64, rope_theta=100.0, rope_scaling={"rope_type": "linear", "factor": 2.0})
+    args = VLLMServer(InferenceModelConfig(model_path=path), model, "vllm engine").engine_args()
+    assert args["hf_overrides"] == {"rope_parameters": {"rope_theta": 100.0, "rope_type": "linear", "factor": 2.0}}
+    assert "hf_overrides" not in VLLMServer(InferenceModelConfig(model_path=path), ModelConfig(), "e").engine_args()

@@ -39,7 +39,7 @@ _ON_FIRST_USE = {
         "trinity.engine.base",
     ),
     **dict.fromkeys(["LossFns", "Totals", "batch_totals", "critic_micro_loss"], "trinity.engine.losses"),
-    **dict.fromkeys(["read_hf_weights"], "trinity.engine.modeling"),
+    **dict.fromkeys(["read_hf_weights", "rope_override"], "trinity.engine.modeling"),
     **dict.fromkeys(["MediaError", "load_image"], "trinity.engine.multimodal"),
     **dict.fromkeys(["PriorityFn"], "trinity.buffer.priority"),
     **dict.fromkeys(["PromptFormatter", "first", "response_budget"], "trinity.engine.prompts"),

@@ -35,6 +35,7 @@ from trinity.plugin_api import (
     first,
     guarded,
     response_budget,
+    rope_override,
 )
 
 WORKER_EXTENSION = "trinity_vllm.worker.WeightLoader"
@@ -128,7 +129,13 @@ class VLLMServer:
         """vLLM engine arguments from the config; ``extra_engine_args`` override them."""
         from vllm.platforms import current_platform
 
-        config = self.config
+        config, model = self.config, self.model_config
+        rope = rope_override(
+            self.path,
+            config.trust_remote_code,
+            first(config.rope_scaling, model.rope_scaling),
+            first(config.rope_theta, model.rope_theta),
+        )
         return {
             "model": self.path,
             # float32 on a CPU, as the reference engine: bf16 there is slow and lossy.
@@ -147,6 +154,7 @@ class VLLMServer:
             "disable_log_stats": True,
             "enable_log_requests": config.enable_log_requests,
             "trust_remote_code": config.trust_remote_code,
+            **({"hf_overrides": {"rope_parameters": rope}} if rope is not None else {}),
             **config.extra_engine_args,
         }
 

@@ -36,7 +36,6 @@ _VLLM_MULTI_GPU = (
     "vLLM spreads one engine over several GPUs with it; not passed to vLLM here, where an engine is "
     "tensor-parallel only and no test machine has the GPUs"
 )
-_ROPE = "not passed to the engines' model loading yet (transformers' rope_parameters, vLLM's hf_overrides, verl's override_config)"
 _RUNNERS = "trinity's workflow runners are coroutines of the explorer, not actors to prepare"
 _COD = "read only by Trinity-RFT's CoD workflows (cod_*), which trinity does not ship"
 
@@ -538,8 +537,12 @@ class ModelConfig(ConfigModel):
         ge=1,
         reason=_VLLM_LORA,
     )
-    rope_scaling: dict[str, Any] | None = inert(None, "RoPE scaling override of the model config.", reason=_ROPE)
-    rope_theta: float | None = inert(None, "RoPE theta override of the model config.", gt=0, reason=_ROPE)
+    rope_scaling: dict[str, Any] | None = Field(
+        None, description="RoPE scaling over the checkpoint's (rope_type, factor, ...); the verl trainer refuses it."
+    )
+    rope_theta: float | None = Field(
+        None, gt=0, description="RoPE base over the checkpoint's; the verl trainer refuses it."
+    )
     tinker: TinkerConfig = Field(default_factory=TinkerConfig, description="Tinker service settings.")
     external_model: ExternalModelConfig = Field(
         default_factory=ExternalModelConfig, description="An API model to evaluate (bench mode)."

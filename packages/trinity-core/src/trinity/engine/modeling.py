@@ -7,7 +7,9 @@ measure the same thing and their ratio is 1 for unchanged weights.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 import torch
 from safetensors.torch import load_file
@@ -32,14 +34,52 @@ def model_dtype(device: torch.device, name: str = "bfloat16") -> torch.dtype | s
     return name if name == "auto" else getattr(torch, name)
 
 
-def load_model(path: str, dtype: torch.dtype | str, trust_remote_code: bool = False) -> torch.nn.Module:
+def rope_parameters(
+    checkpoint: Mapping[str, Any] | None, rope_scaling: Mapping[str, Any] | None, rope_theta: float | None
+) -> dict[str, Any] | None:
+    """A checkpoint's ``rope_parameters`` (transformers 5 keeps theta and scaling in one dict) with
+    Trinity-RFT's ``model.rope_scaling`` / ``rope_theta`` over them; None when neither is set. The
+    one place the engines (transformers, torch, vLLM's ``hf_overrides``) get their RoPE from, so
+    rollout and training rotate alike (verl's ``override_config`` cannot carry it: refused there)."""
+    if rope_scaling is None and rope_theta is None:
+        return None
+    params = dict(checkpoint or {})
+    scaling = dict(rope_scaling or {})
+    if "type" in scaling:  # the older name of rope_type
+        scaling.setdefault("rope_type", scaling.pop("type"))
+    params.update(scaling)
+    if rope_theta is not None:
+        params["rope_theta"] = rope_theta
+    return params
+
+
+def rope_override(
+    path: str, trust_remote_code: bool, rope_scaling: Mapping[str, Any] | None, rope_theta: float | None
+) -> dict[str, Any] | None:
+    """``rope_parameters`` of the checkpoint at ``path`` with the overrides (None, and nothing read,
+    without any): for an engine that takes a whole config value (vLLM's ``hf_overrides``)."""
+    if rope_scaling is None and rope_theta is None:
+        return None
+    from transformers import AutoConfig
+
+    config = AutoConfig.from_pretrained(path, trust_remote_code=trust_remote_code)
+    return rope_parameters(getattr(config, "rope_parameters", None), rope_scaling, rope_theta)
+
+
+def load_model(
+    path: str, dtype: torch.dtype | str, trust_remote_code: bool = False, rope: tuple[Any, Any] = (None, None)
+) -> torch.nn.Module:
     """The causal LM at ``path``: ``AutoModelForCausalLM``, or ``AutoModelForImageTextToText`` for
-    a vision-language model (a config with a ``vision_config``)."""
+    a vision-language model (a config with a ``vision_config``); ``rope``: ``(rope_scaling,
+    rope_theta)`` over the checkpoint's (``rope_parameters``)."""
     from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForImageTextToText
 
     config = AutoConfig.from_pretrained(path, trust_remote_code=trust_remote_code)
+    params = rope_parameters(getattr(config, "rope_parameters", None), *rope)
+    if params is not None:
+        config.rope_parameters = params
     auto = AutoModelForImageTextToText if getattr(config, "vision_config", None) is not None else AutoModelForCausalLM
-    return auto.from_pretrained(path, dtype=dtype, trust_remote_code=trust_remote_code)
+    return auto.from_pretrained(path, config=config, dtype=dtype, trust_remote_code=trust_remote_code)
 
 
 def response_logits(

@@ -194,7 +194,7 @@ class TorchTrainingEngine(TrainingEngine):
 
         path, remote_code = config.model.model_path, config.model.trust_remote_code
         self.tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=remote_code)
-        self.actor = load_model(path, torch.float32, remote_code)
+        self.actor = load_model(path, torch.float32, remote_code, (config.model.rope_scaling, config.model.rope_theta))
         self.lora = (config.model.lora_configs or [None])[0]
         if self.lora is not None:
             self.actor = with_adapter(self.actor, self.lora, trainable=True)

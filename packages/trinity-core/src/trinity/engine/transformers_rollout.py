@@ -123,7 +123,8 @@ class TransformersRolloutEngine(RolloutEngine):
         path = config.model_path or model.model_path
         remote_code = config.trust_remote_code
         self.tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=remote_code)
-        self.model = load_model(path, model_dtype(self.device, config.dtype), remote_code)
+        rope = (_first(config.rope_scaling, model.rope_scaling), _first(config.rope_theta, model.rope_theta))
+        self.model = load_model(path, model_dtype(self.device, config.dtype), remote_code, rope)
         self.model.to(self.device).eval()
         self.vision: VisionInputs | None = None
         if getattr(self.model.config, "vision_config", None) is not None:
