@@ -12,7 +12,13 @@ import pytest
 from scripted_policy import scripted_workflow
 
 from trinity_workflows.base import WorkflowError
-from trinity_workflows.envs.intercode_sql import INVALID_ACTION, SqlEpisode, iou_reward, kendall_tau_b
+from trinity_workflows.envs.intercode_sql import (
+    INVALID_ACTION,
+    InterCodeSQLArgs,
+    SqlEpisode,
+    iou_reward,
+    kendall_tau_b,
+)
 
 SINGERS = [("Ann", "FR", 30), ("Bob", "US", 41), ("Cid", "US", 25), ("Dee", "NL", 52)]
 RECORD = {
@@ -59,7 +65,7 @@ def test_kendall_tau_b_is_scipys_with_ties(x, y, tau):
 
 
 def test_the_episode_runs_sql_read_only_and_scores_the_last_result(db_dir):
-    episode = SqlEpisode(RECORD, db_dir / "music" / "music.sqlite", step_limit=5, auto_submit=True, timeout=5)
+    episode = SqlEpisode(RECORD, db_dir / "music" / "music.sqlite", InterCodeSQLArgs(max_env_steps=5))
     assert episode.reset() == RECORD["query"]
     assert episode.step("SELECT name FROM singer WHERE age > 40") == ("[('Bob',), ('Dee',)]", 0.0, False)
     observation, _, _ = episode.step("DELETE FROM singer")
@@ -71,18 +77,20 @@ def test_the_episode_runs_sql_read_only_and_scores_the_last_result(db_dir):
 
 
 def test_a_statement_past_its_time_limit_is_interrupted(db_dir):
-    episode = SqlEpisode(RECORD, db_dir / "music" / "music.sqlite", step_limit=5, auto_submit=True, timeout=0.2)
+    episode = SqlEpisode(RECORD, db_dir / "music" / "music.sqlite", InterCodeSQLArgs(query_timeout=0.2))
     episode.reset()
     started = time.monotonic()
     slow = "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n) SELECT count(*) FROM n"
     assert "time limit" in episode.step(slow)[0] and time.monotonic() - started < 5
 
 
-def test_the_workflow_submits_the_right_rows_for_reward_1(model, db_dir):
+def test_the_workflow_submits_the_right_rows_for_reward_1(model, db_dir, caplog):
     replies = [act("SELECT name FROM singer"), act("SELECT name FROM singer WHERE country = 'US'"), act("submit")]
+    args = {"db_dir": str(db_dir), "verbose": True}
     workflow, policy = scripted_workflow(
-        model, "intercode_sql_workflow", {**RECORD, "prompt": "0"}, replies, workflow_args={"db_dir": str(db_dir)}
+        model, "intercode_sql_workflow", {**RECORD, "prompt": "0"}, replies, workflow_args=args
     )
+    caplog.set_level("INFO", logger="trinity_workflows.envs.intercode_sql")
     (experience,) = workflow.run()
     assert experience.reward == 1.0 and experience.metrics["env_steps"] == 3 and experience.metrics["env_done"] == 1
     assert (
@@ -90,6 +98,7 @@ def test_the_workflow_submits_the_right_rows_for_reward_1(model, db_dir):
     )
     assert policy.seen[1][-1]["content"].endswith("Observation: [('Ann',), ('Bob',), ('Cid',), ('Dee',)]")
     assert "SQLite" in policy.seen[0][0]["content"] and experience.action_mask.sum() > 0
+    assert "step 3: 'submit' -> [('Bob',), ('Cid',)] (reward 1.0)" in caplog.text  # verbose
 
 
 def test_records_come_from_data_path_by_query_idx_and_run_out_into_an_auto_submit(model, db_dir, tmp_path):

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import functools
 import json
+import logging
 import math
 import sqlite3
 import time
@@ -43,6 +44,7 @@ Examples:
 
 Do not ask the user for help; finish the task yourself."""
 
+logger = logging.getLogger(__name__)
 INVALID_ACTION = "Invalid action. Wrap one SQL statement or submit with <action></action>."
 DATABASES_NEEDED = "the folder of the sqlite databases (InterCode's MySQL in Docker is not used here)"
 
@@ -58,7 +60,7 @@ class InterCodeSQLArgs(EnvArgs):
     image_name: str = inert(
         "docker-env-sql", "InterCode's MySQL Docker image", reason="the databases are local sqlite files here"
     )
-    verbose: bool = inert(False, "InterCode's debug log", reason="the conversation is the experience's record")
+    verbose: bool = Field(False, description="log each action, its result and the reward (InterCode's debug log)")
 
 
 def iou_reward(agent: Any, gold: list[tuple]) -> float:
@@ -113,8 +115,9 @@ def kendall_tau_b(x: list[str], y: list[str]) -> float:
 class SqlEpisode:
     """One InterCode-SQL episode on a read-only sqlite database."""
 
-    def __init__(self, record: dict[str, Any], database: Path, step_limit: int, auto_submit: bool, timeout: float):
-        self.record, self.step_limit, self.auto_submit, self.timeout = record, step_limit, auto_submit, timeout
+    def __init__(self, record: dict[str, Any], database: Path, args: InterCodeSQLArgs):
+        self.record, self.step_limit, self.auto_submit = record, args.max_env_steps, args.auto_submit
+        self.timeout, self.verbose = args.query_timeout, args.verbose
         self.connection = sqlite3.connect(f"file:{database}?mode=ro", uri=True, check_same_thread=False)
         self.steps, self.result = 0, None
 
@@ -125,15 +128,22 @@ class SqlEpisode:
     def step(self, action: str) -> tuple[str, float, bool]:
         self.steps += 1
         if action == "submit":
-            return str(self.result), self.reward(), True
-        if not action:
-            observation = INVALID_ACTION
+            outcome = str(self.result), self.reward(), True
         else:
-            self.result = self.run(action)
-            observation = str(self.result)
-        if self.steps >= self.step_limit and self.auto_submit:
-            return observation, self.reward(), True
-        return observation, 0.0, False
+            if action:
+                self.result = self.run(action)
+            observation = str(self.result) if action else INVALID_ACTION
+            submit = self.steps >= self.step_limit and self.auto_submit
+            outcome = (observation, self.reward(), True) if submit else (observation, 0.0, False)
+        if self.verbose:
+            logger.info(
+                "InterCode-SQL %r step %d: %r -> %.200s (reward %s)",
+                self.record["query"],
+                self.steps,
+                action,
+                *outcome[:2],
+            )
+        return outcome
 
     def run(self, sql: str) -> Any:
         """The rows of ``sql`` (None for a statement that returns none), or the error's text."""
@@ -197,8 +207,7 @@ class InterCodeSQLWorkflow(EnvironmentWorkflow, MultiTurnWorkflow):
         raise FileNotFoundError(f"no database {db}: neither {db_dir}/{db}/{db}.sqlite nor {db_dir}/{db}.sqlite")
 
     def open_episode(self) -> SqlEpisode:
-        args = self.args
-        return SqlEpisode(self.record, self.database(), args.max_env_steps, args.auto_submit, args.query_timeout)
+        return SqlEpisode(self.record, self.database(), self.args)
 
     def format_observation(self, observation: str) -> str:
         return f"Question: {self.record['query']}\nDatabase: {self.record['db']}\nObservation: {observation}"
