@@ -17,7 +17,14 @@ RAFT_reflect_alfworld_workflow frozen_lake_workflow sciworld_workflow webshop_wo
 step_wise_alfworld_workflow async_math_ruler_workflow math_ruler_workflow math_trainable_ruler_workflow
 rubric_judge_workflow rubric_judge_openai_workflow simple_mm_workflow async_simple_mm_workflow
 on_policy_distill_workflow on_policy_distill_math_workflow thinking_budget_workflow sudoku_workflow""".split()
-EXAMPLES = ["toolcall_workflow", "agentscope_reactv2_math_workflow", "agentscope_reactv2_gsm8k_workflow"]
+EXAMPLES = [
+    "toolcall_workflow",
+    "agentscope_reactv2_math_workflow",
+    "agentscope_reactv2_gsm8k_workflow",
+    "alfworld_workflow_v2",
+    "bcp_simple_react_workflow",
+    "learn2ask_workflow",
+]
 
 
 @pytest.mark.parametrize("name", REGISTRY + EXAMPLES)
