@@ -29,7 +29,7 @@ def args(tmp_path):
     index = tmp_path / "index.json"
     index.write_text(json.dumps(DOCS))
     yield {"index_path": str(index), "browsecomp_path": STANDINS, "snippet_max_tokens": 5}
-    browse_comp.searcher.cache_clear()
+    browse_comp.load_searcher.cache_clear()
     sys.modules.pop("searcher.searchers", None), sys.modules.pop("searcher", None)
     if STANDINS in sys.path:
         sys.path.remove(STANDINS)
@@ -114,4 +114,4 @@ def test_a_missing_searcher_says_where_to_get_it(make_workflow, monkeypatch):
     monkeypatch.setitem(sys.modules, "searcher", None)
     with pytest.raises(WorkflowError, match="ImportError: cannot import searcher.searchers .*browsecomp_path"):
         make_workflow("bcp_simple_react_workflow", ROW, workflow_args={"index_path": "x"}).run()
-    browse_comp.searcher.cache_clear()
+    browse_comp.load_searcher.cache_clear()

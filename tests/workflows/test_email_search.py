@@ -141,3 +141,9 @@ def test_the_tiny_model_ends_without_an_answer(make_workflow, db_path):
     experiences = make_workflow("email_search_workflow", ROW, workflow_args={"db_path": db_path, "max_turns": 2}).run()
     assert experiences[-1].metrics["format"] == -1.0 and {e.reward for e in experiences} == {-1.0}
     assert len(experiences[0].tokens) > experiences[0].prompt_length
+
+
+def test_a_row_without_inbox_or_date_is_named(make_workflow, db_path):
+    row = {k: v for k, v in ROW.items() if k != "query_date"}
+    with pytest.raises(WorkflowError, match=r"the row lacks \['query_date'\]"):
+        make_workflow("email_search_workflow", row, workflow_args={"db_path": db_path}).run()

@@ -82,7 +82,7 @@ class BCPArgs(PluginArgs):
 
 
 @functools.lru_cache(maxsize=4)
-def searcher(searcher_type: str, index_path: str, browsecomp_path: str | None) -> Any:
+def load_searcher(searcher_type: str, index_path: str, browsecomp_path: str | None) -> Any:
     """BrowseComp-Plus's searcher of that type over ``index_path``, built once per process."""
     if browsecomp_path and browsecomp_path not in sys.path:
         sys.path.insert(0, browsecomp_path)
@@ -129,7 +129,9 @@ class BCPSimpleReactWorkflow(ToolUse, StepWiseWorkflow):
     @functools.cached_property
     def searcher(self) -> Any:
         args = self.args
-        return searcher(args.searcher_type, args.index_path, args.browsecomp_path or os.environ.get("BROWSECOMP_PATH"))
+        return load_searcher(
+            args.searcher_type, args.index_path, args.browsecomp_path or os.environ.get("BROWSECOMP_PATH")
+        )
 
     @functools.cached_property
     def tools(self) -> list[dict[str, Any]]:

@@ -211,6 +211,9 @@ class EmailSearchWorkflow(ToolUse, StepWiseWorkflow):
         return {"search_emails": self.search_emails, "read_email": self.read_email}
 
     def messages(self) -> Messages:
+        missing = {"inbox_address", "query_date"} - set(self.task.raw)
+        if missing:
+            raise ValueError(f"the row lacks {sorted(missing)} (ART-E queries: question, answer, message_ids, ...)")
         system = SYSTEM_PROMPT.format(
             max_turns=self.max_turns,
             inbox_address=self.task.raw["inbox_address"],
