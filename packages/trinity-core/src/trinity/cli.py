@@ -99,7 +99,9 @@ def config() -> None:
 @config.command("check")
 @click.argument("config_file", type=click.Path(dir_okay=False))
 @click.argument("overrides", nargs=-1)
-@click.option("--strict", is_flag=True, help="Keys accepted but not acted on yet are errors, not warnings.")
+@click.option(
+    "--strict", is_flag=True, help="Keys without effect, and what trinity run refuses, are errors, not warnings."
+)
 def config_check(config_file: str, overrides: tuple[str, ...], strict: bool) -> None:
     """Load CONFIG_FILE with OVERRIDES (dotlist: buffer.batch_size=8), validate, print the result.
 
