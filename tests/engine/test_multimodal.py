@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from engine_helpers import make_config
+from engine_helpers import make_config, train_mode_trainer
 from mm_tasks import COLOURS, draw
 from trinity.buffer.errors import SerializationError
 from trinity.buffer.serialization import (
@@ -20,6 +20,7 @@ from trinity.buffer.serialization import (
     serialize_experience,
 )
 from trinity.common.batch import Batch
+from trinity.common.experience import EID
 from trinity.config.schema import InferenceModelConfig, ModelConfig
 from trinity.engine.base import SamplingArgs
 from trinity.engine.multimodal import MediaError
@@ -90,3 +91,14 @@ def test_videos_and_images_a_model_cannot_take_are_refused_by_name(engine, tiny_
         text_engine.chat([ask(draw("circle", "red", random.Random(1)))], SamplingArgs(max_tokens=2))
     with pytest.raises(MediaError, match="enable_multimodal: the model at .* has no vision tower"):
         make_engine(tiny_model_dir, enable_multimodal=True)
+
+
+def test_a_trainer_engine_that_takes_no_images_refuses_them(engine, tiny_vl_model_dir: Path, tmp_path: Path) -> None:
+    conversation = ask(draw("square", "green", random.Random(2)))
+    experiences = [_to_experience(c, conversation) for c in engine.chat([conversation], SamplingArgs(n=2))[0]]
+    for run, exp in enumerate(experiences):
+        exp.reward, exp.eid = float(run), EID(task="0", run=run)
+    trainer = train_mode_trainer(tmp_path, tiny_vl_model_dir)
+    trainer.engine.takes_images = False  # as verl's engine: it would drop the pixels
+    with pytest.raises(ValueError, match="trainer.trainer_type torch: experiences with images need a trainer"):
+        trainer.train_step(experiences)

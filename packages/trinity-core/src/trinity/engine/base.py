@@ -160,6 +160,8 @@ class TrainingEngine(ABC):
     """The engine's reference model, or None when the algorithm needs none."""
     critic: Any = None
     """The engine's critic, or None when the algorithm has none."""
+    takes_images: ClassVar[bool] = False
+    """Whether the engine passes experiences' image tensors (``Batch.multi_modal_inputs``) to the model."""
     takes_lora: ClassVar[bool] = False
     """Whether the engine trains the LoRA adapter of ``model.lora_configs`` (only the adapter's
     tensors then go to ``weights_for_sync``)."""

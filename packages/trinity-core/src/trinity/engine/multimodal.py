@@ -123,6 +123,9 @@ class VisionInputs:
             )
         self.processor = AutoImageProcessor.from_pretrained(path, trust_remote_code=trust_remote_code)
         self.merge = int(getattr(self.processor, "merge_size", 1)) ** 2
+        names = ("image_token_id", "video_token_id", "vision_start_token_id", "vision_end_token_id")
+        self.special_ids = [i for i in (getattr(model_config, name, None) for name in names) if i is not None]
+        """The vision tokens a response must not hold (the model would look for their pixels): never sampled."""
 
     def prepare(self, ids: list[int], parts: list[tuple[str, Any]]) -> tuple[list[int], MediaInputs]:
         """``ids`` (one image-pad token per image, as the chat template renders them) with each pad

@@ -182,6 +182,7 @@ class TorchTrainingEngine(TrainingEngine):
     """Actor (and critic) updates with the configured algorithm functions."""
 
     takes_lora = True
+    takes_images = True
 
     def __init__(self, config: Config) -> None:
         self.config = config

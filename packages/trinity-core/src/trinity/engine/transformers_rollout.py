@@ -262,6 +262,7 @@ class TransformersRolloutEngine(RolloutEngine):
             eos_token_id=self.stop_ids or None,
             pad_token_id=self.pad_id,
             repetition_penalty=self.model_config.repetition_penalty,
+            suppress_tokens=self.vision.special_ids if self.vision else None,
             **sampling,
         )
 

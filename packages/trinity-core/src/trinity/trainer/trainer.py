@@ -281,6 +281,11 @@ class Trainer:
         if batch.batch_size == 0:  # e.g. staleness_control dropped every row
             logger.warning("%s: no experience of step %d is left after sampling: no update", self.name, self.step + 1)
             return {**metrics, NO_GRADIENT: 1.0}
+        if batch.multi_modal_inputs is not None and not self.engine.takes_images:
+            raise ValueError(
+                f"trainer.trainer_type {self.config.trainer.trainer_type}: experiences with images need a trainer "
+                "that passes them to the model (torch)"
+            )
         if not self.config.algorithm.bypass_old_logprobs and batch.old_logprobs is not None:
             # the rollout engine's logprobs stay for the rollout correction; the actor recomputes the old ones
             batch = batch.with_fields(rollout_logprobs=batch.old_logprobs, old_logprobs=None)
