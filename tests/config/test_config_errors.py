@@ -371,3 +371,13 @@ def test_trusting_pickled_rows_warns_where_no_database_could_hold_them(tmp_path,
     caplog.clear()
     load_config(write(tmp_path), ["mode=explore", f"{key}.trust_pickled_rows=true"])  # a queue in a sqlite file
     assert "only a database holds pickled rows" not in caplog.text
+
+
+def test_workflow_args_without_a_required_key_is_an_error_naming_it(tmp_path):
+    taskset = "buffer.explorer_input.taskset"
+    overrides = [
+        f"{taskset}.default_workflow_type=required_args_workflow.RequiredArgsWorkflow",
+        f"{taskset}.workflow_args={{turns: 3}}",
+    ]
+    found = issues_of(write(tmp_path), overrides)  # a ConfigError, not pydantic's (a traceback in the CLI)
+    assert found == {f"{taskset}.workflow_args.env_url": "required: the environment's address"}, found

@@ -334,7 +334,9 @@ def describe_error(error: dict[str, Any], cls: type[BaseModel], loc: tuple[Any, 
     if kind in ("too_short", "too_long"):
         return f"expected {ctx.get('min_length', ctx.get('max_length'))} items, got {ctx.get('actual_length')}"
     if kind == "missing":
-        return "required"
+        owner = model_at(cls, loc[:-1])
+        field = owner.model_fields.get(str(loc[-1])) if owner else None
+        return f"required: {field.description}" if field and field.description else "required"
     prefix = kind.split("_")[0]
     if prefix in _EXPECTED and kind.endswith(("_type", "_parsing", "_from_float", "_attributes_type")):
         return f"expected {_EXPECTED[prefix]}, got {type(value).__name__} {_value(value)}"
@@ -371,24 +373,38 @@ def validate_section(cls: type[ConfigModel], data: Any, path: str, issues: Issue
     """``cls`` built from plain ``data``; every bad key or value becomes an issue under ``path``.
 
     Offending values are removed and the rest validated again, so a config with errors still
-    yields a model (with defaults in their place) for the checks that follow.
+    yields a model (with defaults in their place) for the checks that follow. A required key
+    that is missing has no default: that model leaves it unset.
     """
     tree = _apply_renames(cls, copy.deepcopy(data) if data is not None else {}, path, issues)
     if not isinstance(tree, dict):
         issues.add(path, f"expected a mapping, got {type(tree).__name__} {_value(tree)}")
-        return cls()
+        return _partial(cls, {})
     for _ in range(8):  # each round removes what the previous one reported
         try:
             return cls.model_validate(tree)
         except ValidationError as exc:
-            for error in exc.errors():
+            errors = exc.errors()
+            for error in errors:
                 loc = tuple(error["loc"])
                 issues.add(dotted(loc, path), describe_error(error, cls, loc, path))
                 if not loc:
-                    return cls()
-                _drop(tree, loc)
+                    return _partial(cls, {})
+                drop = loc[:-1] if error["type"] == "missing" else loc  # a missing key: its parent's value
+                if drop:
+                    _drop(tree, drop)
             tree = _without_dropped(tree)
-    return cls()
+            if all(error["type"] == "missing" and len(error["loc"]) == 1 for error in errors):
+                break  # only required keys of cls itself are left: nothing to drop
+    return _partial(cls, tree)
+
+
+def _partial(cls: type[ConfigModel], tree: dict[str, Any]) -> Any:
+    """``cls`` with its defaults, or, when it has required keys, unvalidated from what is left of ``tree``."""
+    try:
+        return cls()
+    except ValidationError:
+        return cls.model_construct(**{key: value for key, value in tree.items() if key in cls.model_fields})
 
 
 def _default(field: Any) -> Any:
