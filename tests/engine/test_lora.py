@@ -6,7 +6,6 @@ cannot work, naming the key."""
 from __future__ import annotations
 
 import logging
-
 import subprocess
 import sys
 from pathlib import Path
@@ -18,7 +17,7 @@ from safetensors.torch import load_file
 from engine_helpers import make_config
 from trinity.common.batch import Batch
 from trinity.common.experience import EID, Experience
-from trinity.config.check import check_lora
+from trinity.config.check import check_config, check_lora
 from trinity.config.load import IssueCollector
 from trinity.config.schema import Config, InferenceModelConfig, LoRAConfig, ModelConfig
 from trinity.engine.base import SamplingArgs
@@ -205,26 +204,49 @@ def test_config_derives_the_rollout_keys_and_refuses_what_cannot_run(tmp_path: P
     assert rollout.lora_kwargs == {"max_loras": 1, "max_lora_rank": 16}
 
     config.model.lora_configs = [LoRAConfig(lora_rank=0, path=str(tmp_path)), LoRAConfig()]
-    config.explorer.rollout_model.engine_type = "vllm"
+    config.explorer.rollout_model.engine_type = "external"
     errors = {e.path: e.message for e in checked(config).issues}
     assert "2 adapters: one is supported" in errors["model.lora_configs"]
     assert "trains no adapter" in errors["model.lora_configs[0].lora_rank"]
     assert "adapter_config.json" in errors["model.lora_configs[0].path"]
     assert (
-        "'vllm' takes no LoRA adapter (model.lora_configs) yet, and the other"
+        "'external' takes no LoRA adapter (model.lora_configs) yet, and the other"
         in errors["explorer.rollout_model.engine_type"]
     )
 
 
-def test_engines_without_lora_train_the_full_model_with_a_warning() -> None:
-    """Trinity-RFT's LoRA example (verl + vLLM) still loads: neither engine takes the adapter yet,
-    so the run is full fine-tuning, as before LoRA took effect, and says so."""
+def test_verl_and_vllm_take_the_adapter_through_memory_or_checkpoint_sync() -> None:
+    """Trinity-RFT's LoRA example pair (verl + vLLM) trains and samples the adapter; what vLLM
+    cannot do with one is refused by key: an NCCL broadcast (full weights) and its own OpenAI
+    server (it would answer with the base model)."""
     config = Config(mode="both")
     config.model.lora_configs = [LoRAConfig()]
     config.explorer.rollout_model.engine_type = "vllm"
     issues = checked(config)
-    assert not issues.issues and not config.explorer.rollout_model.enable_lora
-    assert any("'verl' takes no LoRA adapter yet" in i.message for i in issues.inert)
+    assert not issues.issues and config.explorer.rollout_model.enable_lora
+    assert not any("LoRA" in i.message for i in issues.inert)
+
+    config = Config(mode="both")
+    config.model.lora_configs = [LoRAConfig()]
+    config.explorer.rollout_model.engine_type = "vllm"
+    config.explorer.rollout_model.enable_openai_api = True
+    config.synchronizer.sync_method = "nccl"
+    issues = IssueCollector()
+    check_config(config, issues)  # with the plugins' checks: these two are trinity-vllm's
+    errors = {e.path: e.message for e in issues.issues}
+    assert "a LoRA adapter (model.lora_configs) reaches vLLM as a folder" in errors["synchronizer.sync_method"]
+    assert "answer with the base model" in errors["explorer.rollout_model.enable_openai_api"]
+
+
+def test_an_engine_pair_without_lora_trains_the_full_model_with_a_warning() -> None:
+    """A run none of whose engines takes an adapter (here an explorer on an external endpoint)
+    trains and samples the full model, as before LoRA took effect, and says so."""
+    config = Config(mode="explore")
+    config.model.lora_configs = [LoRAConfig()]
+    config.explorer.rollout_model.engine_type = "external"
+    issues = checked(config)
+    assert not config.explorer.rollout_model.enable_lora
+    assert any("'external' takes no LoRA adapter yet" in i.message for i in issues.inert)
 
 
 def test_engines_without_an_adapter_never_import_peft(tiny_model_dir: Path) -> None:

@@ -254,3 +254,20 @@ def test_rollout_correction_maps_onto_verls_keys():
     if importlib.util.find_spec("verl") is not None:
         merged = verl_config(config, device="cuda")
         assert_fields({key: OmegaConf.select(merged, key) for key in expected}, expected)
+
+
+def test_lora_maps_onto_verls_model_keys():
+    """``model.lora_configs`` lands on verl's ``actor_rollout_ref.model`` LoRA keys; with verl
+    installed, the merged config holds them."""
+    lora = "model.lora_configs=[{name: lora, lora_rank: 8, lora_alpha: 16, target_modules: [q_proj, v_proj]}]"
+    config = load_config(SEEDS / "verl_grpo_example.yaml", [lora])
+    expected = {
+        "actor_rollout_ref.model.lora_rank": 8,
+        "actor_rollout_ref.model.lora_alpha": 16,
+        "actor_rollout_ref.model.target_modules": ["q_proj", "v_proj"],
+    }
+    assert_fields(trinity_fields(config), expected)
+    assert "actor_rollout_ref.model.lora_rank" not in trinity_fields(load_config(SEEDS / "verl_grpo_example.yaml"))
+    if importlib.util.find_spec("verl") is not None:
+        merged = OmegaConf.to_container(verl_config(config, device="cuda"), resolve=True)
+        assert_fields({key: OmegaConf.select(OmegaConf.create(merged), key) for key in expected}, expected)

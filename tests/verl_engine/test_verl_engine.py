@@ -214,3 +214,50 @@ def test_dpo_pairs_match_the_torch_engine(tiny_model_dir: Path):
     assert_close_weights(actor_weights(verl), actor_weights(reference))
     with pytest.raises(ValueError, match="DPO on trainer_type verl"):
         VerlTrainingEngine(make_config(tiny_model_dir, "dpo", "verl", trainer__use_dynamic_bsz=True))
+
+
+def saved_adapter(model_dir: Path, folder: Path) -> Path:
+    """A rank-8 peft adapter on the tiny model with B drawn at random (a fresh one, B = 0, would
+    leave the adapter out of the logprobs): both engines start from this same one."""
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    torch.manual_seed(0)
+    model = get_peft_model(
+        AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32),
+        LoraConfig(r=8, lora_alpha=16, target_modules="all-linear", lora_dropout=0.0, task_type="CAUSAL_LM"),
+    )
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if "lora_B" in name:
+                param.normal_(0, 0.02)
+    model.save_pretrained(folder)
+    return folder
+
+
+def test_lora_adapter_trains_and_syncs_alone_as_on_the_torch_engine(tiny_model_dir: Path, batch: Batch, tmp_path: Path):
+    from trinity.config.schema import LoRAConfig
+
+    lora = LoRAConfig(name="lora", lora_rank=8, lora_alpha=16, path=str(saved_adapter(tiny_model_dir, tmp_path / "a")))
+    configs = {
+        name: make_config(tiny_model_dir, engine=name, model__lora_configs=[lora], **KL) for name in ("verl", "torch")
+    }
+    verl, reference = VerlTrainingEngine(configs["verl"]), TorchTrainingEngine(configs["torch"])
+
+    before = verl.compute_logprobs(batch)
+    assert masked_diff(before, reference.compute_logprobs(batch), batch) < TOLERANCE
+    # the KL reference: the base model (the adapter disabled) on both
+    base = verl.compute_ref_logprobs(batch)
+    assert masked_diff(base, reference.compute_ref_logprobs(batch), batch) < TOLERANCE
+    assert masked_diff(base, before, batch) > 100 * TOLERANCE
+    sent = verl.weights_for_sync()
+    assert sent.keys() == reference.weights_for_sync().keys()  # adapter_model.safetensors' names, nothing else
+    assert all(".lora_A." in name or ".lora_B." in name for name in sent)
+
+    verl.train_step(prepared(verl, configs["verl"], batch))
+    reference.train_step(prepared(reference, configs["torch"], batch))
+    assert_close_weights(verl.weights_for_sync(), reference.weights_for_sync())
+    after = verl.compute_logprobs(batch)
+    # the adapters agree to 1e-5; B A (alpha / r) carries that into the logprobs (measured 3e-5)
+    assert masked_diff(after, reference.compute_logprobs(batch), batch) < 10 * TOLERANCE
+    assert masked_diff(after, before, batch) > 100 * TOLERANCE

@@ -52,3 +52,30 @@ def test_rope_overrides_reach_vllm_as_the_checkpoint_s_rope_parameters_updated(t
     args = VLLMServer(InferenceModelConfig(model_path=path), model, "vllm engine").engine_args()
     assert args["hf_overrides"] == {"rope_parameters": {"rope_theta": 100.0, "rope_type": "linear", "factor": 2.0}}
     assert "hf_overrides" not in VLLMServer(InferenceModelConfig(model_path=path), ModelConfig(), "e").engine_args()
+
+
+def test_lora_settings_reach_vllm():
+    """``model.lora_configs`` and the model's vLLM LoRA keys become vLLM's engine arguments (one
+    adapter slot; a rank between vLLM's slot sizes takes the larger)."""
+    pytest.importorskip("vllm")
+    from trinity.config.schema import LoRAConfig
+
+    model = ModelConfig(
+        max_model_len=64,
+        lora_configs=[LoRAConfig(lora_rank=12, lora_dtype="bfloat16")],
+        fully_sharded_loras=True,
+        max_cpu_loras=3,
+    )
+    args = VLLMServer(InferenceModelConfig(model_path="/models/tiny", enable_lora=True), model, "e").engine_args()
+    assert {
+        k: args[k]
+        for k in ("enable_lora", "max_loras", "max_lora_rank", "fully_sharded_loras", "max_cpu_loras", "lora_dtype")
+    } == {
+        "enable_lora": True,
+        "max_loras": 1,
+        "max_lora_rank": 16,
+        "fully_sharded_loras": True,
+        "max_cpu_loras": 3,
+        "lora_dtype": "bfloat16",
+    }
+    assert "enable_lora" not in VLLMServer(InferenceModelConfig(model_path="/models/tiny"), model, "e").engine_args()

@@ -57,6 +57,7 @@ _ON_FIRST_USE = {
     **dict.fromkeys(["EngineClient"], "trinity.engine.client"),
     **dict.fromkeys(["endpoint_port", "guarded"], "trinity.engine.openai_api"),
     **dict.fromkeys(["ModelWrapper"], "trinity.explorer.model_wrapper"),
+    **dict.fromkeys(["is_adapter_folder", "write_adapter_folder"], "trinity.engine.lora"),
     **dict.fromkeys(["Workflow", "set_reward"], "trinity.explorer.workflow"),
     **dict.fromkeys(["Monitor", "MonitorError"], "trinity.monitor.base"),
     **dict.fromkeys(

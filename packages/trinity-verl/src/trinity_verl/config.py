@@ -151,6 +151,17 @@ def trinity_fields(config: Config) -> dict[str, Any]:
     if algo.rollout_correction is not None:  # verl's keys, the preset expanded (the losses apply it: trinity's)
         for key, value in algo.rollout_correction.model_dump(exclude={"preset"}).items():
             fields[f"algorithm.rollout_correction.{key}"] = value
+    if model.lora_configs:  # one adapter (check_lora); verl's FSDP engine wraps the model with peft
+        lora = model.lora_configs[0]
+        fields.update(
+            {
+                "actor_rollout_ref.model.lora_rank": lora.lora_rank,
+                "actor_rollout_ref.model.lora_alpha": lora.lora_alpha,
+                "actor_rollout_ref.model.target_modules": lora.target_modules,
+                "actor_rollout_ref.model.exclude_modules": lora.exclude_modules,
+                "actor_rollout_ref.model.lora_adapter_path": lora.path,
+            }
+        )
     if trainer.max_token_len_per_gpu is not None:
         for budget in (f"{actor}.ppo_max_token_len_per_gpu", "critic.ppo_max_token_len_per_gpu"):
             fields[budget] = trainer.max_token_len_per_gpu

@@ -43,7 +43,10 @@ def world_size(config: Config) -> int:
 
 
 class VerlTrainingEngine(TrainingEngine):
-    """Actor, reference and critic updates through verl's FSDP workers on every trainer device."""
+    """Actor, reference and critic updates through verl's FSDP workers on every trainer device.
+    With ``model.lora_configs`` verl wraps the actor with a peft adapter, which alone trains and syncs."""
+
+    takes_lora = True
 
     def __init__(self, config: Config) -> None:
         self.config = config
@@ -139,5 +142,6 @@ class VerlTrainingEngine(TrainingEngine):
         return state["step"]
 
     def weights_for_sync(self) -> dict[str, torch.Tensor]:
-        """The actor's full weights (gathered from every rank's FSDP shards) as a CPU state dict."""
+        """The actor's full weights (gathered from every rank's FSDP shards) as a CPU state dict;
+        with LoRA the adapter's tensors alone."""
         return self.ranks.call("weights")[0]

@@ -133,7 +133,8 @@ class VerlRank:
         self.actor.set_loss_fn(self._actor_loss)
         algo = config.algorithm
         needs_ref = self.algorithm.needs_reference(algo.kl_loss_fn, algo.kl_penalty_fn)
-        self.reference = self._worker("ref") if needs_ref else None
+        # with LoRA the reference is the actor with its adapter disabled (verl's no_lora_adapter), not a copy
+        self.reference = self._worker("ref") if needs_ref and not config.model.lora_configs else None
         self.critic = self._critic() if self.algorithm.use_critic else None
         engine = self.actor.actor.engine
         self.dp_rank, self.dp_size = engine.get_data_parallel_rank(), engine.get_data_parallel_size()
@@ -227,8 +228,11 @@ class VerlRank:
         td = self._tensordict(self.padded(batch), calculate_entropy=False, compute_loss=False)
         if model == "critic":
             out, key = self.critic.infer_batch(td), "values"
-        elif model == "ref":
+        elif model == "ref" and self.reference is not None:
             out, key = self.reference.compute_ref_log_prob(td), "log_probs"
+        elif model == "ref":  # LoRA: the base model
+            tu.assign_non_tensor(td, no_lora_adapter=True)
+            out, key = self.actor.compute_log_prob(td), "log_probs"
         else:
             out, key = self.actor.compute_log_prob(td), "log_probs"
         if not self.collects:
@@ -325,11 +329,13 @@ class VerlRank:
             worker.load_checkpoint(f"{directory}/{name}")
 
     def weights(self) -> dict[str, torch.Tensor] | None:
-        """The actor's full weights (gathered from the FSDP shards) as a CPU state dict on rank 0."""
+        """The actor's full weights (gathered from the FSDP shards) as a CPU state dict on rank 0;
+        with LoRA its adapter's tensors alone (peft's ``adapter_model.safetensors`` names)."""
         import torch.distributed as dist
 
         keep = dist.get_rank() == 0
-        params, _ = self.actor.actor.engine.get_per_tensor_param()
+        # base_sync_done: the rollout engine holds the base already, verl sends the adapter alone
+        params, _ = self.actor.actor.engine.get_per_tensor_param(base_sync_done=bool(self.config.model.lora_configs))
         full = {}
         for name, tensor in params:  # every rank iterates: each tensor is all-gathered
             if keep:

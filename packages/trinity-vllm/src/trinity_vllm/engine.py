@@ -36,7 +36,8 @@ logger = logging.getLogger(__name__)
 
 
 class VLLMRolloutEngine(RolloutEngine):
-    """Forwards to a ``VLLMServer`` actor; ``model_version`` follows its weight updates.
+    """Forwards to a ``VLLMServer`` actor; ``model_version`` follows its weight updates (with
+    ``model.lora_configs``, the adapter's: vLLM keeps the base and samples through the adapter).
 
     ``concurrent``: the explorer sends each workflow's request as it comes; the server hands
     it to vLLM's ``AsyncLLM`` at once, so continuous batching schedules them all.
@@ -44,6 +45,7 @@ class VLLMRolloutEngine(RolloutEngine):
 
     concurrent = True
     restartable = True
+    takes_lora = True
 
     def __init__(self, config: InferenceModelConfig, model: ModelConfig) -> None:
         path = config.model_path or model.model_path

@@ -21,9 +21,17 @@ def _is_vllm(engine_type: str) -> bool:
 
 @hookimpl
 def trinity_config_defaults(config, issues):
-    """NCCL sync is the default of vLLM engines in one run on GPUs."""
+    """NCCL sync is the default of vLLM engines in one run on GPUs (not with a LoRA adapter: it
+    broadcasts full weights)."""
     sync, engine = config.synchronizer, config.explorer.rollout_model.engine_type
-    if sync.sync_method is None and config.mode == "both" and _is_vllm(engine) and config.cluster.total_gpu_num:
+    full = not config.model.lora_configs
+    if (
+        sync.sync_method is None
+        and config.mode == "both"
+        and _is_vllm(engine)
+        and config.cluster.total_gpu_num
+        and full
+    ):
         sync.sync_method = "nccl"  # on a CPU, nccl would broadcast over gloo: memory sync needs no group
 
 
@@ -37,3 +45,17 @@ def trinity_check_config(config, issues):
             f"'nccl' broadcasts into vLLM engines only (explorer.rollout_model.engine_type is '{engine}'); "
             "use memory (mode both) or checkpoint, which work with every engine",
         )
+    rollout = config.explorer.rollout_model
+    if config.model.lora_configs and _is_vllm(engine) and not config.model.tinker.enable:
+        if sync.sync_method == "nccl":
+            issues.add(
+                "synchronizer.sync_method",
+                "'nccl' broadcasts the full weights into vLLM's model; a LoRA adapter (model.lora_configs) "
+                "reaches vLLM as a folder: use memory (mode both) or checkpoint",
+            )
+        if rollout.enable_openai_api:
+            issues.add(
+                "explorer.rollout_model.enable_openai_api",
+                "vLLM's OpenAI server would answer with the base model, not the trained LoRA adapter: "
+                "use engine_type transformers for an endpoint with an adapter, or drop model.lora_configs",
+            )

@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import shutil
 import tempfile
 import uuid
 from pathlib import Path
@@ -34,11 +35,16 @@ from trinity.plugin_api import (
     endpoint_port,
     first,
     guarded,
+    is_adapter_folder,
     response_budget,
     rope_override,
+    write_adapter_folder,
 )
 
 WORKER_EXTENSION = "trinity_vllm.worker.WeightLoader"
+LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
+"""The adapter ranks vLLM sizes its LoRA slots for (``max_lora_rank``); an adapter of a rank
+between two fits the larger slot."""
 
 
 class VLLMServer:
@@ -51,6 +57,12 @@ class VLLMServer:
         self.max_response_tokens = first(config.max_response_tokens, model.max_response_tokens)
         self.min_response_tokens = first(config.min_response_tokens, model.min_response_tokens, 1)
         self.version = 0
+        # LoRA: vLLM holds the frozen base; each adapter version the trainer sends is written to
+        # a folder and becomes the LoRARequest every request carries (a fresh one, B = 0, is the
+        # base model: no request until the first update)
+        self.lora = (model.lora_configs or [None])[0] if config.enable_lora else None
+        self.adapter: Any = None
+        self._adapters = tempfile.TemporaryDirectory(prefix="trinity-vllm-lora-") if self.lora else None
         self.engine: Any = None
         self.api_url: str | None = None
         self._api_server: asyncio.Task | None = None
@@ -63,6 +75,8 @@ class VLLMServer:
         from vllm.v1.engine.async_llm import AsyncLLM
 
         self._check_head_size()
+        if self.lora is not None and self.lora.path:
+            self.adapter = self._adapter_request(self.lora.path, 0)
         try:
             self.engine = AsyncLLM.from_engine_args(AsyncEngineArgs(**self.engine_args()))
         except Exception as exc:
@@ -155,8 +169,25 @@ class VLLMServer:
             "enable_log_requests": config.enable_log_requests,
             "trust_remote_code": config.trust_remote_code,
             **({"hf_overrides": {"rope_parameters": rope}} if rope is not None else {}),
+            **self._lora_args(),
             **config.extra_engine_args,
         }
+
+    def _lora_args(self) -> dict[str, Any]:
+        """vLLM's LoRA settings for ``model.lora_configs`` (one adapter slot)."""
+        if self.lora is None:
+            return {}
+        model = self.model_config
+        args = {
+            "enable_lora": True,
+            "max_loras": 1,
+            "max_lora_rank": next((r for r in LORA_RANKS if r >= self.lora.lora_rank), self.lora.lora_rank),
+            "fully_sharded_loras": model.fully_sharded_loras,
+            "max_cpu_loras": model.max_cpu_loras,
+        }
+        if self.lora.lora_dtype != "auto":
+            args["lora_dtype"] = self.lora.lora_dtype
+        return args
 
     def _check_head_size(self) -> None:
         """vLLM's CPU attention takes a few head sizes only; its own error names neither."""
@@ -239,7 +270,10 @@ class VLLMServer:
     async def _run(self, ids: list[int], params: Any) -> Any:
         """The final output of one request (``FINAL_ONLY`` or a prompt-logprobs request: one output)."""
         outputs = [
-            out async for out in self.engine.generate({"prompt_token_ids": ids}, params, request_id=uuid.uuid4().hex)
+            out
+            async for out in self.engine.generate(
+                {"prompt_token_ids": ids}, params, request_id=uuid.uuid4().hex, lora_request=self.adapter
+            )
         ]
         return outputs[-1]
 
@@ -251,7 +285,9 @@ class VLLMServer:
         """Reload the weights in place from a state dict or a directory of ``*.safetensors``."""
         if (state_dict is None) == (checkpoint_path is None):
             raise ValueError("update_weights needs exactly one of state_dict or checkpoint_path")
-        if checkpoint_path is not None:
+        if self.lora is not None:
+            await self._load_adapter(state_dict, checkpoint_path, version)
+        elif checkpoint_path is not None:
             await self.engine.collective_rpc("load_checkpoint", args=(checkpoint_path,))
         else:
             # vLLM's RPC to its workers cannot carry tensors: they go through a file (in memory
@@ -263,6 +299,33 @@ class VLLMServer:
                 save_file({k: v.contiguous() for k, v in state_dict.items()}, str(Path(folder) / "model.safetensors"))
                 await self.engine.collective_rpc("load_checkpoint", args=(folder,))
         return await self._loaded(version)
+
+    async def _load_adapter(
+        self, state_dict: dict[str, torch.Tensor] | None, checkpoint_path: str | None, version: int
+    ) -> None:
+        """A new adapter version: written to a folder of its own (a checkpoint's adapter folder is
+        read where it is), loaded by vLLM before requests carry it; the previous one is dropped."""
+        if checkpoint_path is not None:
+            folder = Path(checkpoint_path)
+            if not is_adapter_folder(folder) and is_adapter_folder(folder / "huggingface"):
+                folder = folder / "huggingface"
+            if not is_adapter_folder(folder):
+                raise ValueError(f"{self.name}: {checkpoint_path} holds no LoRA adapter (adapter_config.json)")
+        else:
+            folder = Path(self._adapters.name) / f"v{version}"
+            write_adapter_folder(folder, state_dict, self.lora, self.path)
+        previous, self.adapter = self.adapter, self._adapter_request(folder, version)
+        await self.engine.add_lora(self.adapter)
+        if previous is not None:
+            await self.engine.remove_lora(previous.lora_int_id)
+            if Path(previous.lora_path).parent == Path(self._adapters.name):
+                shutil.rmtree(previous.lora_path, ignore_errors=True)
+
+    def _adapter_request(self, folder: str | Path, version: int) -> Any:
+        from vllm.lora.request import LoRARequest
+
+        # ids are vLLM's cache keys: one per version (0 is not a valid id)
+        return LoRARequest(self.lora.name or "lora", version + 1, str(folder))
 
     async def init_weight_group(self, address: dict[str, Any], rank_offset: int) -> None:
         """nccl sync: every worker joins the trainer's weight group (``WeightLoader.init_weight_group``)."""
@@ -286,3 +349,5 @@ class VLLMServer:
         if self.engine is not None:
             self.engine.shutdown()
             self.engine = None
+        if self._adapters is not None:
+            self._adapters.cleanup()

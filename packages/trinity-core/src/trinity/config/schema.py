@@ -27,7 +27,6 @@ from pydantic import BeforeValidator, Field, StringConstraints, field_serializer
 from trinity.config.base import ConfigModel, derived, inert
 
 # Why an inert key cannot act here, shared by the keys it holds for (see ``inert``).
-_VLLM_LORA = "a vLLM LoRA setting that is not passed to vLLM yet (issue 33, part 1)"
 _MEGATRON = (
     "read only by the Megatron-Core trainer strategy, which needs Megatron-Core and GPUs; "
     "trinity trains with verl's FSDP or torch"
@@ -451,10 +450,9 @@ class LoRAConfig(ConfigModel):
     base_model_name: str | None = Field(None, description="Name of the base model the adapter belongs to.")
     lora_rank: int = Field(32, ge=0, description="Rank r of the adapter.")
     lora_alpha: int = Field(32, ge=0, description="Scaling alpha of the adapter (its update is scaled by alpha / r).")
-    lora_dtype: str = inert(
+    lora_dtype: Literal["auto", "float16", "bfloat16"] = Field(
         "auto",
-        "Data type of the adapter weights in vLLM; the reference engines hold it as the base model.",
-        reason=_VLLM_LORA,
+        description="Data type of the adapter in vLLM (auto: the model's); the reference engines hold it as the model.",
     )
     target_modules: str | list[str] = Field(
         "all-linear",
@@ -526,16 +524,11 @@ class ModelConfig(ConfigModel):
     lora_configs: list[LoRAConfig] | None = Field(
         None, description="LoRA adapter trained instead of the full model (one, as in Trinity-RFT)."
     )
-    fully_sharded_loras: bool = inert(
-        False,
-        "Shard LoRA weights across tensor-parallel ranks: vLLM's; the vLLM engine takes no adapter yet.",
-        reason=_VLLM_LORA,
+    fully_sharded_loras: bool = Field(
+        False, description="vLLM: shard the adapter across tensor-parallel ranks (vLLM's fully_sharded_loras)."
     )
-    max_cpu_loras: int | None = inert(
-        None,
-        "LoRA adapters kept in CPU memory: vLLM's; the vLLM engine takes no adapter yet.",
-        ge=1,
-        reason=_VLLM_LORA,
+    max_cpu_loras: int | None = Field(
+        None, ge=1, description="vLLM: adapters kept in CPU memory (vLLM's max_cpu_loras; unset: max_loras)."
     )
     rope_scaling: dict[str, Any] | None = Field(
         None, description="RoPE scaling over the checkpoint's (rope_type, factor, ...); the verl trainer refuses it."
@@ -653,8 +646,11 @@ class InferenceModelConfig(ConfigModel):
     enable_lora: bool = derived(False, "Whether model.lora_configs is set (the rollout model only).")
     enable_runtime_lora_updating: bool = inert(
         False,
-        "vLLM's loading of new adapters while serving; the vLLM engine takes no adapter yet.",
-        reason=_VLLM_LORA,
+        "vLLM's loading of adapters through its OpenAI server (/v1/load_lora_adapter).",
+        reason=(
+            "the vLLM engine loads each synced adapter itself, and its OpenAI server is refused with an adapter "
+            "(it would answer with the base model)"
+        ),
     )
     lora_modules: list[dict[str, Any]] | None = derived(None, "The adapters of model.lora_configs, for the engine.")
     lora_kwargs: dict[str, Any] = derived(

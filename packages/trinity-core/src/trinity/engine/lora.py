@@ -27,6 +27,7 @@ if TYPE_CHECKING:
 
 ADAPTER_CONFIG = "adapter_config.json"
 """The file that makes a folder a peft adapter (next to ``adapter_model.safetensors``)."""
+ADAPTER_WEIGHTS = "adapter_model.safetensors"
 
 
 def _modules(value: str | list[str] | None) -> str | list[str] | None:
@@ -101,6 +102,23 @@ def load_adapter_state(model: torch.nn.Module, state: dict[str, torch.Tensor]) -
             f"weights not in the LoRA adapter: {unexpected[:5]} ({len(unexpected)} in all); "
             "a full model's weights cannot load into an engine that holds an adapter"
         )
+
+
+def write_adapter_folder(folder: Path, state: dict[str, torch.Tensor], lora: LoRAConfig, base_model: str) -> None:
+    """``state`` (``adapter_state``'s names) as a peft adapter folder, for engines that load
+    adapters from disk (vLLM): its tensors and an ``adapter_config.json`` whose target modules
+    are those the tensors wrap."""
+    import dataclasses
+
+    from safetensors.torch import save_file
+
+    wrapped = sorted({name.split(".lora_")[0].rsplit(".", 1)[-1] for name in state})
+    config = dataclasses.replace(
+        peft_config(lora), target_modules=wrapped, exclude_modules=None, base_model_name_or_path=base_model
+    )
+    folder.mkdir(parents=True, exist_ok=True)
+    config.save_pretrained(str(folder))
+    save_file({name: tensor.contiguous() for name, tensor in state.items()}, str(folder / ADAPTER_WEIGHTS))
 
 
 def is_adapter_folder(path: str | Path) -> bool:
