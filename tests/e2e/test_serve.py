@@ -48,7 +48,13 @@ def test_an_openai_agent_feeds_a_trainer_through_serve_mode(tmp_path, tiny_model
         "data_processor.experience_pipeline.operators=[{name: reward_filter, args: {threshold: 0.25}}]",
     )
     serve = write_experiment(
-        tmp_path / "s", tiny_model_dir, arithmetic_data, "mode=serve", f"explorer.proxy_port={port}", *common
+        tmp_path / "s",
+        tiny_model_dir,
+        arithmetic_data,
+        "mode=serve",
+        f"explorer.proxy_port={port}",
+        "explorer.service_status_check_interval=4",  # newer weights looked for every 2 s
+        *common,
     )
     server = trinity_start(serve, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:

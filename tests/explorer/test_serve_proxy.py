@@ -87,9 +87,25 @@ def test_a_finished_trainer_is_no_error_while_the_proxy_follows_weights(proxy, m
     try:
         with pytest.raises(TrainerFinished):  # what every poll now meets
             sync.fetch(proxy.explorer.version + 1, 0)
-        monkeypatch.setattr(serve, "WEIGHTS_POLL_SECONDS", 0.01)
+        monkeypatch.setattr(proxy, "weights_poll_seconds", 0.01)
         with pytest.raises(TimeoutError):
             _on_explorer_loop(proxy, asyncio.wait_for(proxy._follow_weights(), timeout=0.2))
     finally:
         (sync.root / "finished.json").unlink()
     assert not [r for r in caplog.records if r.levelno >= logging.ERROR], caplog.text
+
+
+def test_the_proxy_looks_for_newer_weights_every_half_check_interval(proxy, monkeypatch):
+    """``explorer.service_status_check_interval``: Trinity-RFT's proxy checks versions every half of it."""
+    monkeypatch.setattr(proxy.explorer.config.explorer, "service_status_check_interval", 7)
+    slept = []
+
+    async def sleep(seconds: float) -> None:
+        slept.append(seconds)
+        if len(slept) == 2:
+            raise asyncio.CancelledError
+
+    monkeypatch.setattr(serve.asyncio, "sleep", sleep)
+    with pytest.raises(asyncio.CancelledError):
+        _on_explorer_loop(proxy, serve.ServeProxy(proxy.explorer)._follow_weights())
+    assert slept == [3.5, 3.5]

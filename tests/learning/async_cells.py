@@ -104,7 +104,10 @@ def serve_with_agent(cell: Cell, workspace: Workspace, config: Path) -> None:
     cfg = OmegaConf.load(config)
     steps, tasks_per_step, attempts = cfg.buffer.total_steps, cfg.buffer.batch_size, cfg.algorithm.repeat_times
     url = f"http://127.0.0.1:{free_port()}"
-    serve = _variant(config, "serve", "mode=serve", f"explorer.proxy_port={url.rsplit(':', 1)[1]}")
+    port = url.rsplit(":", 1)[1]
+    serve = _variant(
+        config, "serve", "mode=serve", f"explorer.proxy_port={port}", "explorer.service_status_check_interval=4"
+    )
     train = _variant(config, "train", "mode=train")
     server = _trinity(serve, config.with_name("serve.log"))
     trainer = None

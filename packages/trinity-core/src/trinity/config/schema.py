@@ -933,12 +933,10 @@ class ExplorerConfig(ConfigModel):
         description="Address the serve-mode proxy binds to. Trinity-RFT's 0.0.0.0 let any host that reaches the "
         "port score and commit training data; beyond loopback, explorer.rollout_model.api_key is required.",
     )
-    service_status_check_interval: int = inert(
+    service_status_check_interval: int = Field(
         60,
-        "Seconds between health checks of served models.",
         gt=0,
-        reason="serve mode's proxy meets a failed engine on the request that fails (the engine restarts); "
-        "it polls none",
+        description="Serve mode: the proxy looks for the trainer's newer weights every half of it (seconds).",
     )
     min_running_model_num: int = inert(
         1,

@@ -24,7 +24,8 @@ request guard, and responses waiting for feedback expire after ``RECORDED_TTL_SE
 beyond the ``MAX_RECORDED`` most recent (``expired_responses`` in ``/metrics``).
 
 A trainer (``mode: train``, another process) trains on the committed experiences; the proxy
-loads its newer weights as they appear (checkpoint sync) while it goes on serving.
+looks for its newer weights every ``explorer.service_status_check_interval / 2`` seconds
+(checkpoint sync) and loads them while it goes on serving.
 """
 
 from __future__ import annotations
@@ -54,8 +55,6 @@ if TYPE_CHECKING:
 torch = lazy_module("torch")
 logger = logging.getLogger(__name__)
 
-WEIGHTS_POLL_SECONDS = 2.0
-"""How often the proxy looks for newer weights from the trainer."""
 MAX_RECORDED = 10_000
 """Responses kept waiting for feedback at most; the oldest expire first."""
 RECORDED_TTL_SECONDS = 6 * 3600.0
@@ -98,6 +97,8 @@ class ServeProxy:
         config = explorer.config
         self.temperature = config.model.temperature
         self.timeout = float(config.synchronizer.sync_timeout)
+        # how often it looks for newer weights: half the check interval, as Trinity-RFT's check loop
+        self.weights_poll_seconds = config.explorer.service_status_check_interval / 2
         self.key = config.explorer.rollout_model.endpoint_key()
         self.engine_urls = [client.api_url for client in explorer.engines]
         upstreams = [(client.api_url, _bearer(client.api_key)) for client in explorer.engines]
@@ -261,7 +262,7 @@ class ServeProxy:
 
     async def _follow_weights(self) -> None:
         while True:
-            await asyncio.sleep(WEIGHTS_POLL_SECONDS)
+            await asyncio.sleep(self.weights_poll_seconds)
             try:
                 update = await asyncio.to_thread(self.explorer.sync.fetch, self.explorer.version + 1, 0)
                 if update is not None:
