@@ -11,6 +11,8 @@ from dataclasses import dataclass, field
 
 import pytest
 
+from trinity.config.check import plugin_args
+from trinity.config.load import IssueCollector
 from trinity.plugins import Kind, resolve
 from trinity_workflows import rewards
 from trinity_workflows.base import WorkflowError
@@ -241,3 +243,28 @@ def test_rm_gallery_missing_says_what_to_install(monkeypatch, make_workflow):
     )
     with pytest.raises(WorkflowError, match="pip install rm-gallery"):
         workflow.run()
+
+
+def test_frozen_lake_episodes_graded_by_the_trajectory_grader(openjudge, make_workflow):
+    """Trinity-RFT's frozenlake_openjudge example: workflow_args.reward_fn_type grades the episode."""
+    grader = {
+        "reward_fn_type": "trajectory_accuracy_grader_reward",
+        "reward_fn_args": {"judge_api_base_url_env": "JUDGE_URL"},
+    }
+    workflow = make_workflow(
+        "frozen_lake_workflow", {"size": 3, "p": 0.9, "seed": 7}, workflow_args={"agent_max_steps": 3, **grader}
+    )
+    (experience,) = workflow.run()
+    turns = int(experience.metrics["env_steps"])
+    assert experience.reward == experience.metrics["trajectory_accuracy"] == (turns - 1) / 2  # the judge's, normalised
+    assert experience.metrics["env_reward"] in (0.0, 1.0)  # the environment's, kept as a metric
+    assert openjudge[-1].graded[-1]["messages"] == experience.messages  # the whole episode was graded
+
+
+def test_frozen_lake_s_reward_fn_type_must_be_installed():
+    issues = IssueCollector()
+    target = resolve(Kind.WORKFLOW, "frozen_lake_workflow")
+    plugin_args(target, {"reward_fn_type": "trajectory_grader"}, "buffer.explorer_input.taskset.workflow_args", issues)
+    (issue,) = issues.issues
+    assert issue.path == "buffer.explorer_input.taskset.workflow_args.reward_fn_type"
+    assert "trajectory_accuracy_grader_reward" in issue.message, issue.message

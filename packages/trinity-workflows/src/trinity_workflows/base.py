@@ -108,9 +108,7 @@ class CatalogueWorkflow(Workflow):
         """The reward components; ``context`` (e.g. ``response_length``) reaches only the
         reward functions that declare it, so simple functions need no ``**kwargs``; ``messages``
         is the conversation, the response last (for the rewards that grade a trajectory)."""
-        keywords = _keywords(self.reward_fn)
-        accepted = {k: v for k, v in context.items() if keywords is None or k in keywords}
-        return self.reward_fn(response=response, truth=truth, prompt=prompt, **accepted, **self.task.reward_fn_args)
+        return call_reward(self.reward_fn, self.task.reward_fn_args, response, truth, prompt, **context)
 
     def score_experience(self, experience: Experience, prompt: str | None = None) -> Experience:
         """Score one experience's response against ``truth`` and store reward and components."""
@@ -119,6 +117,16 @@ class CatalogueWorkflow(Workflow):
             response, self.truth, prompt, response_length=experience.response_length, messages=experience.messages
         )
         return set_reward(experience, components)
+
+
+def call_reward(
+    fn: Any, fn_args: dict[str, Any], response: str, truth: Any, prompt: str | None = None, **context: Any
+) -> dict[str, float]:
+    """``fn(response, truth, prompt, **fn_args)``, its reward components; each ``context`` keyword
+    reaches it only where it declares that keyword."""
+    keywords = _keywords(fn)
+    accepted = {k: v for k, v in context.items() if keywords is None or k in keywords}
+    return fn(response=response, truth=truth, prompt=prompt, **accepted, **fn_args)
 
 
 @functools.lru_cache(maxsize=256)

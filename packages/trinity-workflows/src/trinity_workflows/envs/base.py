@@ -65,8 +65,9 @@ class EnvironmentWorkflow(ConversationWorkflow):
     """The model acts in an environment for one episode; subclasses name the environment.
 
     Subclasses give ``open_episode`` (the environment, ready to reset), ``env_system_prompt``
-    and, where their rules differ from the sum of step rewards, ``episode_reward``.
-    Metrics: the reward's component (``env_reward``), ``env_steps`` and ``env_done``.
+    and, where their rules differ from the sum of step rewards, ``episode_reward`` (or, for a
+    reward that is not the environment's, ``episode_components``). Metrics: the environment's
+    reward (``env_reward``), ``env_steps`` and ``env_done``.
     """
 
     Args: ClassVar[type[EnvArgs]] = EnvArgs
@@ -100,18 +101,25 @@ class EnvironmentWorkflow(ConversationWorkflow):
     def episode_reward(self, record: EpisodeRecord) -> float:
         return float(sum(record.rewards))
 
+    async def episode_components(self, record: EpisodeRecord) -> dict[str, float]:
+        """The reward components of the episode (their sum is its reward): the environment's."""
+        return {"env_reward": self.episode_reward(record)}
+
     async def rollout(self) -> list[Experience]:
         episode = await asyncio.to_thread(self.open_episode)
         try:
             record = await self.play(episode, self.step_limit)
         finally:
             await asyncio.to_thread(episode.close)
-        reward = self.episode_reward(record)
-        experiences = await self.experiences(record.turns[-1].messages, record.turns, {"env_reward": reward})
+        components = await self.episode_components(record)
+        experiences = await self.experiences(record.turns[-1].messages, record.turns, components)
         if record.cut is not None:
             mark_cut(experiences[-1], record.cut)
+        reward = self.episode_reward(record)
         for experience in experiences:
-            experience.metrics.update(env_steps=float(len(record.rewards)), env_done=float(record.done))
+            experience.metrics.update(
+                env_reward=reward, env_steps=float(len(record.rewards)), env_done=float(record.done)
+            )
         return self.annotate(experiences, record)
 
     async def play(self, episode: Episode, max_steps: int, context: Messages | None = None) -> EpisodeRecord:

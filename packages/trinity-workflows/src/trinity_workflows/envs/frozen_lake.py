@@ -6,21 +6,25 @@ path from start to goal of at most ``env_max_steps`` moves. The model sees the g
 (``P`` player, ``_`` frozen, ``O`` hole, ``G`` goal) and answers with its move in a code
 span, e.g. ```` ```Up``` ````; a reply without a valid move leaves the player where it is
 and the next observation says so. The reward is 1 when the player reaches the goal, else 0
-(falling in a hole ends the episode). Needs gymnasium: ``pip install "trinity-workflows[envs]"``.
+(falling in a hole ends the episode); with ``workflow_args.reward_fn_type`` a reward function
+grades the whole conversation instead (Trinity-RFT's OpenJudge example), the environment's
+reward kept as the ``env_reward`` metric. Needs gymnasium: ``pip install "trinity-workflows[envs]"``.
 """
 
 from __future__ import annotations
 
+import asyncio
 import re
 from collections import deque
 from typing import Any, ClassVar
 
 import numpy as np
+from pydantic import field_validator
 
-from trinity.plugin_api import Field, PluginArgs, inert
-from trinity_workflows.base import require
+from trinity.plugin_api import Field, Kind, PluginArgs, resolve
+from trinity_workflows.base import call_reward, require
 from trinity_workflows.conversation import MultiTurnWorkflow
-from trinity_workflows.envs.base import EnvironmentWorkflow
+from trinity_workflows.envs.base import EnvironmentWorkflow, EpisodeRecord
 
 INSTALL = 'pip install "trinity-workflows[envs]" (gymnasium)'
 MOVES = {"left": 0, "down": 1, "right": 2, "up": 3}
@@ -92,16 +96,22 @@ class FrozenLakeArgs(PluginArgs):
     agent_max_steps: int = Field(10, ge=1, description="most moves per episode")
     desc: list[str] | None = Field(None, description="the map, rows of S F H G; default: generated from the row")
     is_slippery: bool = Field(False, description="moves may slip sideways (gymnasium's is_slippery)")
-    reward_fn_type: str | None = inert(
+    reward_fn_type: str | None = Field(
         None,
-        "an OpenJudge grader of the whole trajectory (Trinity-RFT's later examples); the environment's reward is used",
-        reason="OpenJudge graders (Trinity-RFT's later examples) are not shipped: the environment's own reward is used",
+        description="a reward function that grades the whole episode instead of the environment (Trinity-RFT's "
+        "OpenJudge example: trajectory_accuracy_grader_reward), given the conversation as messages",
     )
-    reward_fn_args: dict[str, Any] = inert(
-        {},
-        "the OpenJudge grader's arguments",
-        reason="OpenJudge graders (Trinity-RFT's later examples) are not shipped: the environment's own reward is used",
-    )
+    reward_fn_args: dict[str, Any] = Field({}, description="the arguments of reward_fn_type")
+
+    @field_validator("reward_fn_type")
+    @classmethod
+    def _installed(cls, name: str | None) -> str | None:
+        if name is not None:
+            try:
+                resolve(Kind.REWARD_FN, name)
+            except LookupError as exc:  # an unknown name: the message lists the installed ones
+                raise ValueError(str(exc)) from None
+        return name
 
 
 class FrozenLakeEpisode:
@@ -160,6 +170,18 @@ class FrozenLakeWorkflow(EnvironmentWorkflow, MultiTurnWorkflow):
 
     def format_observation(self, observation: str) -> str:
         return observation
+
+    async def episode_components(self, record: EpisodeRecord) -> dict[str, float]:
+        """The environment's reward, or with ``reward_fn_type`` that function's grade of the episode's
+        conversation (its last reply as the response; no truth)."""
+        args = self.args
+        if args.reward_fn_type is None:
+            return await super().episode_components(record)
+        grader = resolve(Kind.REWARD_FN, args.reward_fn_type, "workflow_args.reward_fn_type")
+        last = record.turns[-1]
+        return await asyncio.to_thread(
+            call_reward, grader, args.reward_fn_args, last.info["response_text"], None, messages=last.messages
+        )
 
     def open_episode(self) -> FrozenLakeEpisode:
         args, raw = self.args, self.task.raw
