@@ -104,3 +104,26 @@ def test_rope_overrides_are_refused_at_run_with_the_verl_trainer(tmp_path, caplo
         "use trainer_type torch, or leave the model's own RoPE"
     }
     load_config(write(tmp_path), ["model.rope_theta=100"], run=True)  # the torch trainer takes it
+
+
+def test_a_trainer_estimated_over_a_gpu_checks_with_a_warning_and_does_not_run(
+    tmp_path, tiny_model_dir, monkeypatch, caplog
+):
+    """Trinity-RFT's GPU memory validator. The GPU is a stand-in (its memory, none on the test
+    machine); the model's shape is the tiny model's, counted on the meta device."""
+    from transformers import AutoModelForCausalLM
+
+    from trinity.config import memory
+
+    shape = memory.model_shape(str(tiny_model_dir))
+    assert shape.params == sum(p.numel() for p in AutoModelForCausalLM.from_pretrained(tiny_model_dir).parameters())
+    path, overrides = write(tmp_path), [f"model.model_path={tiny_model_dir}"]
+    peak = memory.trainer_peak_bytes(load_config(path, overrides), shape)
+    monkeypatch.setattr(memory, "device_memory", lambda: int(peak / 0.8) - 1)  # the trainer needs just over 80%
+    found = _warned_then_refused(path, overrides, caplog)
+    assert list(found) == ["ignore_validator_suggestions"]
+    assert "lower trainer.max_token_len_per_gpu" in found["ignore_validator_suggestions"]
+    load_config(path, [*overrides, "ignore_validator_suggestions=true"], run=True)  # the user's choice
+    load_config(path, [*overrides, "trainer.optimizer_offload=true"], run=True)  # a suggestion taken: it fits
+    monkeypatch.setattr(memory, "device_memory", lambda: int(peak / 0.8) + 1)
+    load_config(path, overrides, run=True)

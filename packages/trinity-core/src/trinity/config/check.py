@@ -26,6 +26,7 @@ from trinity.common.files import DATA_FILE_BUILDERS
 from trinity.common.http_guard import is_loopback
 from trinity.config.base import PluginArgs
 from trinity.config.load import IssueCollector, report_effects, validate_section
+from trinity.config.memory import check_gpu_memory
 from trinity.config.schema import (
     AlgorithmConfig,
     BufferConfig,
@@ -908,6 +909,7 @@ CHECKS = (
     check_lora,
     check_buffer,
     check_trainer,
+    check_gpu_memory,
     check_data_processor,
     check_stages,
     plugin_checks,

@@ -157,8 +157,10 @@ def markdown() -> str:
         "",
         "Warnings at `trinity config check`, errors at `trinity run` (Trinity-RFT's templates check; they do not",
         "run): a taskset without `path`, an auxiliary model's `max_prompt_tokens + max_response_tokens` over its",
-        "`max_model_len`, and Tinker (`model.tinker.*`, `engine_type` / `trainer_type: tinker`), which needs the",
-        "hosted Tinker service. `trinity config check --strict` refuses them too.",
+        "`max_model_len`, Tinker (`model.tinker.*`, `engine_type` / `trainer_type: tinker`), which needs the",
+        "hosted Tinker service, and, where the checking machine has a CUDA device, a trainer whose estimated",
+        "peak memory (Trinity-RFT's formulas) is over 80% of a GPU, unless `ignore_validator_suggestions: true`.",
+        "`trinity config check --strict` refuses them too.",
         "",
     ]
     inert = inert_keys(found)

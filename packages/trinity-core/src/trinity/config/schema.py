@@ -1154,10 +1154,10 @@ class Config(ConfigModel):
     checkpoint_job_dir: str = derived("", "<checkpoint_root_dir>/<project>/<group>/<name>, absolute.")
     ray_namespace: str = Field("", description="Ray namespace of the run; unset: <project>/<group>/<name>.")
     continue_from_checkpoint: bool = Field(True, description="Resume from the job folder's last checkpoint.")
-    ignore_validator_suggestions: bool = inert(
+    ignore_validator_suggestions: bool = Field(
         False,
-        "Skip Trinity-RFT's interactive GPU-memory suggestions.",
-        reason="trinity's check asks nothing interactively: there is nothing to skip",
+        description="Skip the trainer's GPU memory estimate (with a CUDA device, trinity run refuses a trainer "
+        "estimated above 80% of a GPU, naming what lowers it).",
     )
     algorithm: AlgorithmConfig = Field(default_factory=AlgorithmConfig, description="The RL algorithm.")
     data_processor: DataProcessorConfig = Field(default_factory=DataProcessorConfig, description="Data pipelines.")
