@@ -63,9 +63,10 @@ def trinity_start(config: Path, *overrides: str, **popen) -> subprocess.Popen:
 
 
 @contextmanager
-def ray_head(settle: float = 0.0) -> Iterator[str]:
-    """A local Ray cluster as ``ray start --head`` makes one; yields its address once its GCS
-    listens (``ray.init`` then waits for its raylet), after ``settle`` more seconds.
+def ray_head(*args: str, settle: float = 0.0) -> Iterator[str]:
+    """A local Ray cluster as ``ray start --head`` makes one (plus ``args``: ``--num-gpus=2``,
+    ``--node-name=head``); yields its address once its GCS listens (``ray.init`` then waits for
+    its raylet), after ``settle`` more seconds.
 
     Its temp dir is private: ``ray start`` records its address there (``ray_current_cluster``),
     where a later ``ray.init()`` of this machine would otherwise try to join it once it is gone.
@@ -77,7 +78,7 @@ def ray_head(settle: float = 0.0) -> Iterator[str]:
         head = subprocess.Popen(
             [sys.executable, "-m", "ray.scripts.scripts", "start", "--head", "--block", f"--port={port}"]
             + [f"--temp-dir={temp_dir}", f"--num-cpus={os.cpu_count()}", "--include-dashboard=false"]
-            + ["--disable-usage-stats"],
+            + ["--disable-usage-stats", *args],
             stdout=log,
             stderr=subprocess.STDOUT,
         )
@@ -92,6 +93,31 @@ def ray_head(settle: float = 0.0) -> Iterator[str]:
         head.terminate()  # ``ray start --block`` stops the head's processes on SIGTERM
         head.wait(timeout=60)
         shutil.rmtree(temp_dir, ignore_errors=True)
+
+
+@contextmanager
+def ray_worker(address: str, node_name: str, *args: str, timeout: float = 60) -> Iterator[None]:
+    """A worker node of the cluster at ``address``, as ``ray start --address`` starts one on
+    another machine: its own raylet here, named ``node_name``, with ``args`` (``--num-gpus=1``);
+    entered once its raylet runs."""
+    log = tempfile.NamedTemporaryFile(prefix="rayworker", suffix=".log", delete=False)  # noqa: SIM115
+    worker = subprocess.Popen(
+        [sys.executable, "-m", "ray.scripts.scripts", "start", f"--address={address}", "--block"]
+        + [f"--node-name={node_name}", "--num-cpus=1", "--disable-usage-stats", *args],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    try:
+        deadline = time.monotonic() + timeout
+        while "Ray runtime started" not in Path(log.name).read_text():  # printed once its raylet registered
+            if worker.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"ray start --address={address} did not join:\n{Path(log.name).read_text()[-2000:]}")
+            time.sleep(0.2)
+        yield
+    finally:
+        worker.terminate()  # ``ray start --block`` stops the node's processes on SIGTERM
+        worker.wait(timeout=60)
+        os.unlink(log.name)
 
 
 def _listening(port: int) -> bool:

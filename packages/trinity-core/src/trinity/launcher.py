@@ -28,6 +28,7 @@ from trinity.config import load_stage_configs
 from trinity.config.load import read_yaml
 from trinity.config.schema import Config
 from trinity.monitor.learnable import nothing_learnable
+from trinity.placement import Placement, PlacementError, node_names, place_roles, where_am_i
 from trinity.plugins import Kind, resolve
 from trinity.progress import ProgressDisplay
 from trinity.report import read_records, record_config, record_summary
@@ -221,16 +222,20 @@ def run_stage(config: Config, verbose: bool = True) -> dict[str, Any]:
     namespace = config.ray_namespace
     threads = default_threads(config, 2 if config.in_one_run else 1)
     start_shared = _shared_actors(config)
+    try:
+        placement = place_roles(config)
+    except PlacementError as exc:
+        raise RunFailed(str(exc)) from None
     if config.mode != "train":  # first: the explorer's start-up is the longer
-        roles[config.explorer.name] = _actor(ExplorerRole, config.explorer.name, namespace).remote(
-            config, threads, verbose
-        )
+        explorer = _actor(ExplorerRole, config.explorer.name, namespace, placement)
+        roles[config.explorer.name] = explorer.remote(config, threads, verbose)
     if config.in_one_run or config.mode == "train":
-        trainer = _actor(TrainerRole, config.trainer.name, namespace, concurrency=2)  # stop() while it runs
+        trainer = _actor(TrainerRole, config.trainer.name, namespace, placement, concurrency=2)  # stop() while it runs
         roles[config.trainer.name] = trainer.remote(config, threads, verbose)
     shared: list = []
     results: dict[str, Any] = {}
     display: ProgressDisplay | None = None
+    where: dict[str, Any] = {}
     try:
         shared = start_shared()
         method = {"bench": "benchmark", "serve": "serve"}.get(config.mode, "run")
@@ -263,6 +268,7 @@ def run_stage(config: Config, verbose: bool = True) -> dict[str, Any]:
                 results[name] = ray.get(ref)
             except ray.exceptions.RayError as exc:
                 raise RunFailed(f"{name} failed: {_cause(exc)}") from exc
+        where = _where(roles)
     finally:
         if display:
             display.close()
@@ -270,7 +276,9 @@ def run_stage(config: Config, verbose: bool = True) -> dict[str, Any]:
             _write_timeline(config)
         for actor in [*roles.values(), *shared]:
             ray.kill(actor)
+        placement.remove()
     summary = {"stage": config.name, "mode": config.mode, "seconds": time.time() - started, "roles": results}
+    summary["placement"] = where
     trainer_result = results.get(config.trainer.name)
     if trainer_result and trainer_result.get("model_path"):
         summary["model_path"] = trainer_result["model_path"]
@@ -409,6 +417,9 @@ class Role:
         """The steps the role will run; None when it runs to the end of its data."""
         return self.role.planned_steps()
 
+    def where(self) -> dict[str, Any]:
+        return where_am_i()
+
 
 class ExplorerRole(Role):
     @staticmethod
@@ -429,11 +440,23 @@ class TrainerRole(Role):
         self.role.request_stop()
 
 
-def _actor(role: type[Role], name: str, namespace: str, concurrency: int = 1):
+def _actor(role: type[Role], name: str, namespace: str, placement: Placement, concurrency: int = 1):
     import ray
 
     actor = ray.remote(num_cpus=0, max_restarts=0, max_concurrency=concurrency)(role)
-    return actor.options(name=name, namespace=namespace)
+    return actor.options(name=name, namespace=namespace, **placement.options(name))
+
+
+def _where(roles: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """``{role: its node's name and id, Ray GPU ids, CUDA_VISIBLE_DEVICES}``, for the summary."""
+    import ray
+
+    names = node_names()
+    found = dict(zip(roles, ray.get([actor.where.remote() for actor in roles.values()]), strict=True))
+    for role, place in found.items():
+        place["node"] = names.get(place["node_id"], "")
+        logger.info("%s ran on node %s (GPUs %s)", role, place["node"] or place["node_id"], place["gpu_ids"] or "none")
+    return found
 
 
 def _cause(exc: Exception) -> str:

@@ -48,6 +48,12 @@ class VerlTrainingEngine(TrainingEngine):
 
     takes_lora = True
 
+    @classmethod
+    def process_gpus(cls, config: Config) -> int:
+        """One rank runs in the trainer's process (its GPU asked for by the trainer's actor); more
+        are Ray actors that ask for one GPU each."""
+        return 1 if world_size(config) == 1 and trainer_gpu_num(config) else 0
+
     def __init__(self, config: Config) -> None:
         self.config = config
         verl = verl_config(config, "cuda" if torch.cuda.is_available() else "cpu")  # config errors before any rank

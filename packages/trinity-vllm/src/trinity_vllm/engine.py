@@ -45,6 +45,7 @@ class VLLMRolloutEngine(RolloutEngine):
 
     concurrent = True
     restartable = True
+    in_explorer_process = False  # each engine is a VLLMServer actor that asks for its GPUs
     takes_lora = True
 
     def __init__(self, config: InferenceModelConfig, model: ModelConfig) -> None:

@@ -104,6 +104,10 @@ class RolloutEngine(ABC):
     whose tensors alone ``update_weights`` then receives (``trinity.engine.lora``)."""
     crashed: bool = False
     """Set by an engine whose process died (it raised ``EngineCrashed``), until ``restart``."""
+    in_explorer_process: ClassVar[bool] = True
+    """Whether the engine computes in the explorer's own process, whose Ray actor then asks for
+    the engine's GPUs (``trinity.placement``); False for an engine that starts Ray actors of its
+    own that ask for them (vLLM)."""
 
     @abstractmethod
     def generate(self, prompts: list[str], args: SamplingArgs) -> list[list[Completion]]:
@@ -165,6 +169,13 @@ class TrainingEngine(ABC):
     takes_lora: ClassVar[bool] = False
     """Whether the engine trains the LoRA adapter of ``model.lora_configs`` (only the adapter's
     tensors then go to ``weights_for_sync``)."""
+
+    @classmethod
+    def process_gpus(cls, config: Config) -> int:
+        """GPUs the engine computes on in the trainer's own process, whose Ray actor asks for
+        them (``trinity.placement``): one when the trainer has any (the reference engine trains
+        on one device). An engine whose ranks are Ray actors asking for their own returns 0."""
+        return min(config.cluster.trainer_gpu_num, 1)
 
     @classmethod
     def export_hf(cls, checkpoint: Path, out: Path) -> None:

@@ -23,7 +23,9 @@ ACTOR_HF_SUBDIR = Path("actor") / HF_SUBDIR
 
 
 def default_device() -> torch.device:
-    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    """The current CUDA device (one of those Ray gave the role; the explorer selects each of its
+    engines' in turn), else the CPU."""
+    return torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else torch.device("cpu")
 
 
 def model_dtype(device: torch.device, name: str = "bfloat16") -> torch.dtype | str:

@@ -34,6 +34,7 @@ from trinity.common.crash import crash_point
 from trinity.common.errors import first_line
 from trinity.common.experience import TRUNCATED_FROM, Experience, Task
 from trinity.common.files import read_json, write_json
+from trinity.config.check import engine_gpus
 from trinity.config.schema import Config, InferenceModelConfig, TasksetConfig
 from trinity.engine.base import EngineCrashed, EngineStartError, RolloutEngine
 from trinity.engine.client import EngineClient
@@ -46,6 +47,7 @@ from trinity.monitor.learnable import (
     CauseWarnings,
 )
 from trinity.monitor.metrics import eval_at_k, gather, stats, timer
+from trinity.placement import cuda_device, first_devices
 from trinity.plugins import Kind, resolve
 from trinity.runtime import freeze_long_lived_objects, setup_role
 from trinity.synchronizer.methods import SyncMethod, SyncTimeout, TrainerFinished, WeightUpdate
@@ -90,8 +92,10 @@ class Explorer:
         models = config.explorer.inference_models()
         # every engine name before any engine starts: a typo in an auxiliary model's fails at once
         classes = [resolve(Kind.ROLLOUT_ENGINE, model.engine_type, f"{key}.engine_type") for key, model in models]
+        firsts = first_devices(config, [(model, cls) for (_, model), cls in zip(models, classes, strict=True)])
         self.engines, *self.auxiliary = [
-            self._start_engines(key, model, cls) for (key, model), cls in zip(models, classes, strict=True)
+            self._start_engines(key, model, cls, first)
+            for (key, model), cls, first in zip(models, classes, firsts, strict=True)
         ]
         inputs = config.buffer.explorer_input
         self.tasksets = [TasksetReader(storage) for storage in inputs.tasksets]
@@ -152,12 +156,18 @@ class Explorer:
                 self.load_weights(update)
 
     def _start_engines(
-        self, key: str, model: InferenceModelConfig, engine_cls: type[RolloutEngine]
+        self, key: str, model: InferenceModelConfig, engine_cls: type[RolloutEngine], first_device: int | None
     ) -> list[EngineClient]:
-        """``model``'s ``engine_num`` engines; a failure to start names the model's config ``key``."""
+        """``model``'s ``engine_num`` engines, the ``i``-th on this process's CUDA device
+        ``first_device + i x its GPUs`` when they compute here (``trinity.placement``); a
+        failure to start names the model's config ``key``."""
         try:
             engines = [model.model_copy(update={"engine_id": i}) for i in range(model.engine_num)]
-            clients = [EngineClient(engine_cls(engine, self.config.model)) for engine in engines]
+            clients = []
+            for engine in engines:
+                device = None if first_device is None else first_device + engine.engine_id * engine_gpus(model)
+                with cuda_device(device):
+                    clients.append(EngineClient(engine_cls(engine, self.config.model)))
             for client in clients:  # an engine with no endpoint of its own gets trinity's
                 if model.enable_openai_api and client.api_url is None:
                     logger.info("%s: OpenAI-compatible endpoint at %s", key, client.serve_openai(model))

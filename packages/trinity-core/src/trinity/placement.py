@@ -1,0 +1,185 @@
+"""Where the roles run: the GPUs each role's Ray actor asks for, and the placement group that
+reserves them on the cluster's nodes.
+
+The reference engines compute in their role's own process: the explorer's actor asks for the
+GPUs of its in-process engines (``engine_num x tensor_parallel_size`` each model), the
+trainer's for its engine's (``TrainingEngine.process_gpus``). Ray then sets each actor's
+``CUDA_VISIBLE_DEVICES`` to the devices it gave it, so roles never share a device by accident.
+One placement group per stage holds a bundle per role (PACK: on as few nodes as the GPUs allow),
+so that a run either gets all its GPUs or is told at once what is missing. ``colocate`` shares
+one GPU: each role takes half of it, as Trinity-RFT does. On a CPU cluster (``gpu_per_node``
+0) nothing is asked for and no group is made.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from trinity.config.check import engine_gpus
+from trinity.config.schema import Config, InferenceModelConfig
+from trinity.engine.base import RolloutEngine
+from trinity.plugins import Kind, resolve
+
+logger = logging.getLogger(__name__)
+
+PLACEMENT_TIMEOUT_S = 60.0
+"""How long a stage waits for its placement group (GPUs another job holds may come free)."""
+
+
+class PlacementError(RuntimeError):
+    """The cluster cannot hold the run's roles; the message names the config keys to change."""
+
+
+def first_devices(config: Config, models: list[tuple[InferenceModelConfig, type[RolloutEngine]]]) -> list[int | None]:
+    """Per model, the CUDA device (of the explorer's own) of its first engine: the in-process
+    engines' GPUs one after another, in the order of ``explorer.inference_models()``. None for a
+    model whose engines compute elsewhere, and on a CPU cluster."""
+    firsts: list[int | None] = []
+    taken = 0
+    for model, cls in models:
+        computes_here = config.cluster.total_gpu_num and cls.in_explorer_process and engine_gpus(model)
+        firsts.append(taken if computes_here else None)
+        taken += model.engine_num * engine_gpus(model) if computes_here else 0
+    return firsts
+
+
+@contextlib.contextmanager
+def cuda_device(index: int | None) -> Iterator[None]:
+    """``index`` is this process's current CUDA device inside (where an engine built there puts
+    its model: ``engine.modeling.default_device``); nothing for None or without CUDA."""
+    if index is None:
+        yield
+        return
+    import torch
+
+    with torch.cuda.device(index) if torch.cuda.is_available() else contextlib.nullcontext():
+        yield
+
+
+def role_gpus(config: Config) -> dict[str, float]:
+    """``{role name: GPUs}`` its actor asks Ray for, roles asking none left out."""
+    if not config.cluster.total_gpu_num:
+        return {}
+    gpus: dict[str, float] = {}
+    if config.mode != "train":
+        models = [model for _, model in config.explorer.inference_models()]
+        classes = [resolve(Kind.ROLLOUT_ENGINE, model.engine_type) for model in models]
+        gpus[config.explorer.name] = sum(
+            model.engine_num * engine_gpus(model)
+            for model, cls in zip(models, classes, strict=True)
+            if cls.in_explorer_process
+        )
+    if config.in_one_run or config.mode == "train":
+        engine = resolve(Kind.TRAINER_ENGINE, config.trainer.trainer_type)
+        gpus[config.trainer.name] = engine.process_gpus(config)
+    if config.mode == "colocate":
+        # Half of the one GPU each; an explorer whose engines have actors of their own (a whole
+        # GPU each) leaves the trainer to share the device unasked (Ray splits no GPU between them).
+        if not gpus.get(config.explorer.name):
+            return {}
+        return {name: 0.5 for name, count in gpus.items() if count}
+    return {name: count for name, count in gpus.items() if count}
+
+
+def check_fits(config: Config, gpus: dict[str, float], node_gpus: list[int]) -> None:
+    """Refuse, naming the keys, a run that asks for more GPUs than the cluster's alive nodes
+    (``node_gpus``: the GPUs of each) have, or a role for more than one node holds."""
+    cluster = config.cluster
+    have = sum(node_gpus)
+    nodes = f"the Ray cluster has {have} GPUs ({len(node_gpus)} alive nodes with {sorted(node_gpus, reverse=True)})"
+    if cluster.total_gpu_num > have:
+        raise PlacementError(
+            f"cluster.node_num {cluster.node_num} x cluster.gpu_per_node {cluster.gpu_per_node} = "
+            f"{cluster.total_gpu_num} GPUs, but {nodes}: start the missing nodes "
+            "(`ray start --address=<head>:<port> --num-gpus=<n>` on each) or lower cluster.node_num / cluster.gpu_per_node"
+        )
+    largest = max(node_gpus, default=0)
+    for role, count in gpus.items():
+        if count > largest:
+            key = "explorer.rollout_model.engine_num" if role == config.explorer.name else "trainer.trainer_type"
+            raise PlacementError(
+                f"{key}: the {role}'s engines compute in its one process, on one node, and need {count:g} GPUs; "
+                f"{nodes}: lower {key} (or tensor_parallel_size) or use an engine whose ranks are actors of "
+                "their own (vLLM, verl)"
+            )
+
+
+@dataclass
+class Placement:
+    """The Ray actor options of each role of a stage, and the placement group behind them."""
+
+    gpus: dict[str, float] = field(default_factory=dict)
+    group: Any = None
+    bundles: dict[str, int] = field(default_factory=dict)
+
+    def options(self, role: str) -> dict[str, Any]:
+        """What ``role``'s actor asks Ray for (nothing on a CPU cluster)."""
+        if role not in self.gpus:
+            return {}
+        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+        strategy = PlacementGroupSchedulingStrategy(self.group, placement_group_bundle_index=self.bundles[role])
+        return {"num_gpus": self.gpus[role], "scheduling_strategy": strategy}
+
+    def remove(self) -> None:
+        if self.group is not None:
+            from ray.util import remove_placement_group
+
+            remove_placement_group(self.group)
+            self.group = None
+
+
+def place_roles(config: Config, timeout: float = PLACEMENT_TIMEOUT_S) -> Placement:
+    """Reserve the stage's role GPUs on the cluster: a bundle per role (one shared in colocate),
+    packed onto as few nodes as they fit on. Raises ``PlacementError`` for a run the cluster
+    cannot hold, or whose GPUs do not come free within ``timeout`` seconds."""
+    gpus = role_gpus(config)
+    if not gpus:
+        return Placement()
+    import ray
+    from ray.util import placement_group
+
+    alive = [node for node in ray.nodes() if node.get("Alive")]
+    check_fits(config, gpus, [int(node.get("Resources", {}).get("GPU", 0)) for node in alive])
+    roles = list(gpus)
+    shared = config.mode == "colocate"
+    bundles = [{"GPU": 1.0}] if shared else [{"GPU": float(gpus[role])} for role in roles]
+    group = placement_group(bundles, strategy="PACK", name=f"{config.ray_namespace}-roles")
+    placement = Placement(gpus, group, {role: 0 if shared else i for i, role in enumerate(roles)})
+    try:
+        ray.get(group.ready(), timeout=timeout)
+    except ray.exceptions.GetTimeoutError:
+        placement.remove()
+        asked = ", ".join(f"{role} {count:g}" for role, count in gpus.items())
+        free = ray.available_resources().get("GPU", 0)
+        raise PlacementError(
+            f"the roles' GPUs ({asked}) were not free within {timeout:g} s: the cluster has {free:g} "
+            "GPUs free now (`ray status` shows who holds them): end the jobs holding them, or lower "
+            "explorer.rollout_model.engine_num / cluster.gpu_per_node"
+        ) from None
+    return placement
+
+
+def where_am_i() -> dict[str, Any]:
+    """The node, Ray GPU ids and ``CUDA_VISIBLE_DEVICES`` of this actor (a role reports them)."""
+    import os
+
+    import ray
+
+    context = ray.get_runtime_context()
+    return {
+        "node_id": context.get_node_id(),
+        "gpu_ids": [str(gpu) for gpu in ray.get_gpu_ids()],
+        "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
+    }
+
+
+def node_names() -> dict[str, str]:
+    """``{node id: node name}`` of the cluster's nodes (``ray start --node-name``, else the node's IP)."""
+    import ray
+
+    return {node["NodeID"]: node.get("NodeName", "") for node in ray.nodes()}

@@ -1,0 +1,95 @@
+"""Runs on a two-node Ray cluster with logical GPUs, started on this machine with the commands
+docs/multinode.md gives for several: ``ray start --head`` and ``ray start --address`` (each node
+its own raylet, two GPUs each). No GPU is needed: Ray hands out GPU ids and sets
+``CUDA_VISIBLE_DEVICES`` all the same, and the roles compute on the CPU. A run's summary says
+where each role ran."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+from e2e_helpers import ray_head, ray_worker, trinity_run, write_experiment
+
+from trinity.common.files import read_json
+from trinity.monitor.console import read_jsonl
+from trinity.report import SUMMARY_FILE
+
+JOB = Path("ckpt") / "quickstart" / "arithmetic"
+ONE_STEP = (
+    "buffer.batch_size=4",
+    "algorithm.repeat_times=2",
+    "buffer.total_steps=1",
+    "synchronizer.sync_method=memory",
+)
+
+
+def assert_ok(result: subprocess.CompletedProcess) -> None:
+    assert result.returncode == 0, f"stdout:\n{result.stdout[-3000:]}\nstderr:\n{result.stderr[-5000:]}"
+
+
+def placement(tmp_path: Path) -> dict[str, dict]:
+    return read_json(tmp_path / JOB / SUMMARY_FILE)["placement"]
+
+
+def trainer_steps(tmp_path: Path) -> list[int]:
+    return [r["step"] for r in read_jsonl(tmp_path / JOB / "monitor" / "trainer.jsonl")]
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    """A head and a worker node, two logical GPUs each; yields the head's address."""
+    with ray_head("--num-gpus=2", "--node-name=head") as address, ray_worker(address, "worker1", "--num-gpus=2"):
+        yield address
+
+
+def run(tmp_path, model, data, address, *changes):
+    config = write_experiment(tmp_path, model, data, *ONE_STEP, *changes)
+    return trinity_run(config, f"cluster.ray_address={address}")
+
+
+def test_each_role_sees_only_the_gpu_ray_gave_it(tmp_path, tiny_model_dir, arithmetic_data, cluster):
+    """One node's two GPUs: one for the explorer's engine, one for the trainer."""
+    assert_ok(run(tmp_path, tiny_model_dir, arithmetic_data, cluster, "cluster.gpu_per_node=2"))
+    explorer, trainer = placement(tmp_path).values()
+    assert explorer["node"] == trainer["node"]  # packed: both fit on one node
+    assert len(explorer["gpu_ids"]) == len(trainer["gpu_ids"]) == 1
+    assert explorer["gpu_ids"] != trainer["gpu_ids"]
+    for role in (explorer, trainer):
+        assert role["cuda_visible_devices"] == role["gpu_ids"][0]
+    assert trainer_steps(tmp_path) == [1]
+
+
+def test_colocate_shares_one_gpu_between_the_roles(tmp_path, tiny_model_dir, arithmetic_data, cluster):
+    assert_ok(run(tmp_path, tiny_model_dir, arithmetic_data, cluster, "cluster.gpu_per_node=1", "mode=colocate"))
+    explorer, trainer = placement(tmp_path).values()
+    assert (explorer["node"], explorer["gpu_ids"]) == (trainer["node"], trainer["gpu_ids"])
+    assert len(explorer["gpu_ids"]) == 1
+    assert trainer_steps(tmp_path) == [1]
+
+
+def test_node_num_2_puts_the_explorer_and_the_trainer_on_different_nodes(
+    tmp_path, tiny_model_dir, arithmetic_data, cluster
+):
+    """Two engines (a GPU each) take a whole node: the trainer's GPU is on the other one."""
+    changes = ("cluster.node_num=2", "cluster.gpu_per_node=2", "explorer.rollout_model.engine_num=2")
+    assert_ok(run(tmp_path, tiny_model_dir, arithmetic_data, cluster, *changes))
+    explorer, trainer = placement(tmp_path).values()
+    assert {explorer["node"], trainer["node"]} == {"head", "worker1"}
+    assert sorted(explorer["gpu_ids"]) == sorted(explorer["cuda_visible_devices"].split(",")) == ["0", "1"]
+    assert len(trainer["gpu_ids"]) == 1
+    assert trainer_steps(tmp_path) == [1]
+
+
+def test_more_gpus_than_the_cluster_has_are_refused_before_any_role_starts(
+    tmp_path, tiny_model_dir, arithmetic_data, cluster
+):
+    changes = ("cluster.node_num=3", "cluster.gpu_per_node=2", "explorer.rollout_model.engine_num=2")
+    result = run(tmp_path, tiny_model_dir, arithmetic_data, cluster, *changes)
+    assert result.returncode != 0
+    assert (
+        "cluster.node_num 3 x cluster.gpu_per_node 2 = 6 GPUs, but the Ray cluster has 4 GPUs (2 alive nodes with [2, 2])"
+        in result.stderr
+    )
+    assert not (tmp_path / JOB / "monitor").exists()  # no role started
