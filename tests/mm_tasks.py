@@ -7,7 +7,9 @@ import json
 import random
 from pathlib import Path
 
-COLOURS = {"red": (220, 30, 30), "green": (30, 170, 50), "blue": (40, 60, 220)}
+COLOURS = {"red": (220, 30, 30), "pink": (250, 130, 210), "green": (30, 170, 50), "blue": (40, 60, 220)}
+"""Colour names and their RGB; ``red`` and ``pink`` are two tokens each in the tiny tokenizer (the
+learning test's pair: answers of one length, so learning the format favours neither)."""
 SHAPES = ("square", "circle", "triangle")
 SIDE = 56
 
@@ -30,17 +32,19 @@ def draw(shape: str, colour: str, rng: random.Random):
     return image
 
 
-def shape_rows(folder: Path, count: int, seed: int = 0, blank: bool = False) -> list[dict]:
+def shape_rows(
+    folder: Path, count: int, seed: int = 0, blank: bool = False, colours: tuple[str, ...] = tuple(COLOURS)
+) -> list[dict]:
     """``count`` rows ``{"image": PATH, "question", "answer"}`` with their PNGs in ``folder``;
-    ``blank``: every image the same grey square (the control: the answer is not in the image)."""
+    ``blank``: every image plain white (the control: the answer is not in the image)."""
     from PIL import Image
 
     folder.mkdir(parents=True, exist_ok=True)
     rng = random.Random(seed)
     rows = []
     for i in range(count):
-        shape, colour = rng.choice(SHAPES), rng.choice(list(COLOURS))
-        image = Image.new("RGB", (SIDE, SIDE), (128, 128, 128)) if blank else draw(shape, colour, rng)
+        shape, colour = rng.choice(SHAPES), rng.choice(colours)
+        image = Image.new("RGB", (SIDE, SIDE), "white") if blank else draw(shape, colour, rng)
         path = folder / f"{i:04d}.png"
         image.save(path)
         rows.append({"image": str(path), "question": f"What colour is the {shape}?", "answer": colour})
