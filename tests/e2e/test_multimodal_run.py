@@ -1,6 +1,6 @@
 """Multimodal end to end: ``trinity run`` (explorer + trainer) trains the tiny Qwen2-VL model with
 ``simple_mm_workflow`` on generated shape images; each experience the trainer read carries the
-pixels of its own row's image (bad rows: tests/workflows/test_multimodal.py)."""
+pixels of its own row's image (bad rows: tests/workflows/test_simple_mm_workflow.py)."""
 
 from __future__ import annotations
 

@@ -54,7 +54,8 @@ def test_trainer_logprobs_equal_the_engines_over_the_same_pixels(engine, tiny_vl
         for row, m in zip(completions, conversations, strict=True)
         for c in row
     ]
-    assert [e.multi_modal_inputs is not None for e in experiences] == [True] * 6 + [False] * 2
+    images = 2 * len(COLOURS)  # rows with an image: two samples of each colour
+    assert [e.multi_modal_inputs is not None for e in experiences] == [True] * images + [False] * 2
     assert experiences[0].messages[0]["content"][0] == {"type": "image"}  # the pixels travel as tensors only
     trainer = TorchTrainingEngine(make_config(tiny_vl_model_dir))
     batch = Batch.from_experiences(experiences)
@@ -62,9 +63,10 @@ def test_trainer_logprobs_equal_the_engines_over_the_same_pixels(engine, tiny_vl
     mask = batch.response_mask.bool()
     assert torch.allclose(recomputed[mask], batch.old_logprobs[mask], atol=1e-5, rtol=0)
     # the pixels matter: each image row given another colour's pixels scores otherwise
-    swapped = batch.multi_modal_inputs[2:6] + batch.multi_modal_inputs[:2] + batch.multi_modal_inputs[6:]
+    media = batch.multi_modal_inputs
+    swapped = media[2:images] + media[:2] + media[images:]
     other = trainer.compute_logprobs(batch.with_fields(multi_modal_inputs=swapped))
-    assert (other[:6][mask[:6]] - batch.old_logprobs[:6][mask[:6]]).abs().max() > 1e-3
+    assert (other[:images][mask[:images]] - batch.old_logprobs[:images][mask[:images]]).abs().max() > 1e-3
     # the file storage's JSON form keeps them too
     again = experience_from_dict(experience_to_dict(experiences[0]))
     assert torch.equal(again.multi_modal_inputs["pixel_values"], experiences[0].multi_modal_inputs["pixel_values"])
