@@ -96,13 +96,18 @@ def ray_head(*args: str, settle: float = 0.0) -> Iterator[str]:
 
 
 @contextmanager
-def ray_worker(address: str, node_name: str, *args: str, timeout: float = 60) -> Iterator[None]:
+def ray_worker(
+    address: str, node_name: str, *args: str, local_dir: Path | None = None, timeout: float = 60
+) -> Iterator[None]:
     """A worker node of the cluster at ``address``, as ``ray start --address`` starts one on
     another machine: its own raylet here, named ``node_name``, with ``args`` (``--num-gpus=1``);
-    entered once its raylet runs."""
+    entered once its raylet runs. ``local_dir``: a folder this node alone sees, as a node's
+    local disk (an empty tmpfs over it, in a mount namespace of the node's own: needs root)."""
     log = tempfile.NamedTemporaryFile(prefix="rayworker", suffix=".log", delete=False)  # noqa: SIM115
+    private = ["unshare", "--mount", "sh", "-c", 'mount -t tmpfs none "$0" && exec "$@"', str(local_dir)]
     worker = subprocess.Popen(
-        [sys.executable, "-m", "ray.scripts.scripts", "start", f"--address={address}", "--block"]
+        (private if local_dir else [])
+        + [sys.executable, "-m", "ray.scripts.scripts", "start", f"--address={address}", "--block"]
         + [f"--node-name={node_name}", "--num-cpus=1", "--disable-usage-stats", *args],
         stdout=log,
         stderr=subprocess.STDOUT,

@@ -37,10 +37,23 @@ def trainer_steps(tmp_path: Path) -> list[int]:
     return [r["step"] for r in read_jsonl(tmp_path / JOB / "monitor" / "trainer.jsonl")]
 
 
+def can_unshare() -> bool:
+    return subprocess.run(["unshare", "--mount", "true"], capture_output=True).returncode == 0
+
+
 @pytest.fixture(scope="module")
-def cluster():
+def node_local(tmp_path_factory) -> Path | None:
+    """A folder the worker node sees as its own local disk (None where mount namespaces are not allowed)."""
+    return tmp_path_factory.mktemp("node_local") if can_unshare() else None
+
+
+@pytest.fixture(scope="module")
+def cluster(node_local):
     """A head and a worker node, two logical GPUs each; yields the head's address."""
-    with ray_head("--num-gpus=2", "--node-name=head") as address, ray_worker(address, "worker1", "--num-gpus=2"):
+    with (
+        ray_head("--num-gpus=2", "--node-name=head") as address,
+        ray_worker(address, "worker1", "--num-gpus=2", local_dir=node_local),
+    ):
         yield address
 
 
@@ -93,3 +106,18 @@ def test_more_gpus_than_the_cluster_has_are_refused_before_any_role_starts(
         in result.stderr
     )
     assert not (tmp_path / JOB / "monitor").exists()  # no role started
+
+
+def test_a_checkpoint_folder_that_is_not_shared_storage_is_refused_across_nodes(
+    tmp_path, tiny_model_dir, arithmetic_data, cluster, node_local
+):
+    """The worker node sees its own disk at ``node_local``: the roles would not find each other's files."""
+    if node_local is None:
+        pytest.skip("a node-local folder needs mount namespaces (root)")
+    changes = ("cluster.node_num=2", "cluster.gpu_per_node=2", "explorer.rollout_model.engine_num=2")
+    config = write_experiment(tmp_path, tiny_model_dir, arithmetic_data, *ONE_STEP, *changes)
+    result = trinity_run(config, f"cluster.ray_address={cluster}", f"checkpoint_root_dir={node_local / 'ckpt'}")
+    assert result.returncode != 0
+    job = node_local / JOB
+    assert f"checkpoint_root_dir: {job} is not shared storage: node worker1 (the " in result.stderr
+    assert not (job / "monitor").exists()  # refused before any role started

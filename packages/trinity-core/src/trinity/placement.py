@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
+import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -125,6 +127,13 @@ class Placement:
         strategy = PlacementGroupSchedulingStrategy(self.group, placement_group_bundle_index=self.bundles[role])
         return {"num_gpus": self.gpus[role], "scheduling_strategy": strategy}
 
+    def nodes(self) -> dict[str, str]:
+        """``{role: id of the node its bundle is on}``."""
+        from ray.util import placement_group_table
+
+        where = placement_group_table(self.group)["bundles_to_node_id"]
+        return {role: where[index] for role, index in self.bundles.items()}
+
     def remove(self) -> None:
         if self.group is not None:
             from ray.util import remove_placement_group
@@ -161,13 +170,85 @@ def place_roles(config: Config, timeout: float = PLACEMENT_TIMEOUT_S) -> Placeme
             "GPUs free now (`ray status` shows who holds them): end the jobs holding them, or lower "
             "explorer.rollout_model.engine_num / cluster.gpu_per_node"
         ) from None
+    try:
+        check_shared(config, placement.nodes())
+    except PlacementError:
+        placement.remove()
+        raise
     return placement
+
+
+def shared_folders(config: Config) -> dict[str, str]:
+    """``{config key: folder}`` that the driver and every node holding a role must see alike:
+    the job folder (checkpoints, meta, monitor files) and, in a run of both roles, the folder of
+    the experience buffer's file or sqlite database."""
+    folders = {"checkpoint_root_dir": config.checkpoint_job_dir}
+    experience = config.buffer.trainer_input.experience_buffer
+    path = experience.path or ""
+    if config.in_one_run and path and ("://" not in path or path.startswith("sqlite:///")):
+        database = path.removeprefix("sqlite:///") if "://" in path else path
+        folders["buffer.trainer_input.experience_buffer.path"] = os.path.dirname(os.path.abspath(database))
+    return folders
+
+
+def check_shared(config: Config, nodes: dict[str, str]) -> None:
+    """Refuse a run whose roles are on other nodes than the driver's, or on several, where a
+    folder of ``shared_folders`` is not the same storage on each: each node's probe must read
+    the token the driver wrote there (a node-local disk would not have it)."""
+    import ray
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    driver = ray.get_runtime_context().get_node_id()
+    if set(nodes.values()) <= {driver}:
+        return
+    token = uuid.uuid4().hex
+    markers = {key: os.path.join(folder, f".trinity-shared-{token}") for key, folder in shared_folders(config).items()}
+    for marker in markers.values():
+        os.makedirs(os.path.dirname(marker), exist_ok=True)
+        with open(marker, "w") as out:
+            out.write(token)
+    try:
+        probe = ray.remote(num_cpus=0, max_retries=0)(_seen)
+        node_ids = sorted(set(nodes.values()) - {driver})
+        answers = ray.get(
+            [
+                probe.options(scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=False)).remote(
+                    markers, token
+                )
+                for node in node_ids
+            ]
+        )
+    finally:
+        for marker in markers.values():
+            with contextlib.suppress(OSError):
+                os.remove(marker)
+    names = node_names()
+    for node, seen in zip(node_ids, answers, strict=True):
+        missing = [key for key in markers if key not in seen]
+        if missing:
+            key = missing[0]
+            roles = " and ".join(role for role, at in nodes.items() if at == node)
+            folder = os.path.dirname(markers[key])
+            raise PlacementError(
+                f"{key}: {folder} is not shared storage: node {names.get(node) or node} (the {roles}'s) does not "
+                "see what the driver's node writes there: put it on storage every node mounts at the same path "
+                "(NFS, a cloud file system)"
+                + (", or use a PostgreSQL URL or storage_type queue" if key.startswith("buffer.") else "")
+            )
+
+
+def _seen(markers: dict[str, str], token: str) -> list[str]:
+    """The keys of ``markers`` whose file holds ``token`` on this node."""
+    seen = []
+    for key, marker in markers.items():
+        with contextlib.suppress(OSError), open(marker) as found:
+            if found.read() == token:
+                seen.append(key)
+    return seen
 
 
 def where_am_i() -> dict[str, Any]:
     """The node, Ray GPU ids and ``CUDA_VISIBLE_DEVICES`` of this actor (a role reports them)."""
-    import os
-
     import ray
 
     context = ray.get_runtime_context()
