@@ -90,6 +90,8 @@ def test_node_num_2_puts_the_explorer_and_the_trainer_on_different_nodes(
     assert_ok(run(tmp_path, tiny_model_dir, arithmetic_data, cluster, *changes))
     explorer, trainer = placement(tmp_path).values()
     assert {explorer["node"], trainer["node"]} == {"head", "worker1"}
+    report = (tmp_path / JOB / "report.html").read_text()  # the run's report says so too
+    assert f"explorer on node {explorer['node']}, GPUs {','.join(explorer['gpu_ids'])}" in report
     assert sorted(explorer["gpu_ids"]) == sorted(explorer["cuda_visible_devices"].split(",")) == ["0", "1"]
     assert len(trainer["gpu_ids"]) == 1
     assert trainer_steps(tmp_path) == [1]

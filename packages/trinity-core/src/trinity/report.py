@@ -193,6 +193,12 @@ class Job:
             rows["last checkpoint"] = str(checkpoints[-1])
         if summary.get("model_path"):
             rows["final model"] = summary["model_path"]
+        placed = summary.get("placement", {})
+        if any(p["gpu_ids"] for p in placed.values()) or len({p["node_id"] for p in placed.values()}) > 1:
+            rows["placement"] = "; ".join(
+                f"{role} on node {p['node'] or p['node_id']}, GPUs {','.join(p['gpu_ids']) or 'none'}"
+                for role, p in placed.items()
+            )
         return rows
 
 
