@@ -109,3 +109,46 @@ def test_the_proxy_looks_for_newer_weights_every_half_check_interval(proxy, monk
     with pytest.raises(asyncio.CancelledError):
         _on_explorer_loop(proxy, serve.ServeProxy(proxy.explorer)._follow_weights())
     assert slept == [3.5, 3.5]
+
+
+def test_engines_load_newer_weights_in_waves_leaving_min_running_model_num_serving(
+    tmp_path, tiny_model_dir: Path, monkeypatch
+):
+    """Two engines, ``min_running_model_num: 1``: each loads while the other serves, once its own
+    requests are done; the responses after it carry the new version."""
+    from transformers import AutoModelForCausalLM
+
+    from trinity.synchronizer.methods import WeightUpdate
+
+    overrides = ("explorer.rollout_model.engine_num=2", "explorer.min_running_model_num=1")
+    explorer = serve_explorer(tmp_path, tiny_model_dir, KEY, *overrides)
+    try:
+        proxy = serve.ServeProxy(explorer)
+        loads = []  # (engine loading, engines serving meanwhile)
+        for i, engine in enumerate(explorer.engines):
+
+            def call(method, *args, i=i, original=engine.call):
+                if method == "update_weights":
+                    loads.append((i, list(proxy.serving)))
+                return original(method, *args)
+
+            monkeypatch.setattr(engine, "call", call)
+        weights = AutoModelForCausalLM.from_pretrained(tiny_model_dir).state_dict()
+        update = WeightUpdate(version=explorer.version + 1, state_dict=weights)
+
+        async def load_while_engine_0_is_busy():
+            proxy.inflight[0] = 1  # a request in progress on engine 0
+            loading = asyncio.ensure_future(proxy.load(update))
+            await asyncio.sleep(0.3)
+            waiting = (list(loads), list(proxy.serving))
+            proxy.inflight[0] = 0
+            await loading
+            return waiting
+
+        assert _on_explorer_loop(proxy, load_while_engine_0_is_busy()) == ([], [1])  # engine 0 waits, out of turn
+        assert loads == [(0, [1]), (1, [0])] and proxy.serving == [0, 1]
+        assert explorer.version == update.version
+        (chat_id,) = _chat_ids(proxy, 1)
+        assert proxy.recorded[chat_id][1][0].model_version == update.version
+    finally:
+        explorer.shutdown()

@@ -938,12 +938,11 @@ class ExplorerConfig(ConfigModel):
         gt=0,
         description="Serve mode: the proxy looks for the trainer's newer weights every half of it (seconds).",
     )
-    min_running_model_num: int = inert(
+    min_running_model_num: int = Field(
         1,
-        "Served models kept running during weight updates.",
         ge=1,
-        reason="serve mode loads new weights into each engine between its requests: no engine is taken out of "
-        "service for an update",
+        description="Serve mode: engines kept serving while the others load newer weights (in waves); with no "
+        "more engines than this, all load at once between their requests.",
     )
     db_url: str | None = inert(
         None,

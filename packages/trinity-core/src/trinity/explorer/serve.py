@@ -25,7 +25,8 @@ beyond the ``MAX_RECORDED`` most recent (``expired_responses`` in ``/metrics``).
 
 A trainer (``mode: train``, another process) trains on the committed experiences; the proxy
 looks for its newer weights every ``explorer.service_status_check_interval / 2`` seconds
-(checkpoint sync) and loads them while it goes on serving.
+(checkpoint sync) and loads them while it goes on serving: with more engines than
+``explorer.min_running_model_num``, in waves that leave at least that many engines serving.
 """
 
 from __future__ import annotations
@@ -47,7 +48,7 @@ from trinity.common.experience import EID, Experience
 from trinity.common.http_guard import error_body
 from trinity.common.lazy_import import lazy_module
 from trinity.engine.openai_api import MAX_N, guarded, json_body
-from trinity.synchronizer.methods import TrainerFinished
+from trinity.synchronizer.methods import TrainerFinished, WeightUpdate
 
 if TYPE_CHECKING:
     from trinity.explorer.explorer import Explorer
@@ -101,8 +102,12 @@ class ServeProxy:
         self.weights_poll_seconds = config.explorer.service_status_check_interval / 2
         self.key = config.explorer.rollout_model.endpoint_key()
         self.engine_urls = [client.api_url for client in explorer.engines]
-        upstreams = [(client.api_url, _bearer(client.api_key)) for client in explorer.engines]
-        self.upstreams = itertools.cycle(upstreams)
+        self.upstreams = [(client.api_url, _bearer(client.api_key)) for client in explorer.engines]
+        self.min_running = config.explorer.min_running_model_num
+        self.serving = list(range(len(self.upstreams)))  # requests go round robin to these: all but a loading wave
+        self.turn = itertools.count()
+        self.inflight = [0] * len(self.upstreams)  # requests in progress, per engine
+        self.versions = [explorer.version] * len(self.upstreams)  # the weights each engine holds
         # response id -> (when recorded, its choices), oldest first; not scored yet
         self.recorded: OrderedDict[str, tuple[float, list[Experience]]] = OrderedDict()
         self.scored: OrderedDict[str, None] = OrderedDict()  # the ids scored lately (409 on a second score)
@@ -124,12 +129,16 @@ class ServeProxy:
                 return _error(400, _first_problem(exc))
             # what an experience needs, at the policy's temperature (as Trinity-RFT's proxy does)
             body.update(return_token_ids=True, logprobs=True, temperature=self.temperature)
-            (url, headers), version = next(self.upstreams), self.explorer.version
+            engine = self._next_engine()
+            (url, headers), version = self.upstreams[engine], self.versions[engine]
+            self.inflight[engine] += 1
             try:
                 upstream = await http.post(f"{url}/chat/completions", json=body, headers=headers)
                 response = upstream.json()
             except (httpx.HTTPError, ValueError) as exc:
                 return _error(502, f"the rollout engine at {url} did not answer: {exc}")
+            finally:
+                self.inflight[engine] -= 1
             if upstream.status_code >= 400:
                 return JSONResponse(status_code=upstream.status_code, content=response)
             self._record(response, body["messages"], version)
@@ -201,13 +210,16 @@ class ServeProxy:
 
         @app.get("/v1/models")
         async def models() -> Any:
-            url, headers = next(self.upstreams)
+            url, headers = self.upstreams[self._next_engine()]
             try:
                 return (await http.get(f"{url}/models", headers=headers)).json()
             except (httpx.HTTPError, ValueError) as exc:
                 return _error(502, f"the rollout engine at {url} did not answer: {exc}")
 
         return app
+
+    def _next_engine(self) -> int:
+        return self.serving[next(self.turn) % len(self.serving)]
 
     def _record(self, response: dict[str, Any], messages: list[dict[str, Any]], version: int) -> None:
         prompt = response.get("prompt_token_ids") or []
@@ -266,11 +278,52 @@ class ServeProxy:
             try:
                 update = await asyncio.to_thread(self.explorer.sync.fetch, self.explorer.version + 1, 0)
                 if update is not None:
-                    await asyncio.to_thread(self.explorer.load_weights, update)
+                    await self.load(update)
             except TrainerFinished:  # its last weights are served; a trainer that resumes publishes more
                 continue
             except Exception:  # a sync that fails now may work next time; serving goes on
                 logger.exception("serve: loading newer weights failed")
+
+    async def load(self, update: WeightUpdate) -> None:
+        """Newer weights into the engines. With more engines than ``min_running_model_num`` they load
+        in waves of the others: a wave leaves the rotation, waits (``max_timeout`` at most) for its
+        requests to finish, loads and comes back, while the rest serve (Trinity-RFT's proxy); else
+        all load at once, between their requests."""
+        engines = list(range(len(self.upstreams)))
+        wave = len(engines) - self.min_running
+        if update.loaded or wave <= 0:  # nccl has put the weights into every engine already
+            await asyncio.to_thread(self.explorer.load_weights, update)
+        else:
+            started = time.perf_counter()
+            try:
+                for first in range(0, len(engines), wave):
+                    group = engines[first : first + wave]
+                    self.serving = [i for i in engines if i not in group]
+                    await self._drain(group)
+                    await asyncio.to_thread(self._update_weights, update, group)
+                    for i in group:
+                        self.versions[i] = update.version
+            finally:
+                self.serving = engines
+            self.explorer.version = update.version
+            logger.info("serve: weights of version %d loaded in %.2f s", update.version, time.perf_counter() - started)
+        self.versions = [update.version] * len(engines)
+
+    async def _drain(self, group: list[int]) -> None:
+        """Until the engines of ``group`` have no request in progress (``max_timeout`` at most)."""
+        deadline = time.monotonic() + self.explorer.config.explorer.max_timeout
+        while any(self.inflight[i] for i in group):
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"serve: engines {group} still busy after explorer.max_timeout: weights not loaded")
+            await asyncio.sleep(0.05)
+
+    def _update_weights(self, update: WeightUpdate, group: list[int]) -> None:
+        calls = [
+            self.explorer.engines[i].call("update_weights", update.state_dict, update.path, update.version)
+            for i in group
+        ]
+        for call in calls:
+            call.result()
 
 
 def _bearer(key: str | None) -> dict[str, str]:
