@@ -82,11 +82,14 @@ def test_colocate_shares_one_gpu_between_the_roles(tmp_path, tiny_model_dir, ari
     assert trainer_steps(tmp_path) == [1]
 
 
+@pytest.mark.parametrize("sync", ["memory", "checkpoint"])
 def test_node_num_2_puts_the_explorer_and_the_trainer_on_different_nodes(
-    tmp_path, tiny_model_dir, arithmetic_data, cluster
+    tmp_path, tiny_model_dir, arithmetic_data, cluster, sync
 ):
-    """Two engines (a GPU each) take a whole node: the trainer's GPU is on the other one."""
+    """Two engines (a GPU each) take a whole node: the trainer's GPU is on the other one. The
+    weights cross over through Ray's object store (memory) or the shared job folder (checkpoint)."""
     changes = ("cluster.node_num=2", "cluster.gpu_per_node=2", "explorer.rollout_model.engine_num=2")
+    changes += (f"synchronizer.sync_method={sync}", "buffer.total_steps=2")
     assert_ok(run(tmp_path, tiny_model_dir, arithmetic_data, cluster, *changes))
     explorer, trainer = placement(tmp_path).values()
     assert {explorer["node"], trainer["node"]} == {"head", "worker1"}
@@ -94,7 +97,8 @@ def test_node_num_2_puts_the_explorer_and_the_trainer_on_different_nodes(
     assert f"explorer on node {explorer['node']}, GPUs {','.join(explorer['gpu_ids'])}" in report
     assert sorted(explorer["gpu_ids"]) == sorted(explorer["cuda_visible_devices"].split(",")) == ["0", "1"]
     assert len(trainer["gpu_ids"]) == 1
-    assert trainer_steps(tmp_path) == [1]
+    assert trainer_steps(tmp_path) == [1, 2]
+    assert read_json(tmp_path / JOB / SUMMARY_FILE)["roles"]["explorer"]["model_version"] >= 1  # the trainer's weights
 
 
 def test_more_gpus_than_the_cluster_has_are_refused_before_any_role_starts(
