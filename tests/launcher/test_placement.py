@@ -26,10 +26,12 @@ def checked(mode: str = "both", gpus: int = 2, nodes: int = 1, engines: int = 1,
     return config
 
 
-def test_roles_ask_for_their_engines_gpus_and_nothing_on_a_cpu_cluster():
+def test_roles_ask_for_their_engines_gpus_and_nothing_on_a_cpu_cluster(caplog):
     assert role_gpus(checked(gpus=0)) == {}  # the quickstart on a CPU: as before
     assert role_gpus(checked(gpus=2)) == {"explorer": 1, "trainer": 1}
-    assert role_gpus(checked(gpus=4, engines=3)) == {"explorer": 3, "trainer": 1}  # the torch engine: one device
+    assert not caplog.records
+    assert role_gpus(checked(gpus=4, engines=2)) == {"explorer": 2, "trainer": 1}  # the torch engine: one device
+    assert "trainer.trainer_type torch trains on 1 of the trainer's 2 GPUs" in caplog.text
     assert role_gpus(checked(mode="train", gpus=2)) == {"trainer": 1}
     assert role_gpus(checked(mode="explore", gpus=2, engines=2)) == {"explorer": 2}
     assert role_gpus(checked(mode="colocate", gpus=1)) == {"explorer": 0.5, "trainer": 0.5}

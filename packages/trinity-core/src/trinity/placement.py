@@ -78,6 +78,15 @@ def role_gpus(config: Config) -> dict[str, float]:
     if config.in_one_run or config.mode == "train":
         engine = resolve(Kind.TRAINER_ENGINE, config.trainer.trainer_type)
         gpus[config.trainer.name] = engine.process_gpus(config)
+        if 0 < gpus[config.trainer.name] < config.cluster.trainer_gpu_num:
+            logger.warning(
+                "trainer.trainer_type %s trains on %d of the trainer's %d GPUs (cluster.trainer_gpu_num); "
+                "the rest stay idle: give them to the explorer (explorer.rollout_model.engine_num) or "
+                "train with trainer_type verl",
+                config.trainer.trainer_type,
+                gpus[config.trainer.name],
+                config.cluster.trainer_gpu_num,
+            )
     if config.mode == "colocate":
         # Half of the one GPU each; an explorer whose engines have actors of their own (a whole
         # GPU each) leaves the trainer to share the device unasked (Ray splits no GPU between them).
