@@ -5,7 +5,9 @@ over HTTP, with the trainer: tests/e2e/test_serve.py)."""
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
+import sqlite3
 from collections.abc import Awaitable
 from pathlib import Path
 from typing import TypeVar
@@ -152,3 +154,19 @@ def test_engines_load_newer_weights_in_waves_leaving_min_running_model_num_servi
         assert proxy.recorded[chat_id][1][0].model_version == update.version
     finally:
         explorer.shutdown()
+
+
+def test_db_url_records_each_answer_and_its_feedback(proxy, tmp_path, monkeypatch):
+    """``explorer.db_url``: the proxy's history, read back with sqlite3 (another reader than the writer)."""
+    db = tmp_path / "history.db"
+    monkeypatch.setattr(proxy.explorer.config.explorer, "db_url", f"sqlite:///{db}")
+    recording = serve.ServeProxy(proxy.explorer)
+    first, second = _chat_ids(recording, 2)
+    assert _call(recording, "POST", "/feedback", json={"reward": 0.5, "msg_ids": [first], "task_id": "t"}).is_success
+    with sqlite3.connect(db) as conn:
+        rows = conn.execute("SELECT msg_id, model_version, messages, responses, reward, task_id FROM proxy_history")
+        rows = {row[0]: row[1:] for row in rows}
+    assert set(rows) == {first, second}
+    version, messages, responses, reward, task = rows[first]
+    assert (version, json.loads(messages), reward, task) == (proxy.explorer.version, MESSAGES, 0.5, "t")
+    assert len(json.loads(responses)) == 1 and rows[second][3:] == (None, None)  # not scored yet

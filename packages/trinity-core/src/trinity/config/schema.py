@@ -944,11 +944,12 @@ class ExplorerConfig(ConfigModel):
         description="Serve mode: engines kept serving while the others load newer weights (in waves); with no "
         "more engines than this, all load at once between their requests.",
     )
-    db_url: str | None = inert(
+    db_url: str | None = Field(
         None,
-        "Database of the serve-mode history; unset: a sqlite file in the job.",
-        reason="serve mode writes its calls to the experience buffer (sqlite or PostgreSQL): there is no "
-        "separate history database",
+        description="Serve mode: a database (SQLAlchemy URL or sqlite file) where the proxy records each answered "
+        "chat completion and its feedback (table proxy_history); unset: none (Trinity-RFT's default is a sqlite "
+        "file in the buffer's cache_dir, where its proxy keeps the responses awaiting feedback; trinity keeps them "
+        "in memory).",
     )
     over_rollout: OverRolloutConfig = Field(default_factory=OverRolloutConfig, description="Straggler control.")
     dynamic_timeout: DynamicTimeoutConfig = Field(

@@ -16,6 +16,9 @@ choices are recorded as experiences under the response's ``id``. The agent then 
   next ``/commit`` writes it first (once, even where the failed write landed after all).
 - ``GET /metrics``, ``GET /health``, ``GET /v1/models``.
 
+With ``explorer.db_url`` (a SQLAlchemy URL or a sqlite file), every answered completion and its
+feedback is also recorded there, in table ``proxy_history`` (``History``).
+
 The proxy is one of trinity's doors (``docs/security.md``): it binds ``listen_address``
 (127.0.0.1 by default), and with ``explorer.rollout_model.api_key`` set every request but
 ``/health`` must carry it as a bearer token, which the proxy also sends to the engines. Its
@@ -33,17 +36,20 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import json
 import logging
 import time
 from collections import Counter, OrderedDict
 from typing import TYPE_CHECKING, Any, Literal
 
 import httpx
+import sqlalchemy as sa
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from trinity.buffer.errors import BufferUnavailable
+from trinity.buffer.storage.sql import create_tables, database_url, shared_engine, write_transaction
 from trinity.common.experience import EID, Experience
 from trinity.common.http_guard import error_body
 from trinity.common.lazy_import import lazy_module
@@ -108,6 +114,7 @@ class ServeProxy:
         self.turn = itertools.count()
         self.inflight = [0] * len(self.upstreams)  # requests in progress, per engine
         self.versions = [explorer.version] * len(self.upstreams)  # the weights each engine holds
+        self.history = History(config.explorer.db_url) if config.explorer.db_url else None
         # response id -> (when recorded, its choices), oldest first; not scored yet
         self.recorded: OrderedDict[str, tuple[float, list[Experience]]] = OrderedDict()
         self.scored: OrderedDict[str, None] = OrderedDict()  # the ids scored lately (409 on a second score)
@@ -142,6 +149,8 @@ class ServeProxy:
             if upstream.status_code >= 400:
                 return JSONResponse(status_code=upstream.status_code, content=response)
             self._record(response, body["messages"], version)
+            if self.history is not None:
+                await asyncio.to_thread(self.history.record, response, body["messages"], version)
             return response
 
         @app.post("/feedback", openapi_extra=json_body(Feedback))
@@ -174,6 +183,8 @@ class ServeProxy:
                 self.scored[msg_id] = None
             while len(self.scored) > MAX_RECORDED:
                 self.scored.popitem(last=False)
+            if self.history is not None:
+                await asyncio.to_thread(self.history.score, given, task)
             return {"status": "success", "ready": len(self.ready)}
 
         @app.post("/commit")
@@ -324,6 +335,48 @@ class ServeProxy:
         ]
         for call in calls:
             call.result()
+
+
+class History:
+    """``explorer.db_url``: every chat completion the proxy answered and its feedback, as rows of
+    ``proxy_history`` (Trinity-RFT's recorder's table): the response id, when, the version of the
+    weights that answered, the request's messages and the choices' texts (JSON), and once scored
+    the reward, task_id and run_id. A record of what agents were answered; the experiences
+    themselves reach the buffer through ``/commit``."""
+
+    def __init__(self, url: str):
+        self.engine = shared_engine(database_url(url))
+        meta = sa.MetaData()
+        self.table = sa.Table(
+            "proxy_history",
+            meta,
+            sa.Column("msg_id", sa.String(256), primary_key=True),
+            sa.Column("recorded_at", sa.Float, nullable=False),
+            sa.Column("model_version", sa.Integer, nullable=False),
+            sa.Column("messages", sa.Text, nullable=False),
+            sa.Column("responses", sa.Text, nullable=False),
+            sa.Column("reward", sa.Float),
+            sa.Column("task_id", sa.String(256)),
+            sa.Column("run_id", sa.Integer),
+        )
+        create_tables(self.engine, meta, "proxy_history")
+
+    def record(self, response: dict[str, Any], messages: list[dict[str, Any]], version: int) -> None:
+        replies = [(choice.get("message") or {}).get("content") or "" for choice in response.get("choices", [])]
+        row = {
+            "msg_id": response["id"],
+            "recorded_at": time.time(),
+            "model_version": version,
+            "messages": json.dumps(messages),
+            "responses": json.dumps(replies),
+        }
+        with write_transaction(self.engine) as conn:
+            conn.execute(self.table.insert().values(**row))
+
+    def score(self, feedback: Feedback, task_id: str) -> None:
+        scored = {"reward": feedback.reward, "task_id": task_id, "run_id": feedback.run_id}
+        with write_transaction(self.engine) as conn:
+            conn.execute(self.table.update().where(self.table.c.msg_id.in_(feedback.msg_ids)).values(**scored))
 
 
 def _bearer(key: str | None) -> dict[str, str]:
