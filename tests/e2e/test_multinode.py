@@ -127,3 +127,22 @@ def test_a_checkpoint_folder_that_is_not_shared_storage_is_refused_across_nodes(
     job = node_local / JOB
     assert f"checkpoint_root_dir: {job} is not shared storage: node worker1 (the " in result.stderr
     assert not (job / "monitor").exists()  # refused before any role started
+
+
+def test_gpus_another_job_holds_time_out_saying_how_many_are_free(tmp_path, tiny_model_dir, arithmetic_data, cluster):
+    import ray
+
+    from trinity.config import load_config
+    from trinity.placement import PlacementError, place_roles
+
+    path = write_experiment(tmp_path, tiny_model_dir, arithmetic_data, *ONE_STEP)
+    config = load_config(path, ["cluster.gpu_per_node=2"], run=True)
+    ray.init(address=cluster, namespace="another-job")
+    try:
+        holder = ray.util.placement_group([{"GPU": 2}, {"GPU": 2}])  # every GPU of the cluster
+        ray.get(holder.ready(), timeout=30)
+        free = r"^the roles' GPUs \(explorer 1, trainer 1\) were not free within 1 s: the cluster has 0 GPUs free now"
+        with pytest.raises(PlacementError, match=free):
+            place_roles(config, timeout=1)
+    finally:
+        ray.shutdown()

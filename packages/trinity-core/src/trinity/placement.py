@@ -98,7 +98,8 @@ def role_gpus(config: Config) -> dict[str, float]:
 
 def check_fits(config: Config, gpus: dict[str, float], node_gpus: list[int]) -> None:
     """Refuse, naming the keys, a run that asks for more GPUs than the cluster's alive nodes
-    (``node_gpus``: the GPUs of each) have, or a role for more than one node holds."""
+    (``node_gpus``: the GPUs of each) have, or an explorer for more than one node holds (the
+    trainer's process asks for one GPU at most)."""
     cluster = config.cluster
     have = sum(node_gpus)
     nodes = f"the Ray cluster has {have} GPUs ({len(node_gpus)} alive nodes with {sorted(node_gpus, reverse=True)})"
@@ -108,15 +109,13 @@ def check_fits(config: Config, gpus: dict[str, float], node_gpus: list[int]) -> 
             f"{cluster.total_gpu_num} GPUs, but {nodes}: start the missing nodes "
             "(`ray start --address=<head>:<port> --num-gpus=<n>` on each) or lower cluster.node_num / cluster.gpu_per_node"
         )
-    largest = max(node_gpus, default=0)
-    for role, count in gpus.items():
-        if count > largest:
-            key = "explorer.rollout_model.engine_num" if role == config.explorer.name else "trainer.trainer_type"
-            raise PlacementError(
-                f"{key}: the {role}'s engines compute in its one process, on one node, and need {count:g} GPUs; "
-                f"{nodes}: lower {key} (or tensor_parallel_size) or use an engine whose ranks are actors of "
-                "their own (vLLM, verl)"
-            )
+    explorer = gpus.get(config.explorer.name, 0)
+    if explorer > max(node_gpus, default=0):
+        raise PlacementError(
+            f"explorer.rollout_model.engine_num: the explorer's engines compute in its one process, on one node, "
+            f"and need {explorer:g} GPUs; {nodes}: lower explorer.rollout_model.engine_num or tensor_parallel_size, "
+            "or use an engine_type whose engines are Ray actors of their own"
+        )
 
 
 @dataclass
