@@ -13,6 +13,7 @@ from trinity.common.batch import Batch
 from trinity.common.experience import EID, Experience
 from trinity.config.schema import InferenceModelConfig, ModelConfig
 from trinity.engine.base import CheckpointRefused, SamplingArgs
+from trinity.engine.losses import batch_totals
 from trinity.engine.torch_trainer import TorchTrainingEngine, lr_factor, micro_batches
 from trinity.engine.transformers_rollout import TransformersRolloutEngine
 from trinity.plugins import Kind, resolve
@@ -355,3 +356,35 @@ def test_a_checkpoint_holding_more_than_tensors_is_refused_unrun(tiny_model_dir:
     with pytest.raises(CheckpointRefused, match=f"{state_file} holds objects other than tensors and plain values"):
         TorchTrainingEngine(config).load_checkpoint(str(tmp_path))
     assert not marker.exists()
+
+
+def test_fix_actor_microbatch_loss_scale_false_weighs_token_mean_micro_batches_by_rows(
+    tiny_model_dir: Path, experiences: list[Experience]
+) -> None:
+    """Trinity-RFT's default scale: a micro-batch's token-mean loss x its rows / the batch's rows
+    (verl's ``1 / gradient_accumulation`` for equal micro-batches), so micro-batches of unequal
+    token counts no longer add up to the full batch; true (trinity's default) weighs by tokens."""
+    results = {}
+    for fix in (True, False):
+        fields = {**SGD, "trainer__micro_batch_size_per_gpu": 3, "trainer__fix_actor_microbatch_loss_scale": fix}
+        engine = TorchTrainingEngine(make_config(tiny_model_dir, **fields))
+        batch = with_advantages(engine, experiences)
+        parts = engine._micro_batches(batch)
+        totals = batch_totals(batch)
+        shares = []
+        for index in parts:
+            mb = batch.select(index)
+            _, _, weight = engine.losses.actor_micro_loss(
+                mb.old_logprobs, torch.zeros_like(mb.old_logprobs), mb, totals
+            )
+            shares.append(weight)
+        tokens = [float(batch.select(index).response_mask.sum() / batch.response_mask.sum()) for index in parts]
+        expected = tokens if fix else [len(index) / len(batch) for index in parts]
+        assert shares == pytest.approx(expected) and len(set(map(round, tokens, [4] * len(tokens)))) > 1
+        engine.train_step(batch)
+        results[fix] = weights(engine.actor)
+    full = TorchTrainingEngine(make_config(tiny_model_dir, **SGD, trainer__micro_batch_size_per_gpu=len(experiences)))
+    full.train_step(with_advantages(full, experiences))
+    assert_same_weights(results[True], weights(full.actor), atol=1e-6)
+    with pytest.raises(AssertionError):
+        assert_same_weights(results[False], weights(full.actor), atol=1e-6)

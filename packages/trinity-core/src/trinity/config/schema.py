@@ -1010,11 +1010,11 @@ class TrainerConfig(ConfigModel):
     )
     micro_batch_size_per_gpu: int = Field(4, ge=1, description="Rows per micro-batch without dynamic batching.")
     ulysses_sequence_parallel_size: int = Field(1, ge=1, description="Ulysses sequence parallel size.")
-    fix_actor_microbatch_loss_scale: bool = inert(
-        False,
-        "Scale micro-batch losses by their share of tokens.",
-        reason="the training engines here always weigh a micro-batch by its share of the batch's tokens (what "
-        "true asks for); false's per-micro-batch scale is not offered",
+    fix_actor_microbatch_loss_scale: bool = Field(
+        True,
+        description="Weigh each actor micro-batch's token-mean loss by its share of the batch's tokens, so "
+        "micro-batches add up to the whole batch; false: by its share of rows (Trinity-RFT's default, verl's "
+        "original scale). trinity's default is true.",
     )
     param_offload: bool = Field(False, description="Offload parameters to CPU (FSDP).")
     optimizer_offload: bool = Field(False, description="Offload optimizer state to CPU (FSDP).")

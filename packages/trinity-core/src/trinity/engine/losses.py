@@ -3,7 +3,9 @@
 An engine splits a batch into micro-batches and accumulates gradients; each loss term of a
 micro-batch is weighted by the micro-batch's share of the batch (tokens for
 ``token-mean``, 1 for ``token-sum``, non-empty rows otherwise), so the accumulated gradient
-is the full batch's.
+is the full batch's. ``trainer.fix_actor_microbatch_loss_scale: false`` weighs the actor's
+``token-mean`` terms by the micro-batch's share of the batch's rows instead (Trinity-RFT's
+default, verl's original scale), where micro-batches of unequal token counts do not add up.
 """
 
 from __future__ import annotations
@@ -21,13 +23,13 @@ from trinity.config.schema import Config
 from trinity.engine.base import Metrics
 from trinity.plugins import Kind, resolve
 
-Totals = tuple[torch.Tensor, torch.Tensor]
-"""``(response tokens, non-empty rows)`` of a whole batch."""
+Totals = tuple[torch.Tensor, torch.Tensor, int]
+"""``(response tokens, non-empty rows, rows)`` of a whole batch."""
 
 
 def batch_totals(batch: Batch) -> Totals:
     mask = batch.response_mask.float()
-    return mask.sum().clamp(min=1), (mask.sum(dim=1) > 0).sum().clamp(min=1)
+    return mask.sum().clamp(min=1), (mask.sum(dim=1) > 0).sum().clamp(min=1), max(1, len(mask))
 
 
 def role_metrics(role: str, metrics: Metrics) -> Metrics:
@@ -55,6 +57,8 @@ class LossFns:
     entropy: Any
     correction: RolloutCorrector | None = None
     """``algorithm.rollout_correction`` in bypass mode corrects inside the policy loss."""
+    row_scaled: bool = False
+    """``trainer.fix_actor_microbatch_loss_scale: false``: token-mean terms weighted by rows."""
 
     @classmethod
     def from_config(cls, config: Config) -> LossFns:
@@ -71,6 +75,7 @@ class LossFns:
             fn(Kind.KL_FN, "kl_loss_fn"),
             fn(Kind.ENTROPY_LOSS_FN, "entropy_loss_fn"),
             correction if correction is not None and correction.bypass else None,
+            row_scaled=not config.trainer.fix_actor_microbatch_loss_scale,
         )
 
     @property
@@ -92,9 +97,14 @@ class LossFns:
             pg, pg_metrics = self.policy(logprobs, mb)
         kl, kl_metrics = self.kl.calculate_kl_loss(logprobs, mb)
         ent, ent_metrics = self.entropy(entropy, mb)
-        weight = share(self.policy, mask, totals)
-        total = pg * weight + kl * share(self.kl, mask, totals) + ent * share(self.entropy, mask, totals)
+        weight = self._share(self.policy, mask, totals)
+        total = pg * weight + kl * self._share(self.kl, mask, totals) + ent * self._share(self.entropy, mask, totals)
         return total, {**pg_metrics, **kl_metrics, **ent_metrics}, float(weight)
+
+    def _share(self, fn: Any, mask: torch.Tensor, totals: Totals) -> torch.Tensor:
+        if self.row_scaled and getattr(fn, "loss_agg_mode", None) == "token-mean":
+            return torch.tensor(len(mask) / totals[2], device=mask.device)
+        return share(fn, mask, totals)
 
 
 def critic_micro_loss(
