@@ -381,3 +381,9 @@ def test_workflow_args_without_a_required_key_is_an_error_naming_it(tmp_path):
     ]
     found = issues_of(write(tmp_path), overrides)  # a ConfigError, not pydantic's (a traceback in the CLI)
     assert found == {f"{taskset}.workflow_args.env_url": "required: the environment's address"}, found
+
+
+def test_grad_offload_on_an_engine_without_it_is_an_error_naming_the_way_out(tmp_path):
+    found = issues_of(write(tmp_path), ["trainer.trainer_type=verl", "trainer.grad_offload=true"])
+    assert "use trainer.param_offload or offload_policy" in found["trainer.grad_offload"], found
+    load_config(write(tmp_path), ["trainer.grad_offload=true"])  # the torch engine offloads them

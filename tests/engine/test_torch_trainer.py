@@ -388,3 +388,24 @@ def test_fix_actor_microbatch_loss_scale_false_weighs_token_mean_micro_batches_b
     assert_same_weights(results[True], weights(full.actor), atol=1e-6)
     with pytest.raises(AssertionError):
         assert_same_weights(results[False], weights(full.actor), atol=1e-6)
+
+
+def test_grad_offload_keeps_the_summed_gradients_off_the_model_between_micro_batches(
+    tiny_model_dir: Path, experiences: list[Experience]
+) -> None:
+    """``trainer.grad_offload``: each micro-batch's forward finds no gradient on the model (the sums
+    wait on the CPU), and the step is the same as without it."""
+    trained, seen, batch = {}, {}, None
+    for offload in (False, True):
+        fields = {**SGD, "trainer__micro_batch_size_per_gpu": 3, "trainer__grad_offload": offload}
+        engine = TorchTrainingEngine(make_config(tiny_model_dir, **fields))
+        batch = batch or with_advantages(engine, experiences)
+        holding = seen[offload] = []
+        hook = engine.actor.register_forward_pre_hook(
+            lambda module, args, holding=holding: holding.append(any(p.grad is not None for p in module.parameters()))
+        )
+        engine.train_step(batch)
+        hook.remove()
+        trained[offload] = weights(engine.actor)
+    assert seen[False][1:] == [True] * 3 and seen[True][1:] == [False] * 3  # after the first of 4 micro-batches
+    assert_same_weights(trained[True], trained[False], atol=1e-6)

@@ -787,7 +787,14 @@ def check_trainer(config: Config, issues: IssueCollector) -> None:
     trainer = config.trainer
     trainer.trust_remote_code = config.model.trust_remote_code
     if _trainer_runs(config) and trainer.trainer_type != TINKER:  # refused by check_tinker
-        plugin_ok(issues, Kind.TRAINER_ENGINE, trainer.trainer_type, "trainer.trainer_type")
+        known = plugin_ok(issues, Kind.TRAINER_ENGINE, trainer.trainer_type, "trainer.trainer_type")
+        engine = resolve(Kind.TRAINER_ENGINE, trainer.trainer_type) if known and trainer.grad_offload else None
+        if engine is not None and not getattr(engine, "offloads_gradients", False):
+            issues.add(
+                "trainer.grad_offload",
+                f"trainer_type '{trainer.trainer_type}' offloads no gradients of its own: use trainer.param_offload "
+                "or offload_policy (they move gradients with the parameters), or trainer_type torch",
+            )
         _check_expert_buffer(config, issues)
     if trainer.trainer_strategy == "megatron":
         issues.add("trainer.trainer_strategy", "megatron is not available in trinity: use fsdp or fsdp2")

@@ -1018,11 +1018,10 @@ class TrainerConfig(ConfigModel):
     )
     param_offload: bool = Field(False, description="Offload parameters to CPU (FSDP).")
     optimizer_offload: bool = Field(False, description="Offload optimizer state to CPU (FSDP).")
-    grad_offload: bool = inert(
+    grad_offload: bool = Field(
         False,
-        "Offload gradients to CPU (FSDP).",
-        reason="verl 0.9 has no gradient offload switch (param_offload / offload_policy move gradients with "
-        "the parameters)",
+        description="Keep the gradients summed over micro-batches on the CPU while the next micro-batch runs "
+        "(the torch engine; verl moves gradients with param_offload / offload_policy).",
     )
     offload_policy: bool = Field(False, description="FSDP2's CPU offload policy.")
     save_strategy: SaveStrategy = Field(

@@ -99,6 +99,8 @@ class RolloutEngine(ABC):
     """Whether ``update_weights`` applies (an external server owns its model: no weight sync)."""
     restartable: ClassVar[bool] = False
     """Whether ``restart`` can bring the engine back after its process died."""
+    offloads_gradients: ClassVar[bool] = False
+    """Whether the engine keeps accumulated gradients on the CPU between micro-batches (``trainer.grad_offload``)."""
     takes_lora: ClassVar[bool] = False
     """Whether the engine holds the base model with the LoRA adapter of ``model.lora_configs``,
     whose tensors alone ``update_weights`` then receives (``trinity.engine.lora``)."""
@@ -166,6 +168,8 @@ class TrainingEngine(ABC):
     """The engine's critic, or None when the algorithm has none."""
     takes_images: ClassVar[bool] = False
     """Whether the engine passes experiences' image tensors (``Batch.multi_modal_inputs``) to the model."""
+    offloads_gradients: ClassVar[bool] = False
+    """Whether the engine keeps accumulated gradients on the CPU between micro-batches (``trainer.grad_offload``)."""
     takes_lora: ClassVar[bool] = False
     """Whether the engine trains the LoRA adapter of ``model.lora_configs`` (only the adapter's
     tensors then go to ``weights_for_sync``)."""

@@ -20,7 +20,8 @@ Micro-batches hold ``trainer.micro_batch_size_per_gpu`` rows, or with
 tokens (rows x longest row; without a budget set, fixed micro-batches). Unset, that budget is
 at least 16384 tokens for this engine (``trinity.config.check``), so a batch of short rows
 trains in one micro-batch. DPO rows stay in chosen/rejected pairs. Each micro-batch is
-trimmed to the columns it uses. Each loss term is weighted by the micro-batch's share of the
+trimmed to the columns it uses (with ``trainer.grad_offload`` the gradients summed so far wait on
+the CPU while the next one runs). Each loss term is weighted by the micro-batch's share of the
 batch (tokens for ``token-mean``, non-empty rows otherwise) so the accumulated gradient is
 the full batch's for ``token-mean`` and the row-mean modes.
 
@@ -118,6 +119,15 @@ def lr_factor(step: int, warmup_steps: int, total_steps: int, style: str, min_lr
     raise ValueError(f"algorithm.optimizer.lr_scheduler_type {style!r} is not one of constant, cosine")
 
 
+def _offload_gradients(model: torch.nn.Module, held: dict[torch.nn.Parameter, torch.Tensor]) -> None:
+    """Add the micro-batch's gradients to ``held`` on the CPU and free them on the device."""
+    for param in model.parameters():
+        if param.grad is not None:
+            grad = param.grad.to("cpu")
+            held[param] = held[param].add_(grad) if param in held else grad
+            param.grad = None
+
+
 def micro_batches(
     lengths: torch.Tensor, unit: int = 1, max_rows: int | None = None, max_tokens: int | None = None
 ) -> list[torch.Tensor]:
@@ -183,6 +193,7 @@ class TorchTrainingEngine(TrainingEngine):
 
     takes_lora = True
     takes_images = True
+    offloads_gradients = True
 
     def __init__(self, config: Config) -> None:
         self.config = config
@@ -370,12 +381,17 @@ class TorchTrainingEngine(TrainingEngine):
         norms = []
         for _ in range(self.args.ppo_epochs):
             optimizer.zero_grad(set_to_none=True)
+            held: dict[torch.nn.Parameter, torch.Tensor] = {}  # trainer.grad_offload: the sums on the CPU
             for index in parts:
                 loss, micro_metrics, weight = micro_loss(batch.select(index).to(self.device))
                 if loss.requires_grad:  # not when every response of the micro-batch is empty
                     loss.backward()
+                    if self.config.trainer.grad_offload:
+                        _offload_gradients(model, held)
                 for key, value in micro_metrics.items():
                     sums[key] = sums.get(key, 0.0) + weight * value / self.args.ppo_epochs
+            for param, grad in held.items():
+                param.grad = grad.to(param.device)
             clip = self.config.trainer.grad_clip
             norm = torch.nn.utils.clip_grad_norm_(model.parameters(), clip if clip and clip > 0 else math.inf)
             if torch.isfinite(norm):
