@@ -114,18 +114,26 @@ def test_more_gpus_than_the_cluster_has_are_refused_before_any_role_starts(
     assert not (tmp_path / JOB / "monitor").exists()  # no role started
 
 
-def test_a_checkpoint_folder_that_is_not_shared_storage_is_refused_across_nodes(
-    tmp_path, tiny_model_dir, arithmetic_data, cluster, node_local
+@pytest.mark.parametrize("local", ["checkpoint_root_dir", "buffer.trainer_input.experience_buffer.path"])
+def test_a_folder_that_is_not_shared_storage_is_refused_across_nodes(
+    tmp_path, tiny_model_dir, arithmetic_data, cluster, node_local, local
 ):
-    """The worker node sees its own disk at ``node_local``: the roles would not find each other's files."""
+    """The worker node sees its own disk at ``node_local``: the roles would not find each other's
+    files there (the checkpoints, or the sqlite experience buffer)."""
     if node_local is None:
         pytest.skip("a node-local folder needs mount namespaces (root)")
+    folder = node_local / local
     changes = ("cluster.node_num=2", "cluster.gpu_per_node=2", "explorer.rollout_model.engine_num=2")
+    if local == "checkpoint_root_dir":
+        changes += (f"checkpoint_root_dir={folder}",)
+        folder = job = folder / JOB.relative_to("ckpt")
+    else:
+        changes += ("buffer.trainer_input.experience_buffer.storage_type=sql", f"{local}={folder / 'buffer.db'}")
+        job = tmp_path / JOB
     config = write_experiment(tmp_path, tiny_model_dir, arithmetic_data, *ONE_STEP, *changes)
-    result = trinity_run(config, f"cluster.ray_address={cluster}", f"checkpoint_root_dir={node_local / 'ckpt'}")
+    result = trinity_run(config, f"cluster.ray_address={cluster}")
     assert result.returncode != 0
-    job = node_local / JOB
-    assert f"checkpoint_root_dir: {job} is not shared storage: node worker1 (the " in result.stderr
+    assert f"{local}: {folder} is not shared storage: node worker1 (the " in result.stderr
     assert not (job / "monitor").exists()  # refused before any role started
 
 

@@ -241,7 +241,7 @@ def check_shared(config: Config, nodes: dict[str, str]) -> None:
                 f"{key}: {folder} is not shared storage: node {names.get(node) or node} (the {roles}'s) does not "
                 "see what the driver's node writes there: put it on storage every node mounts at the same path "
                 "(NFS, a cloud file system)"
-                + (", or use a PostgreSQL URL or storage_type queue" if key.startswith("buffer.") else "")
+                + (", or use a PostgreSQL URL, or a queue without a path" if key.startswith("buffer.") else "")
             )
 
 
