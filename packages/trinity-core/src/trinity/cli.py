@@ -126,6 +126,20 @@ def config_schema() -> None:
     click.echo(json.dumps(json_schema(), indent=2))
 
 
+def inert_workflow_args() -> dict[str, str]:
+    """``{"<workflow>: workflow_args.<key>": reason}``: the installed workflows' arguments with no effect."""
+    from trinity.config.base import inert_reason
+    from trinity.plugins import Kind, get_registry, resolve
+
+    found = {}
+    for name in get_registry().names(Kind.WORKFLOW):
+        args = getattr(resolve(Kind.WORKFLOW, name), "Args", None)
+        for key, field in getattr(args, "model_fields", {}).items():
+            if reason := inert_reason(field):
+                found[f"{name}: workflow_args.{key}"] = reason
+    return found
+
+
 @config.command("docs")
 @click.option(
     "--out",
@@ -141,7 +155,7 @@ def config_docs(out: str, check: bool) -> None:
 
     from trinity.config.reference import markdown
 
-    text = markdown()
+    text = markdown(inert_workflow_args())
     if out == "-":
         click.echo(text, nl=False)
     elif check:

@@ -138,8 +138,9 @@ def _models(model: type[BaseModel], path: str, found: dict[type[BaseModel], list
             _models(sub, f"{path}.{name}{suffix}" if path else f"{name}{suffix}", found)
 
 
-def markdown() -> str:
-    """The reference of every key: one table per section, in the order of a config file."""
+def markdown(plugin_inert: dict[str, str] | None = None) -> str:
+    """The reference of every key: one table per section, in the order of a config file;
+    ``plugin_inert``: the installed plugins' arguments with no effect (``{key: reason}``)."""
     found: dict[type[BaseModel], list[str]] = {}
     _models(Config, "", found)
     lines = [
@@ -167,6 +168,9 @@ def markdown() -> str:
     lines += [f"## Keys with no effect ({len(inert)})", "", "| key | why it cannot act here |", "|---|---|"]
     lines += [f"| `{key}` | {reason} |" for key, reason in inert.items()]
     lines.append("")
+    if plugin_inert:
+        lines += [f"## Plugin arguments with no effect ({len(plugin_inert)})", "", "| key | why it cannot act here |"]
+        lines += ["|---|---|", *(f"| `{key}` | {reason} |" for key, reason in plugin_inert.items()), ""]
     for model, paths in found.items():
         where = ", ".join(f"`{p}`" for p in paths if p) or "the top level"
         lines += [f"## {model.__name__}", "", f"{(model.__doc__ or '').strip()} At {where}.", ""]

@@ -36,7 +36,10 @@ _VLLM_MULTI_GPU = (
     "tensor-parallel only and no test machine has the GPUs"
 )
 _RUNNERS = "trinity's workflow runners are coroutines of the explorer, not actors to prepare"
-_COD = "read only by Trinity-RFT's CoD workflows (cod_*), which trinity does not ship"
+_COD = (
+    "read only by Trinity-RFT's Connect-the-Dots research workflows (cod_*: task packs solved with iterative "
+    "hints, and the cod advantage's reward-to-go), which trinity does not ship"
+)
 
 
 def _choice(aliases: dict[str, str] | None = None, case: str = "lower") -> BeforeValidator:
@@ -355,8 +358,8 @@ class ExperiencePipelineConfig(ConfigModel):
     inputs: dict[str, ExperienceBufferConfig] = inert(
         default_factory=dict,
         description="Extra input buffers.",
-        reason="Trinity-RFT's experimental extra input buffers of the pipeline; trinity's pipeline takes the "
-        "explorer's experiences only",
+        reason="Trinity-RFT builds readers of these buffers but its pipeline never reads them (it processes the "
+        "explorer's experiences only), as trinity's does",
     )
     output: ExperienceBufferConfig | None = derived(None, "The pipeline's output: the trainer's experience buffer.")
 
@@ -1060,7 +1063,8 @@ class SynchronizerConfig(ConfigModel):
     wait_for_checkpoint: bool = inert(
         False,
         "Wait for the latest checkpoint before syncing.",
-        reason="the explorer's waits follow sync_style, sync_offset and sync_timeout; there is no separate switch",
+        reason="Trinity-RFT declares it unused ('TODO: to be used'); the explorer's waits follow sync_style, "
+        "sync_offset and sync_timeout",
     )
     explorer_world_size: int | None = derived(None, "Ranks of the rollout engines.", ge=0)
     ray_namespace: str = derived("", "The experiment's Ray namespace.")

@@ -58,7 +58,10 @@ class InterCodeSQLArgs(EnvArgs):
     auto_submit: bool = Field(True, description="submit for the model when max_env_steps run out")
     query_timeout: float = Field(5.0, gt=0, description="seconds one SQL statement may run")
     image_name: str = inert(
-        "docker-env-sql", "InterCode's MySQL Docker image", reason="the databases are local sqlite files here"
+        "docker-env-sql",
+        "InterCode's MySQL Docker image",
+        reason="InterCode starts this Docker image to serve the tasks' databases from MySQL; here they are local "
+        "sqlite files (db_dir) and no container is started",
     )
     verbose: bool = Field(False, description="log each action, its result and the reward (InterCode's debug log)")
 
