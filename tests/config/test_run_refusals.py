@@ -117,7 +117,7 @@ def test_a_trainer_estimated_over_a_gpu_checks_with_a_warning_and_does_not_run(
 
     shape = memory.model_shape(str(tiny_model_dir))
     assert shape.params == sum(p.numel() for p in AutoModelForCausalLM.from_pretrained(tiny_model_dir).parameters())
-    path, overrides = write(tmp_path), [f"model.model_path={tiny_model_dir}"]
+    path, overrides = write(tmp_path), [f"model.model_path={tiny_model_dir}", "cluster.gpu_per_node=2"]
     peak = memory.trainer_peak_bytes(load_config(path, overrides), shape)
     monkeypatch.setattr(memory, "device_memory", lambda: int(peak / 0.8) - 1)  # the trainer needs just over 80%
     found = _warned_then_refused(path, overrides, caplog)
@@ -127,3 +127,5 @@ def test_a_trainer_estimated_over_a_gpu_checks_with_a_warning_and_does_not_run(
     load_config(path, [*overrides, "trainer.optimizer_offload=true"], run=True)  # a suggestion taken: it fits
     monkeypatch.setattr(memory, "device_memory", lambda: int(peak / 0.8) + 1)
     load_config(path, overrides, run=True)
+    monkeypatch.setattr(memory, "device_memory", lambda: 1)
+    load_config(path, [f"model.model_path={tiny_model_dir}", "cluster.gpu_per_node=0"], run=True)  # a CPU trainer

@@ -27,7 +27,6 @@ from pydantic import Field, field_validator, model_validator
 
 from trinity.algorithm.base import ExperienceOperator, Metrics
 from trinity.buffer.data_juicer import STATS_KEY, DataJuicerError, open_recipe, recipe
-from trinity.buffer.serialization import experience_to_dict
 from trinity.common.errors import PicklableError
 from trinity.common.experience import Experience
 from trinity.common.lazy_import import lazy_module
@@ -357,6 +356,9 @@ class InputRecord:
         self.path.parent.mkdir(parents=True, exist_ok=True)
 
     def append(self, experiences: Sequence[Experience]) -> None:
+        # imported here: serialization imports torch, which the driver (it imports this module) must not
+        from trinity.buffer.serialization import experience_to_dict
+
         rows = [json.dumps(experience_to_dict(e)) for e in experiences]
         if self.path.suffix not in _SQLITE_SUFFIXES:
             with open(self.path, "a", encoding="utf-8") as f:

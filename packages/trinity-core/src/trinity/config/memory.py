@@ -74,6 +74,8 @@ def check_gpu_memory(config: Config, issues: IssueCollector) -> None:
     """Refuse to run a trainer whose estimated peak exceeds the safe share of a GPU (see the module)."""
     if config.ignore_validator_suggestions or config.mode not in ("train", "both"):
         return
+    if not config.cluster.trainer_gpu_num:
+        return  # a trainer on CPUs; asking CUDA would import torch into the driver (about 2 s)
     if not (Path(config.model.model_path) / "config.json").is_file():
         return  # not a local model: its shape would have to be downloaded
     capacity = device_memory()
