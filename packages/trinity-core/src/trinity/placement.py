@@ -161,7 +161,16 @@ def place_roles(config: Config, timeout: float = PLACEMENT_TIMEOUT_S) -> Placeme
     from ray.util import placement_group
 
     alive = [node for node in ray.nodes() if node.get("Alive")]
-    check_fits(config, gpus, [int(node.get("Resources", {}).get("GPU", 0)) for node in alive])
+    node_gpus = [int(node.get("Resources", {}).get("GPU", 0)) for node in alive]
+    if not any(node_gpus):
+        # a cluster of CPUs: each device the config counts is a CPU process (verl's ranks, the
+        # engines on CPUs), as before roles asked Ray for GPUs; nothing to reserve
+        logger.warning(
+            "cluster.gpu_per_node %s, but the Ray cluster has no GPUs: every role computes on CPUs",
+            config.cluster.gpu_per_node,
+        )
+        return Placement()
+    check_fits(config, gpus, node_gpus)
     roles = list(gpus)
     shared = config.mode == "colocate"
     bundles = [{"GPU": 1.0}] if shared else [{"GPU": float(gpus[role])} for role in roles]
