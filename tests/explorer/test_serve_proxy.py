@@ -170,3 +170,13 @@ def test_db_url_records_each_answer_and_its_feedback(proxy, tmp_path, monkeypatc
     version, messages, responses, reward, task = rows[first]
     assert (version, json.loads(messages), reward, task) == (proxy.explorer.version, MESSAGES, 0.5, "t")
     assert len(json.loads(responses)) == 1 and rows[second][3:] == (None, None)  # not scored yet
+
+
+@pytest.mark.parametrize("number", ["NaN", "Infinity", "-Infinity", "1e999"])
+def test_a_number_json_cannot_forward_is_a_bad_request(proxy, number):
+    """Python's JSON parser reads these; the request to the engine cannot carry them (the fuzz test
+    found a 502 for a 1e999 nested in a message)."""
+    body = '{"model": "policy", "messages": [{"role": "user", "content": "1+1=", "x": %s}]}' % number
+    response = _call(proxy, "POST", "/v1/chat/completions", content=body, headers={"Content-Type": "application/json"})
+    assert response.status_code == 400, response.text
+    assert "is not a finite JSON number" in response.json()["error"]["message"]

@@ -38,6 +38,7 @@ import asyncio
 import itertools
 import json
 import logging
+import math
 import time
 from collections import Counter, OrderedDict
 from typing import TYPE_CHECKING, Any, Literal
@@ -86,6 +87,20 @@ class Feedback(BaseModel):
     run_id: int = Field(0, ge=0, lt=2**31)
 
 
+def _forwardable_json(raw: bytes) -> Any:
+    """A request body the proxy can forward as JSON: Python's parser takes NaN, Infinity and
+    numbers past a float's range (1e999), which the upstream request cannot carry (a 502 before)."""
+
+    def refuse(text: str) -> float:
+        raise ValueError(f"{text} is not a finite JSON number")
+
+    def finite(text: str) -> float:
+        value = float(text)
+        return value if math.isfinite(value) else refuse(text)
+
+    return json.loads(raw, parse_constant=refuse, parse_float=finite)
+
+
 class ChatBody(BaseModel):
     """What the proxy reads of a chat completion request; the engine validates the rest."""
 
@@ -130,7 +145,7 @@ class ServeProxy:
         @app.post("/v1/chat/completions", openapi_extra=json_body(ChatBody))
         async def chat(request: Request) -> Any:
             try:
-                body = await request.json()
+                body = _forwardable_json(await request.body())
                 ChatBody.model_validate(body)
             except (ValueError, ValidationError) as exc:
                 return _error(400, _first_problem(exc))
