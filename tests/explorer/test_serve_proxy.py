@@ -176,7 +176,7 @@ def test_db_url_records_each_answer_and_its_feedback(proxy, tmp_path, monkeypatc
 def test_a_number_json_cannot_forward_is_a_bad_request(proxy, number):
     """Python's JSON parser reads these; the request to the engine cannot carry them (the fuzz test
     found a 502 for a 1e999 nested in a message)."""
-    body = '{"model": "policy", "messages": [{"role": "user", "content": "1+1=", "x": %s}]}' % number
+    body = f'{{"model": "policy", "messages": [{{"role": "user", "content": "1+1=", "x": {number}}}]}}'
     response = _call(proxy, "POST", "/v1/chat/completions", content=body, headers={"Content-Type": "application/json"})
     assert response.status_code == 400, response.text
     assert "is not a finite JSON number" in response.json()["error"]["message"]
