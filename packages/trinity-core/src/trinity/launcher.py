@@ -268,6 +268,8 @@ def run_stage(config: Config, verbose: bool = True) -> dict[str, Any]:
                 results[name] = ray.get(ref)
             except ray.exceptions.RayError as exc:
                 raise RunFailed(f"{name} failed: {_cause(exc)}") from exc
+        if _STOP_SIGNALS.received:  # the roles ended (the trainer saved) before the loop looked again
+            raise Stopped(_STOP_SIGNALS.received)
         where = _where(roles)
     finally:
         if display:
