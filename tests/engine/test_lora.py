@@ -265,3 +265,16 @@ def test_engines_without_an_adapter_never_import_peft(tiny_model_dir: Path) -> N
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.strip().splitlines()[-1] == "False"
+
+
+def test_vllm_only_lora_keys_warn_by_name_on_other_engines() -> None:
+    config = Config(mode="both")
+    config.model.lora_configs = [LoRAConfig(lora_dtype="bfloat16")]
+    config.model.fully_sharded_loras = True
+    config.model.max_cpu_loras = 2
+    config.explorer.rollout_model.engine_type = "transformers"
+    inert = {i.path: i.message for i in checked(config).inert}
+    assert set(inert) == {"model.fully_sharded_loras", "model.max_cpu_loras", "model.lora_configs[0].lora_dtype"}
+    assert all("read by the vLLM engine only" in message for message in inert.values())
+    config.explorer.rollout_model.engine_type = "vllm"
+    assert not checked(config).inert

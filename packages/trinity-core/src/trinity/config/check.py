@@ -321,6 +321,18 @@ def check_lora(config: Config, issues: IssueCollector) -> None:
             issues.add(f"{path}[{i}].path", f"{lora.path} is not a peft adapter folder (no adapter_config.json)")
         lora.is_dummy = lora.path is None
     rollout = config.explorer.rollout_model
+    if not rollout.engine_type.startswith(
+        "vllm"
+    ):  # vLLM's own LoRA settings; other engines hold the adapter as the model
+        vllm_only = {
+            "model.fully_sharded_loras": model.fully_sharded_loras,
+            "model.max_cpu_loras": model.max_cpu_loras is not None,
+            **{f"{path}[{i}].lora_dtype": c.lora_dtype != "auto" for i, c in enumerate(model.lora_configs)},
+        }
+        for key in (key for key, set_ in vllm_only.items() if set_):
+            issues.no_effect(
+                key, f"read by the vLLM engine only (explorer.rollout_model.engine_type is '{rollout.engine_type}')"
+            )
     engines = []
     if _trainer_runs(config):
         engines.append((Kind.TRAINER_ENGINE, config.trainer.trainer_type, "trainer.trainer_type", "torch"))
