@@ -83,7 +83,6 @@ def test_presets_match_trinity_rft(name):
             expected = "grpo_verl"
         assert getattr(ours, field) == expected, f"{name}.{field}"
     assert ours.use_critic == upstream["use_critic"]
-    assert ours.can_balance_batch == upstream["can_balance_batch"]
     assert ours.recommended_repeat_times == upstream.get("repeat_times")
     schema = {"experience": "rollout"}.get(upstream["schema"], upstream["schema"])
     assert ours.data_schema == schema
@@ -121,7 +120,7 @@ def test_algorithm_type_requirements():
     get = lambda name: resolve(Kind.ALGORITHM_TYPE, name)  # noqa: E731
     assert get("ppo").use_critic and get("ppo").advantage_fn == "ppo"
     assert not any(get(n).use_critic for n in EXPECTED[Kind.ALGORITHM_TYPE] - {"ppo"})
-    assert get("dpo").repeat_times == 2 and get("dpo").data_schema == "dpo" and not get("dpo").can_balance_batch
+    assert get("dpo").repeat_times == 2 and get("dpo").data_schema == "dpo"
     assert get("sft").data_schema == "sft" and not get("sft").compute_advantage_in_trainer
     assert get("cpt").data_schema == "cpt" and get("raft").data_schema == "rollout"
     for name in ("grpo", "opmd", "mix", "rloo", "gspo", "cispo", "sapo", "rec", "gigpo", "multi_step_grpo", "m2po"):

@@ -244,7 +244,6 @@ DPO = AlgorithmType(
     paper="Rafailov et al. 2023, arXiv:2305.18290",
     policy_loss_fn="dpo",
     use_reference=True,
-    can_balance_batch=False,
     repeat_times=2,
     data_schema="dpo",
     compute_advantage_in_trainer=False,

@@ -148,7 +148,6 @@ class AlgorithmType:
     use_reference: bool = False
     """The policy loss itself reads reference logprobs (``dpo``). A KL function needs them too,
     so the engines load a reference only when ``needs_reference`` says so."""
-    can_balance_batch: bool = True
     requires_repeat_times_gt_1: bool = False
     repeat_times: int | None = None
     """Forced repeat_times (``dpo`` uses 2), or None to keep the config's."""

@@ -1003,8 +1003,19 @@ class TrainerConfig(ConfigModel):
     grad_clip: float = Field(1.0, ge=0.0, description="Gradient-norm clipping; 0 disables it.")
     use_dynamic_bsz: bool = Field(True, description="Micro-batches by token budget (max_token_len_per_gpu).")
     use_remove_padding: bool = Field(True, description="Pack sequences without padding (verl).")
-    balance_batch: bool = Field(True, description="Balance tokens across data-parallel ranks (verl).")
-    critic_warmup: int = Field(0, ge=0, description="Steps that train only the critic (PPO).")
+    balance_batch: bool = inert(
+        True,
+        "Balance tokens across data-parallel ranks (verl).",
+        reason="verl's own training loop (RayPPOTrainer) reorders rows so each data-parallel rank gets as many "
+        "tokens; trinity runs verl's workers, whose ranks each take a contiguous slice, and the torch trainer runs one rank",
+    )
+    critic_warmup: int = inert(
+        0,
+        "Steps that train only the critic (PPO).",
+        ge=0,
+        reason="read by verl's own training loop (RayPPOTrainer), which trinity does not run: the torch and "
+        "verl engines update the critic and the actor at every step",
+    )
     max_token_len_per_gpu: int | None = Field(
         None,
         ge=1,
