@@ -119,7 +119,7 @@ def test_a_stale_trainer_cannot_publish_checkpoint_weights_over_its_replacement(
     from trinity.synchronizer.methods import CheckpointSync
 
     storage = buffer_config("sqlite", tmp_path)
-    config = Config.model_validate({"checkpoint_root_dir": str(tmp_path / "ckpt")})
+    config = Config.model_validate({"checkpoint_job_dir": str(tmp_path / "job")})  # not derived here: say where
     sync = CheckpointSync(config)
     orphan = open_experience_reader(storage, auto_commit=False)
     sync.publish({"w": torch.zeros(2)}, 1, fence=orphan.fenced)
