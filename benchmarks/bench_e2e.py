@@ -34,7 +34,10 @@ interleaved, and printed as median (min-max).
   alternation's bound ((explore + train) / max of the two in the fixed run).
 - startup: seconds from ``trinity run`` to the first rollout (the timestamp of the first
   explorer step's metrics minus that step's own duration), with ``trinity run`` starting
-  Ray (target <= 5), and joining a local cluster that ``ray start --head`` started before.
+  Ray, and joining a local cluster that ``ray start --head`` started before; each over its
+  floor measured in the same run: a plain process that makes the explorer role's imports and
+  loads the model and tokenizer, plus (cold) ``ray.init`` alone. Targets: joined <= 1.25 x
+  floor, cold <= 1.2 x (floor + ray.init).
 - gpu (not in ``all``): the overhead comparison on one GPU with a locally built model of
   Qwen2.5-0.5B's shape, 16 prompts x 8 samples x 128 tokens: exploring's and training's
   response tokens per second through ``trinity run`` and directly, and the weights' publish
@@ -357,17 +360,65 @@ def first_rollout_seconds(root: Path, model: Path, data: Path, name: str, *chang
     return first["timestamp"] - first["time/explore_step"] - started
 
 
+FLOOR_SCRIPT = """
+import sys
+import trinity.explorer.explorer  # the explorer role's imports, as its actor makes them
+from transformers import AutoModelForCausalLM, AutoTokenizer
+AutoTokenizer.from_pretrained(sys.argv[1])
+AutoModelForCausalLM.from_pretrained(sys.argv[1])
+"""
+RAY_INIT_SCRIPT = """
+import time
+import ray
+started = time.perf_counter()
+ray.init(include_dashboard=False, logging_level="WARNING")
+print(time.perf_counter() - started)
+ray.shutdown()
+"""
+
+
+def floor_seconds(model: Path) -> float:
+    """A plain process (interpreter start included) making the explorer role's imports and
+    loading the model and tokenizer: what the first rollout cannot come before."""
+    started = time.perf_counter()
+    subprocess.run([sys.executable, "-c", FLOOR_SCRIPT, str(model)], check=True)
+    return time.perf_counter() - started
+
+
+def ray_init_seconds() -> float:
+    """``ray.init`` alone starting a local Ray (its head, raylet and workers' pool), in a fresh process."""
+    out = subprocess.run([sys.executable, "-c", RAY_INIT_SCRIPT], check=True, capture_output=True, text=True)
+    return float(out.stdout.split()[-1])
+
+
 def startup(root: Path, model: Path, data: Path) -> None:
     """Cold (``trinity run`` starts Ray; it would join one that ``ray start`` started on this
-    machine) and joining a local cluster started before (``cluster.ray_address``)."""
-    cold = [first_rollout_seconds(root, model, data, f"cold{i}") for i in range(STARTUPS)]
-    print(f"startup: {spread(cold)} s from trinity run to the first rollout over {STARTUPS} runs (target <= 5)")
+    machine) and joining a local cluster started before (``cluster.ray_address``), each over
+    its floor measured between its runs."""
+    cold, floor, ray_init = [], [], []
+    for i in range(STARTUPS):
+        cold.append(first_rollout_seconds(root, model, data, f"cold{i}"))
+        floor.append(floor_seconds(model))
+        ray_init.append(ray_init_seconds())
     with ray_head(settle=5) as address:  # its raylet and agents up and idle, as in one started earlier
-        joined = [
-            first_rollout_seconds(root, model, data, f"joined{i}", f"cluster.ray_address={address}")
-            for i in range(STARTUPS)
-        ]
-    print(f"startup: {spread(joined)} s joining a running local cluster (ray start --head) over {STARTUPS} runs")
+        joined, joined_floor = [], []
+        for i in range(STARTUPS):
+            joined.append(first_rollout_seconds(root, model, data, f"joined{i}", f"cluster.ray_address={address}"))
+            joined_floor.append(floor_seconds(model))
+    cold_ratio = [c / (f + r) for c, f, r in zip(cold, floor, ray_init, strict=True)]
+    joined_ratio = [j / f for j, f in zip(joined, joined_floor, strict=True)]
+    print(
+        f"startup: floor (explorer's imports + model, plain process) {spread(floor + joined_floor)} s, "
+        f"ray.init alone {spread(ray_init)} s, over {STARTUPS} runs each"
+    )
+    print(
+        f"startup: cold {spread(cold)} s from trinity run to the first rollout; "
+        f"over floor + ray.init {spread(cold_ratio)} (target <= 1.2)"
+    )
+    print(
+        f"startup: joining a running local cluster (ray start --head) {spread(joined)} s; "
+        f"over floor {spread(joined_ratio)} (target <= 1.25)"
+    )
 
 
 GPU_SHAPE = {"hidden_size": 896, "num_layers": 24, "num_heads": 14, "num_kv_heads": 2, "intermediate_size": 4864}
