@@ -1,10 +1,12 @@
-"""Settings every test shares: no network, no Ray token auth, quiet tokenizers."""
+"""Settings every test shares: no network, no Ray token auth, quiet tokenizers, a clean checkout after the run."""
 
 import os
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+from house import checkout_left_clean  # noqa: F401 (autouse: a run leaves git status as it found it)
 
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")

@@ -1,0 +1,119 @@
+"""Keep the house honest: the core's layers, the size of its classes and module docstrings, and a
+test run that leaves the checkout clean."""
+
+from __future__ import annotations
+
+import ast
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from house import imported_modules
+
+pytest_plugins = ("pytester",)
+
+CORE = Path(__file__).resolve().parents[1] / "packages" / "trinity-core" / "src" / "trinity"
+
+TIERS: tuple[tuple[str, ...], ...] = (
+    ("common",),  # DESIGN 1: a leaf
+    ("plugins",),  # DESIGN 3: hook specs and the registry need only common
+    ("config",),  # DESIGN 2: its checker resolves plugin names, so it sits above plugins
+    ("plugin_api",),  # DESIGN 3: the door of plugin packages; nothing in the core imports it
+    ("monitor", "buffer", "checkpoints"),  # DESIGN 4
+    ("algorithm", "runtime", "report", "progress", "summary", "studio"),  # DESIGN 4 (algorithm reads buffer, monitor)
+    ("engine",),  # DESIGN 4: the losses of the training engines come from algorithm
+    ("synchronizer", "placement", "convert", "joblog"),  # DESIGN 5
+    ("explorer", "trainer"),  # DESIGN 5: roles; neither imports the other
+    ("launcher",),  # DESIGN 6
+    ("cli",),  # DESIGN 6
+)
+"""The core's subpackages and top-level modules, lowest first: a module imports only from tiers below
+its own (never a peer of its tier). A new subpackage or module must be placed here."""
+
+MAX_CLASS_LINES, MAX_METHODS, MAX_DOCSTRING_LINES = 250, 25, 10
+
+
+def core_files() -> list[Path]:
+    return sorted(CORE.rglob("*.py"))
+
+
+def unit(module: str) -> str:
+    """``trinity.engine.client`` -> ``engine``; ``trinity.cli`` -> ``cli``."""
+    return module.split(".")[1] if "." in module else ""
+
+
+def test_the_core_s_subpackages_import_only_downward():
+    tier = {name: i for i, names in enumerate(TIERS) for name in names}
+    wrong, unplaced = [], set()
+    for path in core_files():
+        rel = path.relative_to(CORE.parent)
+        own = unit(".".join(rel.with_suffix("").parts))
+        if own == "__init__":  # trinity/__init__.py: the version only
+            assert not [m for _, m in imported_modules(path) if m.startswith("trinity")], path
+            continue
+        if own not in tier:
+            unplaced.add(own)
+            continue
+        for line, module in imported_modules(path):
+            other = unit(module) if module.startswith("trinity.") else None
+            if other is None or other == own:
+                continue
+            if other not in tier:
+                unplaced.add(other)
+            elif tier[other] >= tier[own]:
+                wrong.append(f"{rel}:{line}: {own} (tier {tier[own]}) imports {module} (tier {tier[other]})")
+    assert not unplaced, f"place these in TIERS: {sorted(unplaced)}"
+    assert not wrong, "imports that do not point down TIERS:\n" + "\n".join(wrong)
+
+
+def test_no_core_class_is_over_250_lines_or_25_methods():
+    big = []
+    for path in core_files():
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.ClassDef):
+                lines = node.end_lineno - node.lineno + 1
+                methods = sum(isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) for n in node.body)
+                if lines > MAX_CLASS_LINES or methods > MAX_METHODS:
+                    big.append(f"{path.relative_to(CORE)}: {node.name}: {lines} lines, {methods} methods")
+    assert not big, f"classes over {MAX_CLASS_LINES} lines or {MAX_METHODS} methods (split them):\n" + "\n".join(big)
+
+
+def test_every_core_module_docstring_is_at_most_10_lines():
+    long = []
+    for path in core_files():
+        docstring = ast.get_docstring(ast.parse(path.read_text(), str(path))) or ""
+        if len(docstring.splitlines()) > MAX_DOCSTRING_LINES:
+            long.append(f"{path.relative_to(CORE)}: {len(docstring.splitlines())} lines")
+    assert not long, "module docstrings over 10 lines (what, when, why; the rest in docs/):\n" + "\n".join(long)
+
+
+def test_a_run_that_leaves_an_artefact_in_the_checkout_fails(pytester: pytest.Pytester):
+    """The clean-checkout check of ``tests/house.py`` in a git repository of its own: an artefact in
+    the checkout fails the session, one under tmp_path and a source file written meanwhile do not, and
+    outside a git checkout nothing is compared."""
+    pytester.makeini("[pytest]\n")
+    pytester.makeconftest("from house import checkout_left_clean  # noqa: F401\n")
+    (pytester.path / ".gitignore").write_text("__pycache__/\n.pytest_cache/\n")
+    pytester.makepyfile(
+        test_writes="""
+        def test_under_tmp_path(tmp_path):
+            (tmp_path / "weights.json").write_text("{}")
+
+        def test_edits_source(pytestconfig):
+            (pytestconfig.rootpath / "module.py").write_text("# written while the suite runs\\n")
+
+        def test_in_the_checkout(pytestconfig):
+            (pytestconfig.rootpath / "sync" / "version_1").mkdir(parents=True)
+            (pytestconfig.rootpath / "sync" / "latest.json").write_text("{}")
+        """
+    )
+    pytester.runpytest("-k", "checkout").assert_outcomes(passed=1)  # not a git checkout: nothing to compare
+    shutil.rmtree(pytester.path / "sync")
+    subprocess.run(["git", "init", "-q", str(pytester.path)], check=True)
+    clean = pytester.runpytest("-k", "tmp_path or source")
+    clean.assert_outcomes(passed=2)
+    dirty = pytester.runpytest("-k", "checkout")
+    dirty.assert_outcomes(passed=1, errors=1)
+    dirty.stdout.fnmatch_lines(["*the test run changed `git status`*", "?? sync/latest.json"])
