@@ -7,9 +7,10 @@ from pathlib import Path
 import pytest
 import torch
 
+from trinity.algorithm import catalogue
 from trinity.algorithm.base import AlgorithmType
 from trinity.config.base import PluginArgs
-from trinity.config.check import _ALGORITHM_FNS as FN_KINDS  # the fields the config pass fills
+from trinity.config.check import ALGORITHM_FNS as FN_KINDS  # the fields the config pass fills
 from trinity.plugins import Kind, get_registry, resolve
 
 REPO = Path(__file__).resolve().parents[2]
@@ -138,3 +139,23 @@ def test_docs_table_every_type():
     for name in EXPECTED[Kind.ALGORITHM_TYPE]:
         assert name in rows, f"docs/algorithms.md has no row for {name}"
         assert resolve(Kind.ALGORITHM_TYPE, name).paper.split(",")[0] in rows[name], name
+
+
+def test_docs_function_tables_are_the_registry_s():
+    """The function tables of ``docs/algorithms.md`` are what ``python -m trinity.algorithm.catalogue`` writes."""
+    page = (REPO / "docs" / "algorithms.md").read_text()
+    assert catalogue.updated(page) == page, "run `python -m trinity.algorithm.catalogue`"
+
+
+@pytest.mark.parametrize(
+    ("doc", "cell"),
+    [
+        ("Bounded staleness (cf. AReaL, arXiv:1). More.", "Bounded staleness (cf. AReaL, arXiv:1)"),
+        ("PPO (Schulman et al. 2017; dual clip: Ye). More.", "PPO (Schulman et al. 2017; dual clip: Ye)"),
+        ("CHORD's importance-\n    sampled SFT, ``l = -p.x``. More.", "CHORD's importance-sampled SFT, ``l = -p.x``"),
+        ("A filter, e.g. on length. Then more.", "A filter, e.g. on length"),
+        ("One sentence only.\n\nA second paragraph.", "One sentence only"),
+    ],
+)
+def test_a_table_cell_is_the_docstring_s_first_whole_sentence(doc, cell):
+    assert catalogue.first_sentence(doc) == cell

@@ -3,12 +3,10 @@
 
 A policy-gradient step with advantage ``A`` on token ``k`` changes the entropy by about
 ``-eta A (S_k - N_k)``, with ``S = p (H + log p)`` the sampled token's entropy score and ``N`` its
-expectation over the vocabulary (``batch.entropy_scores``, ``batch.expected_entropy_scores``,
-which the training engine computes for these functions). Negative-advantage tokens whose step
-would lower the entropy most are taken out of the loss: their ``response_mask`` becomes 0.
-Positive-advantage tokens always train. Trinity-RFT reads ``S`` from the rollout logprobs and the
-recomputed entropy; here both come from one recomputation. Groups of one get advantage 0 (see
-``trinity.algorithm.advantage``).
+expectation over the vocabulary (``batch.entropy_scores``, ``batch.expected_entropy_scores``; the
+training engine computes both in one recomputation, where Trinity-RFT reads ``S`` from the rollout
+logprobs). Negative-advantage tokens whose step would lower the entropy most leave the loss (their
+``response_mask`` becomes 0); positive ones always train. Groups of one get advantage 0.
 """
 
 from __future__ import annotations
@@ -61,8 +59,9 @@ class _EntropyClip(GroupNormalisedAdvantage):
 
 
 class ClipBAdvantage(_EntropyClip):
-    """Clip_B: with ``z = S - mean(S)`` over the batch's tokens (population std ``sigma``), a
-    negative-advantage token stays only when ``z >= -mu sigma``; zero and positive ones stay."""
+    """Clip_B (Trinity-RFT ``clipb``, arXiv:2602.03392): with ``z = S - mean(S)`` over the batch's
+    tokens (population std ``sigma``), a negative-advantage token stays only when ``z >= -mu sigma``;
+    zero and positive ones stay."""
 
     class Args(GroupNormalisedAdvantage.Args):
         mu: float = Field(2.5, gt=0, description="how many stds below the mean entropy score a token may lie")
@@ -75,9 +74,10 @@ class ClipBAdvantage(_EntropyClip):
 
 
 class ClipVAdvantage(_EntropyClip):
-    """Clip_V: with ``D = N - S`` (population std ``sigma`` over the batch's tokens), a
-    non-positive-advantage token stays only when ``D <= mu sigma``; at most ``max_frac`` of the
-    tokens (at least one) are taken out, the negative ones of largest ``D`` first."""
+    """Clip_V (Trinity-RFT ``clipv``, arXiv:2602.03392): with ``D = N - S`` (population std ``sigma``
+    over the batch's tokens), a non-positive-advantage token stays only when ``D <= mu sigma``; at
+    most ``max_frac`` of the tokens (at least one) are taken out, the negative ones of largest ``D``
+    first."""
 
     class Args(GroupNormalisedAdvantage.Args):
         mu: float = Field(8.5, gt=0, description="how many stds of N - S a token may exceed")
