@@ -9,6 +9,8 @@ import subprocess
 from pathlib import Path
 
 import pytest
+import tomllib
+from packaging.requirements import Requirement
 
 from house import imported_modules
 
@@ -87,6 +89,12 @@ def test_every_core_module_docstring_is_at_most_10_lines():
         if len(docstring.splitlines()) > MAX_DOCSTRING_LINES:
             long.append(f"{path.relative_to(CORE)}: {len(docstring.splitlines())} lines")
     assert not long, "module docstrings over 10 lines (what, when, why; the rest in docs/):\n" + "\n".join(long)
+
+
+def test_the_all_extra_installs_every_extra():
+    extras = tomllib.loads((CORE.parents[1] / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    (everything,) = [Requirement(req) for req in extras.pop("all")]
+    assert everything.name == "trinity-core" and everything.extras == set(extras)
 
 
 def test_a_run_that_leaves_an_artefact_in_the_checkout_fails(pytester: pytest.Pytester):
