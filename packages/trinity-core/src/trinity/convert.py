@@ -1,14 +1,11 @@
 """``trinity convert CHECKPOINT OUT``: a checkpoint's actor as a Hugging Face model folder.
 
 CHECKPOINT is a ``global_step_N`` folder, or a job folder (its latest checkpoint). The training
-engine that wrote it does the export (``TrainingEngine.export_hf``): named by ``--engine``, else
-by the ``trainer.trainer_type`` the run recorded in the job folder's ``config.yaml``, else the
-default export, which copies the HF weights a checkpoint holds.
-
-A LoRA checkpoint (its actor folder a peft adapter, ``model.lora_configs``) becomes the base model
-with the adapter merged in (``W + B A alpha / r``; the base named by the adapter's
-``base_model_name_or_path``, or ``--base-model``), or with ``--adapter`` the adapter folder alone
-(``adapter_config.json`` + ``adapter_model.safetensors``, what peft and vLLM load).
+engine that wrote it exports it (``TrainingEngine.export_hf``): named by ``--engine``, else by the
+``trainer.trainer_type`` recorded in the job folder's ``config.yaml``, else the default export,
+which copies the checkpoint's HF weights. A LoRA checkpoint becomes the base model with the adapter
+merged in (``W + B A alpha / r``; base from the adapter's ``base_model_name_or_path`` or
+``--base-model``), or with ``--adapter`` the peft adapter folder alone (what peft and vLLM load).
 """
 
 from __future__ import annotations

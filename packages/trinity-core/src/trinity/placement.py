@@ -1,14 +1,12 @@
 """Where the roles run: the GPUs each role's Ray actor asks for, and the placement group that
 reserves them on the cluster's nodes.
 
-The reference engines compute in their role's own process: the explorer's actor asks for the
-GPUs of its in-process engines (``engine_num x tensor_parallel_size`` each model), the
-trainer's for its engine's (``TrainingEngine.process_gpus``). Ray then sets each actor's
-``CUDA_VISIBLE_DEVICES`` to the devices it gave it, so roles never share a device by accident.
-One placement group per stage holds a bundle per role (PACK: on as few nodes as the GPUs allow),
-so that a run either gets all its GPUs or is told at once what is missing. ``colocate`` shares
-one GPU: each role takes half of it, as Trinity-RFT does. On a CPU cluster (``gpu_per_node``
-0) nothing is asked for and no group is made.
+The reference engines compute in their role's own process, so each role's actor asks for its
+engines' GPUs (the explorer's ``engine_num x tensor_parallel_size`` per model, the trainer's
+``TrainingEngine.process_gpus``) and Ray's ``CUDA_VISIBLE_DEVICES`` keeps roles off each other's
+devices. One placement group per stage (PACK) holds a bundle per role, so a run gets all its GPUs
+or is told at once what is missing; ``colocate`` gives each role half of one GPU, as Trinity-RFT
+does; a CPU cluster (``gpu_per_node: 0``) asks for nothing. More: ``docs/multinode.md``.
 """
 
 from __future__ import annotations

@@ -1,20 +1,10 @@
 """Interfaces of the algorithm functions: what training engines call and plugins implement.
 
-Every function object is built from its config args (``algorithm.<kind>_args``) and
-validates them with its declared ``Args`` model (a ``PluginArgs``: typed, defaulted,
-ranged, unknown keys refused), and works on ``[B, R]`` response-aligned tensors of a
-``Batch``. All return a metrics dict of plain floats next to their result, named without
-prefix (``pg_loss``, ``ppo_kl``, ``pg_clipfrac``, ``kl_loss``, ``entropy_loss``; the engine
-adds ``actor/``).
-
-Conventions of the built-in functions (``trinity.algorithm.*``):
-- ``response_mask`` is 0/1; a row of zeros (empty response) contributes nothing, never NaN.
-- Losses take ``loss_agg_mode`` (see ``trinity.algorithm.utils.agg_loss``), aggregate over
-  the micro-batch they are given, and scale rows by ``batch.sample_weights`` when set.
-- Any float dtype in, float32 statistics and losses out; gradients reach ``logprobs`` in its
-  own dtype. Metrics are floats (``.item()``): they never hold the graph.
-- Each loss returned is added to the actor's total: ``pg + kl_loss + entropy_loss`` (the
-  entropy term is ``-entropy_coef * entropy``).
+Each function is built from its config args (``algorithm.<kind>_args``), validated by its declared
+``Args`` model, and works on ``[B, R]`` response-aligned tensors of a ``Batch``; it returns its
+result and a dict of plain-float metrics named without prefix (the engine adds ``actor/``). The
+conventions the built-in functions keep (masks, ``loss_agg_mode``, dtypes, how the loss terms add
+up) are in ``docs/algorithms.md``.
 """
 
 from __future__ import annotations

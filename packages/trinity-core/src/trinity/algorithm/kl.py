@@ -1,15 +1,11 @@
 """KL estimators between the policy and the reference model, per token, from log-probabilities.
 
-Each serves as a reward penalty (``kl_penalty_fn``: ``r_t -= kl_coef * kl_t`` on old
-logprobs) and as a loss (``kl_loss_fn``: ``kl_coef * agg(kl_t)`` on current logprobs).
-Estimators after J. Schulman, "Approximating KL divergence" (2020), with ``d = logp - logp_ref``,
-named as verl 0.9's ``kl_penalty`` names them: ``k1``/``kl``, ``k2``/``mse``, ``k3`` and
-``low_var_kl`` (the same clamped k3 in verl), ``abs``; a ``+`` suffix (``k1+``, ``k3+``,
-``low_var_kl+``, ``abs+``) keeps the estimator's value but takes the gradient of k2, which
-is the unbiased gradient of the KL (verl's straight-through forms).
-
-The reward penalty can adapt its coefficient (``adaptive: true``) with the proportional
-controller of Ziegler et al. 2019 (arXiv:1909.08593), verl's ``AdaptiveKLController``.
+Each serves as a reward penalty (``kl_penalty_fn``: ``r_t -= kl_coef * kl_t`` on old logprobs) and
+as a loss (``kl_loss_fn``: ``kl_coef * agg(kl_t)`` on current logprobs). Estimators after J.
+Schulman, "Approximating KL divergence" (2020), with ``d = logp - logp_ref``, named as verl 0.9's
+``kl_penalty``; a ``+`` suffix keeps the estimator's value but takes the gradient of k2, the
+unbiased gradient of the KL (verl's straight-through forms). The reward penalty can adapt its
+coefficient (``adaptive: true``) with Ziegler et al. 2019's controller, verl's ``AdaptiveKLController``.
 """
 
 from __future__ import annotations

@@ -1,27 +1,12 @@
 """Rollout correction (verl 0.9's ``rollout_corr_helper``): the rollout engine's logprobs and the
-trainer's differ (bf16 vs fp32 kernels, stale weights), so the policy gradient is off-policy. With
-``log r = logp_train - logp_rollout`` per token:
+trainer's differ (bf16 vs fp32 kernels, stale weights), so the policy gradient is off-policy.
 
-- importance weights (``rollout_is``): ``r`` per token or ``prod_t r`` per sequence, truncated above
-  ``rollout_is_threshold`` (TIS) or zeroed outside ``"lower_upper"`` bounds (IcePop), optionally
-  scaled to mean 1 over the batch; they multiply the per-token policy loss;
-- rejection sampling (``rollout_rs``): tokens or whole sequences whose divergence statistic
-  (``k1 = -log r``, ``k2 = (log r)^2 / 2``, ``k3 = r - 1 - log r``; per token, or a sequence's
-  sum, mean or max) leaves its bounds drop out of the response mask;
-- off-policy metrics (KL, perplexities, chi-square), all under ``rollout_corr/`` as in verl.
-
-Two modes, as verl's: *decoupled* (``bypass_mode: false``, i.e. ``algorithm.bypass_old_logprobs:
-false``) recomputes the old logprobs with the actor; the trainer then corrects the whole batch once,
-before advantages (``RolloutCorrector.apply_to_batch``): weights go to ``batch.rollout_is_weights``
-(every policy loss built on ``AggregatedLoss.aggregate`` multiplies its per-token loss by them),
-rejections to ``batch.response_mask``. *Bypass* (the default) takes the rollout logprobs as the old
-ones; the correction runs per micro-batch inside the loss against the current policy
-(``RolloutCorrector.bypass_loss``, verl's ``compute_policy_loss_bypass_mode``): ``loss_type:
-ppo_clip`` keeps the configured policy loss (its ratio to the rollout policy is the correction) under
-the rejection mask, ``reinforce`` replaces it with ``-w A log p``.
-
-The functions follow verl's semantics metric for metric (checked to 1e-5 against recorded outputs in
-``tests/algorithm/test_rollout_correction.py``); they compute in float32 or the input's wider dtype.
+With ``log r = logp_train - logp_rollout`` per token: importance weights (``rollout_is``, TIS or
+IcePop), rejection of tokens or sequences by a divergence statistic (``rollout_rs``) and off-policy
+metrics under ``rollout_corr/``. *Decoupled* mode corrects the whole batch once before advantages
+(``RolloutCorrector.apply_to_batch``); *bypass* mode corrects inside the loss, per micro-batch
+(``RolloutCorrector.bypass_loss``). Semantics, presets and modes: ``docs/algorithms.md``; checked
+to 1e-5 against verl's recorded outputs (``tests/algorithm/test_rollout_correction.py``).
 """
 
 from __future__ import annotations

@@ -1,21 +1,12 @@
-"""Data-Juicer recipes on rows: what the ``data_juicer`` experience operator and the task
-pipeline run.
+"""Data-Juicer recipes on rows: what the ``data_juicer`` experience operator and the task pipeline run.
 
-py-data-juicer is optional (``pip install "trinity-core[data-juicer]"``): without it a recipe
-fails at its start with an error naming its config key and the install command. A recipe is
-Data-Juicer's own: a list of operators (``[{op_name: {args}}]``) run with ``num_process``
-workers, or a recipe file (``config_path``, which wins, as in Trinity-RFT). Its filters drop
-rows, its mappers rewrite them, and the statistics its filters compute land in each row's
-``__dj__stats__``. The operators load once per recipe (loading Data-Juicer takes seconds).
-
-Recipes run in the process that needs them, or, with ``service.data_juicer``, in a Data-Juicer
-server: trinity's own (``python -m trinity.buffer.data_juicer --port P``: JSON rows over HTTP,
-not Trinity-RFT's session protocol), at ``server_url`` or started for the run (``auto_start``).
-
-A recipe run in process is the user's own config, run as Data-Juicer runs it: every operator,
-including those that execute code. The server runs what its clients send, so it takes a token
-(``$TRINITY_DATA_JUICER_TOKEN``; one per run when trinity starts it), bounds requests and its
-cache, and refuses code (``CODE_WORDS``) unless it was started with ``--allow-code-ops``.
+A recipe is Data-Juicer's own (operators ``[{op_name: {args}}]`` run with ``num_process`` workers,
+or a ``config_path`` file, which wins): its filters drop rows, its mappers rewrite them, and its
+filters' statistics land in each row's ``__dj__stats__``; the operators load once per recipe.
+Recipes run in the process that needs them, or in trinity's Data-Juicer server
+(``service.data_juicer``; ``python -m trinity.buffer.data_juicer --port P``: JSON rows over HTTP),
+which takes a token, bounds requests and refuses code-running operators unless
+``--allow-code-ops`` (``docs/data.md``, ``docs/security.md``). Needs the ``data-juicer`` extra.
 """
 
 # No ``from __future__ import annotations``: FastAPI reads ``create_app``'s local models from its

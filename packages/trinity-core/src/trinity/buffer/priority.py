@@ -2,13 +2,10 @@
 
 A priority function scores an experience from its ``model_version`` and how often it was read
 (``use_count``) when it enters the buffer and each time it comes back after
-``reuse_cooldown_time``; the replay buffer reads the highest score first and drops the lowest
-when full. ``None`` means "do not (re)use it". Its arguments (``replay_buffer.priority_fn_args``)
-are its ``Args`` model, checked by ``trinity config check``.
-
-- ``linear_decay``: ``model_version - decay * use_count``.
-- ``decay_limit_randomization``: the same plus Gaussian noise of ``sigma``; an experience read
-  ``use_count_limit`` times is not reused (0: no limit).
+``reuse_cooldown_time``; the replay buffer reads the highest score first and drops the lowest when
+full, and ``None`` means "do not (re)use it". ``linear_decay`` is ``model_version - decay *
+use_count``; ``decay_limit_randomization`` adds Gaussian noise of ``sigma`` and stops reusing an
+experience read ``use_count_limit`` times (0: no limit).
 """
 
 from __future__ import annotations

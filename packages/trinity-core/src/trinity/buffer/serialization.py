@@ -1,20 +1,12 @@
-"""Compact binary form of experiences: a small JSON header plus raw tensor bytes.
+"""Compact binary form of experiences: a small JSON header plus raw tensor bytes, never pickle.
 
-One experience serialises to ``MAGIC | version | codec | header length | header | tensors``.
-The header holds the scalar fields and, per tensor, its name, stored dtype, shape and the
-dtype to restore; tensors follow as raw little-endian bytes, each 8-byte aligned. Token
-ids are stored as int32 (vocabularies fit) and restored as int64.
-
-Nothing is pickled: a stored row is read by another process, perhaps from a database other
-jobs can write, and unpickling it would run whatever code its writer put there. In ``info``,
-``metrics`` and ``messages``, numpy and torch values become numbers and lists, sets and tuples
-lists, paths strings; any other object is a ``SerializationError`` naming where it is. A row
-with a pickled header (codec 1, written by trinity before this rule) is refused, not read,
-unless the buffer's ``trust_pickled_rows`` says that only its owner ever wrote the store;
-``trinity buffer migrate`` rewrites such rows without pickle.
-
-A list serialises to ``LIST_MAGIC | version | count | (length | experience)*``. A blob
-of another format version raises ``SerializationError`` naming both versions.
+One experience is ``MAGIC | version | codec | header length | header | tensors``: the header holds
+the scalar fields and each tensor's name, stored dtype, shape and dtype to restore; the tensors
+follow as raw little-endian bytes, each 8-byte aligned (token ids stored as int32). A list is
+``LIST_MAGIC | version | count | (length | experience)*``. A row may come from a database other
+jobs can write, so ``info``, ``metrics`` and ``messages`` hold JSON values only (anything else is a
+``SerializationError`` naming where), and a pickled row of an older trinity (codec 1) is refused
+unless ``trust_pickled_rows`` (``docs/security.md``; ``trinity buffer migrate`` rewrites them).
 """
 
 from __future__ import annotations

@@ -1,15 +1,11 @@
 """The task pipeline (``data_processor.task_pipeline``): raw data to the taskset, before exploring.
 
-``trinity run`` runs it first when it is configured: the rows of the ``inputs`` files go
-through the Data-Juicer recipe (``operators`` with ``num_process`` workers, or ``config_path``;
-``target_fields`` are the text columns the operators read, and the columns kept). As Trinity-RFT
-does, the statistics the recipe computes are grouped into a quality score and a difficulty
-score per row, each statistic scaled to [0, 1] with 1 the better (its known range, else the
-data's min and max); ``priority = sum(priority_weights[k] * score_k)`` (defaults: quality 1.0,
-difficulty -0.7, usage_frequency -0.5, diversity 0.8; no recipe scores diversity, and a fresh
-row has no usage) orders the rows, best first, and ``top_k`` keeps the best ``k``. The rows are
-written as jsonl to ``output.path`` (``<path>/output.jsonl`` when it is a folder), which the
-explorer then reads; an output that exists already is kept (a resumed run does not redo it).
+``trinity run`` runs it first when it is configured: the rows of the ``inputs`` files go through the
+Data-Juicer recipe, whose statistics become a quality and a difficulty score per row (each scaled to
+[0, 1], 1 the better: by its known range, else the data's min and max), as Trinity-RFT does;
+``priority = sum(priority_weights[k] * score_k)`` orders the rows, best first, and ``top_k`` keeps
+the best. They are written as jsonl to ``output.path``, which the explorer then reads; an output
+that exists already is kept, so a resumed run does not redo it (``docs/data.md``).
 """
 
 from __future__ import annotations

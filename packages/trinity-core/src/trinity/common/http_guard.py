@@ -1,22 +1,12 @@
-"""What every HTTP door of trinity checks before a handler runs: the token, the content type, the size.
+"""What every HTTP door of trinity checks before a handler runs: the origin, the token, the content type, the size.
 
 One ASGI middleware, worn by the serve proxy, the engines' OpenAI endpoint, the studio and the
-Data-Juicer service (``docs/security.md`` says who can reach each):
-
-- **same site**: a browser names the page's origin in ``Origin``; a request from another site's
-  page (its origin is not this door's ``Host``) is refused with 403, whatever its method or type.
-  A door bound to loopback also answers only to loopback host names (``hosts``), which stops a
-  page whose own name resolves to 127.0.0.1 (DNS rebinding).
-- **token**: when the door has one, a request must carry it as ``Authorization: Bearer <token>``
-  (what the ``openai`` client sends for ``api_key``) or, for a browser page, in the named cookie;
-  else 401. Compared in constant time. ``open_paths`` (``/health``) need none.
-- **JSON only**: a request with a body must say ``Content-Type: application/json``, else 415. A web
-  page can post ``text/plain`` or a form to any address without the browser asking first; JSON
-  makes the browser ask (a CORS preflight), and no door of ours answers yes.
-- **size**: a body over ``max_body_bytes`` is refused with 413 naming the limit: by its declared
-  ``Content-Length`` (which the server holds it to), or, sent without one, counted as it arrives.
-
-Errors are OpenAI's shape (``{"error": {"message", "type", "code"}}``), which its client reads.
+Data-Juicer service. It refuses a browser request from another site's page (``Origin``) and a
+loopback door addressed by another host name (DNS rebinding) with 403; a request without the
+door's token (``Authorization: Bearer``, or the named cookie for a browser page; compared in
+constant time; ``open_paths`` need none) with 401; a body that is not ``application/json`` with 415
+(JSON makes a browser ask first, and no door says yes); a body over ``max_body_bytes`` with 413.
+Errors are OpenAI's shape, which its client reads. Who can reach each door: ``docs/security.md``.
 """
 
 from __future__ import annotations

@@ -1,17 +1,11 @@
 """The hooks a trinity plugin implements: one registration hook per kind.
 
-Every hook runs once, when the plugin manager is first used, and receives a
-``register(name, target)`` callback. ``target`` is the implementation itself or
-a dotted path ``"package.module:attribute"``; a dotted path is imported only when
-a config names it, so discovery never imports torch, vllm or verl.
-
-A plugin is a module with functions named after these specs, marked with
-``trinity.plugins.hookimpl``, exposed through the ``trinity`` entry-point group::
-
-    [project.entry-points.trinity]
-    my_plugin = "my_package.plugin"
-
-Hooks return nothing; a name registered twice (by any two plugins) is refused.
+Every hook runs once, when the plugin manager is first used, and receives a ``register(name,
+target)`` callback; ``target`` is the implementation or a dotted path ``"package.module:attribute"``
+imported only when a config names it, so discovery never imports torch, vllm or verl. A plugin is
+a module of functions named after these specs, marked with ``trinity.plugins.hookimpl`` and exposed
+through the ``trinity`` entry-point group (``my_plugin = "my_package.plugin"`` under
+``[project.entry-points.trinity]``). Hooks return nothing; a name registered twice is refused.
 """
 
 from __future__ import annotations

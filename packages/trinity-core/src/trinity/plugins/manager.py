@@ -1,15 +1,11 @@
 """Discover plugins, keep the name -> implementation tables, resolve config names.
 
-The core's own plugin modules and third-party ones are found the same way: through
-the ``trinity`` entry-point group. Operators can block plugins with
-``TRINITY_DISABLE_PLUGINS`` and restrict loading with ``TRINITY_PLUGINS_ALLOWLIST``
-(comma-separated entry-point or distribution names; trinity-core itself is always
-allowed, since nothing works without it). A plugin that fails to import is reported
-with its distribution and error, and the others keep working.
-
-Unpackaged plugins: every ``*.py`` file in the directories of ``TRINITY_PLUGIN_DIRS``
-(``os.pathsep``-separated; the CLI's ``--plugin-dir`` sets it) is imported as a plugin
-module, owned by the distribution ``local:<dir>``.
+The core's own plugin modules and third-party ones are found the same way, through the ``trinity``
+entry-point group, filtered by ``TRINITY_DISABLE_PLUGINS`` and ``TRINITY_PLUGINS_ALLOWLIST``
+(comma-separated entry-point or distribution names; trinity-core is always allowed). Every
+``*.py`` file in the directories of ``TRINITY_PLUGIN_DIRS`` (``os.pathsep``-separated; the CLI's
+``--plugin-dir``) is a plugin module too, owned by ``local:<dir>``. A plugin that fails to import
+is reported with its distribution and error, and the others keep working.
 """
 
 from __future__ import annotations
