@@ -1,21 +1,11 @@
 """Task selectors: which taskset rows the explorer gets, in which order.
 
-A selector maps ``(epoch, position in the epoch)`` to row positions. The explorer feeds
-each task's pass rate back (``feedback``: the ``pass_rate_calculator`` operator's, else the
-mean reward of the task's runs); the two curriculum selectors use it, the others ignore it.
-Those are pure functions of the seed and the epoch, so a taskset resumes from
-``(epoch, index)`` alone; the curriculum selectors also save what they learnt.
-
-- ``sequential``: file order.
-- ``shuffle``: a fresh seeded permutation every epoch.
-- ``random``: rows drawn with replacement, seeded per epoch.
-- ``offline_easy2hard``: easy to hard. The first epoch is sorted by ``feature_keys``
-  (ascending; ``kwargs.descending: true`` where a larger value means easier, e.g. a pass
-  rate), ties in file order; each later epoch by the pass rates observed so far (higher
-  first; a row not yet observed counts its place in the feature order as its ease).
-- ``difficulty_based``: rows whose estimated pass rate is near ``kwargs.target`` (0.5) are
-  more likely: weight ``exp(-|p - target| / tau)`` (``kwargs.tau``, 0.1). Estimates start
-  from ``feature_keys[0]`` when given (else 0.5) and average in the explorer's feedback.
+A selector maps ``(epoch, position in the epoch)`` to row positions: ``sequential`` (file order),
+``shuffle`` (a seeded permutation per epoch), ``random`` (rows drawn with replacement) and the
+curriculum selectors ``offline_easy2hard`` and ``difficulty_based``, which learn from the pass rates
+the explorer reports for its tasks. The first three are pure functions of the seed and the epoch,
+so a taskset resumes from ``(epoch, index)`` alone; the curriculum selectors also save what they
+learnt. How each orders its rows: ``docs/data.md``.
 """
 
 from __future__ import annotations

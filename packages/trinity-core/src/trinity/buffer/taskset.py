@@ -1,15 +1,11 @@
 """Tasksets: dataset rows read in batches of tasks for the explorer, resumably.
 
-``load_rows`` reads a ``storage_type: file`` dataset: a ``.jsonl`` file (parsed here, so
-errors name the file and 1-based line), a ``.json``/``.parquet``/``.csv``/``.arrow`` file,
-a directory in Hugging Face layout (``subset_name``, ``split``) or one written by
-``save_to_disk``, or a hub id (the same ``datasets.load_dataset`` call, with network).
-
-``TasksetReader`` checks every row against the ``format`` once at start (a bad row is an
-error naming the file and row, or a counted skip with ``format.skip_bad_rows``), then serves
-``batch_size`` tasks per ``read_batch`` in the selector's order until ``total_epochs`` or
-``total_steps``. Its ``state_dict`` (epoch, index, steps, selector state) goes in the
-explorer's checkpoint meta; ``load_state_dict`` continues at the next row.
+``load_rows`` reads a ``storage_type: file`` dataset: a ``.jsonl`` file (parsed here, so errors
+name the file and 1-based line), a ``.json``/``.parquet``/``.csv``/``.arrow`` file, a Hugging Face
+folder (``subset_name``, ``split``) or ``save_to_disk`` folder, or a hub id. ``TasksetReader``
+checks every row against the ``format`` once at start, then serves ``batch_size`` tasks per
+``read_batch`` in the selector's order until ``total_epochs`` or ``total_steps``; its
+``state_dict`` goes in the explorer's checkpoint meta, so a resumed run continues at the next row.
 """
 
 from __future__ import annotations
