@@ -50,6 +50,7 @@ def measure(model_dir: str, lora: bool, steps: int) -> dict:
     from trinity.common.batch import Batch
     from trinity.common.experience import EID, Experience
     from trinity.config.check import check_algorithm
+    from trinity.config.derive import derive_algorithm
     from trinity.config.load import IssueCollector
     from trinity.config.schema import Config, LoRAConfig
     from trinity.engine.torch_trainer import TorchTrainingEngine
@@ -66,6 +67,7 @@ def measure(model_dir: str, lora: bool, steps: int) -> dict:
     if lora:
         config.model.lora_configs = [LoRAConfig(**LORA)]
     issues = IssueCollector()
+    derive_algorithm(config, issues)
     check_algorithm(config, issues)
     issues.raise_if_any()
     engine = TorchTrainingEngine(config)

@@ -23,6 +23,7 @@ from trinity.common.batch import Batch
 from trinity.common.experience import EID, Experience
 from trinity.common.tiny_model import build_tiny_model
 from trinity.config.check import check_algorithm
+from trinity.config.derive import derive_algorithm
 from trinity.config.load import IssueCollector
 from trinity.config.schema import Config
 from trinity.engine.torch_trainer import TorchTrainingEngine
@@ -52,6 +53,7 @@ def make_config(model_dir: str, engine: str, micro_batch: int) -> Config:
     config.trainer.use_dynamic_bsz = False
     config.trainer.micro_batch_size_per_gpu = micro_batch
     issues = IssueCollector()
+    derive_algorithm(config, issues)
     check_algorithm(config, issues)
     issues.raise_if_any()
     return config

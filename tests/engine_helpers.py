@@ -8,6 +8,7 @@ from typing import Any
 
 from trinity.config import load_config
 from trinity.config.check import check_algorithm
+from trinity.config.derive import derive_algorithm
 from trinity.config.load import IssueCollector
 from trinity.config.schema import Config
 from trinity.trainer.trainer import Trainer
@@ -34,6 +35,7 @@ def make_config(model_dir: Path, algorithm: str = "grpo", engine: str = "torch",
             target = getattr(target, part)
         setattr(target, leaf, value)
     issues = IssueCollector()
+    derive_algorithm(config, issues)
     check_algorithm(config, issues)
     issues.raise_if_any()
     return config

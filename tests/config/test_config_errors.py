@@ -156,13 +156,14 @@ def test_eval_interval_rounds_down_to_a_sync_multiple(tmp_path):
     assert cfg.explorer.eval_interval == 4
 
 
-def test_timestamp_rename_when_not_continuing(tmp_path):
+def test_timestamp_rename_when_not_continuing(tmp_path, caplog):
     job = tmp_path / "ckpt" / "demo" / "run"
     job.mkdir(parents=True)
     (job / "something").write_text("old run")
     cfg = load_config(write(tmp_path), ["continue_from_checkpoint=false"])
     assert cfg.name.startswith("run_") and len(cfg.name) == len("run_20260101120000")
     assert cfg.checkpoint_job_dir == str(job.with_name(cfg.name))
+    assert f"name: renamed 'run' -> '{cfg.name}': {job} is not empty and continue_from_checkpoint is false" in caplog.text
     assert load_config(write(tmp_path)).checkpoint_job_dir == str(job)  # continuing keeps the name
 
 

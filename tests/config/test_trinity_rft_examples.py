@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from trinity.config import ConfigError, load_config, load_stage_configs
-from trinity.config.check import check_config, trainer_gpu_num
+from trinity.config import ConfigError, derive_and_check, load_config, load_stage_configs
+from trinity.config.check import trainer_gpu_num
 from trinity.config.load import IssueCollector, parse_config, read_yaml
 
 EXAMPLES = Path(__file__).parent / "trinity_rft_examples"
@@ -67,7 +67,7 @@ def example_env(monkeypatch, tmp_path):
 def _checked(name: str):
     """The derived config and the issues of a file, without raising (for files with missing plugins)."""
     issues = IssueCollector()
-    config = check_config(parse_config(read_yaml(EXAMPLES / name), issues), issues)
+    config = derive_and_check(parse_config(read_yaml(EXAMPLES / name), issues), issues)
     return config, issues
 
 

@@ -17,7 +17,9 @@ from safetensors.torch import load_file
 from engine_helpers import make_config
 from trinity.common.batch import Batch
 from trinity.common.experience import EID, Experience
-from trinity.config.check import check_config, check_lora
+from trinity.config import derive_and_check
+from trinity.config.check import check_lora
+from trinity.config.derive import derive_lora
 from trinity.config.load import IssueCollector
 from trinity.config.schema import Config, InferenceModelConfig, LoRAConfig, ModelConfig
 from trinity.engine.base import SamplingArgs
@@ -188,6 +190,7 @@ def test_a_saved_adapter_is_the_starting_point(
 
 def checked(config: Config) -> IssueCollector:
     issues = IssueCollector()
+    derive_lora(config, issues)
     check_lora(config, issues)
     return issues
 
@@ -232,7 +235,7 @@ def test_verl_and_vllm_take_the_adapter_through_memory_or_checkpoint_sync() -> N
     config.explorer.rollout_model.enable_openai_api = True
     config.synchronizer.sync_method = "nccl"
     issues = IssueCollector()
-    check_config(config, issues)  # with the plugins' checks: these two are trinity-vllm's
+    derive_and_check(config, issues)  # with the plugins' checks: these two are trinity-vllm's
     errors = {e.path: e.message for e in issues.issues}
     assert "a LoRA adapter (model.lora_configs) reaches vLLM as a folder" in errors["synchronizer.sync_method"]
     assert "answer with the base model" in errors["explorer.rollout_model.enable_openai_api"]

@@ -1,4 +1,4 @@
-"""Configuration: the schema, loading with OmegaConf, and the validation/derivation pass."""
+"""Configuration: the schema, loading with OmegaConf, derivation, then the check."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from trinity.common.errors import first_line
 from trinity.config.check import check_config
+from trinity.config.derive import derive_config
 from trinity.config.load import ConfigError, ConfigIssue, IssueCollector, parse_config, read_yaml
 from trinity.config.schema import Config
 
@@ -29,6 +30,13 @@ def load_config(
     return config
 
 
+def derive_and_check(config: Config, issues: IssueCollector) -> Config:
+    """The one pass over a parsed config: fill the derived values, then report every problem."""
+    derive_config(config, issues)
+    check_config(config, issues)
+    return config
+
+
 def check_tree(raw: DictConfig | dict) -> tuple[Config, IssueCollector]:
     """Type, validate and derive a config tree (a file's or the studio's), raising nothing.
 
@@ -42,7 +50,7 @@ def check_tree(raw: DictConfig | dict) -> tuple[Config, IssueCollector]:
         except OmegaConfBaseException as exc:
             issues.add("", f"not a config tree: {first_line(exc)}")
             return Config(), issues
-    return check_config(parse_config(raw, issues), issues), issues
+    return derive_and_check(parse_config(raw, issues), issues), issues
 
 
 def load_stage_configs(
@@ -59,7 +67,7 @@ def load_stage_configs(
     """
     raw = read_yaml(path, overrides)
     issues = IssueCollector()
-    config = check_config(parse_config(raw, issues), issues)
+    config = derive_and_check(parse_config(raw, issues), issues)
     configs = [config]
     if config.stages and not issues.issues:
         base = OmegaConf.masked_copy(raw, [k for k in raw if k != "stages"])
@@ -81,7 +89,7 @@ def load_stage_configs(
                 if "synchronizer" in merged and "sync_method" in merged.synchronizer:
                     merged.synchronizer.sync_method = None  # derived again for the stage's own mode
             stage_issues = IssueCollector()
-            configs.append(check_config(parse_config(merged, stage_issues), stage_issues))
+            configs.append(derive_and_check(parse_config(merged, stage_issues), stage_issues))
             issues.merge(stage_issues, f" (in stage {stage.stage_name})")
     issues.raise_if_any(str(path), strict, run)
     if warn:
@@ -94,4 +102,13 @@ def to_yaml(config: Config) -> str:
     return yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False, allow_unicode=True)
 
 
-__all__ = ["Config", "ConfigError", "ConfigIssue", "check_tree", "load_config", "load_stage_configs", "to_yaml"]
+__all__ = [
+    "Config",
+    "ConfigError",
+    "ConfigIssue",
+    "check_tree",
+    "derive_and_check",
+    "load_config",
+    "load_stage_configs",
+    "to_yaml",
+]

@@ -16,7 +16,7 @@ from pydantic_core import PydanticUndefined
 class ConfigModel(BaseModel):
     """A mapping of the configuration: every field typed, ranged and documented.
 
-    Models stay mutable: the check pass fills derived values in place. ``renamed`` maps a
+    Models stay mutable: ``trinity.config.derive`` fills derived values in place. ``renamed`` maps a
     deprecated key of the model to its current (dotted) place; the loader moves it with a warning.
     """
 
@@ -59,5 +59,5 @@ def inert_message(reason: str) -> str:
 
 
 def derived(default: Any = PydanticUndefined, description: str = "", **constraints: Any) -> Any:
-    """A field the check pass fills; a value given in the file is replaced (with a warning)."""
+    """A field the derivation fills; a value given in the file is replaced (with a warning)."""
     return Field(default, description=description, json_schema_extra={EFFECT: "derived"}, **constraints)

@@ -55,7 +55,7 @@ class ConfigError(PicklableError, ValueError):
 
 
 class IssueCollector:
-    """Collects errors and warnings while the loader and the check pass keep going.
+    """Collects errors and warnings while the loader, the derivation and the check keep going.
 
     ``inert`` warnings (keys accepted but not acted on) become errors under ``--strict``;
     ``at_run`` ones (stricter than Trinity-RFT, or a feature that cannot run here) are warnings
@@ -434,7 +434,7 @@ def report_effects(model: BaseModel, path: str, issues: IssueCollector) -> None:
 
 
 def parse_config(raw: DictConfig, issues: IssueCollector) -> Config:
-    """Resolve and type a raw tree (the step before ``check_config``)."""
+    """Resolve and type a raw tree (the step before ``derive_and_check``)."""
     tree = resolve_tree(raw, issues, keep_unresolved=("trainer.trainer_config",))
     config = validate_section(Config, tree, "", issues)
     report_effects(config, "", issues)

@@ -1,13 +1,11 @@
 """The trainer's GPU memory, estimated before a run: Trinity-RFT's ``GPUMemoryValidator``.
 
-When the machine that checks the config has a CUDA device and the trainer runs (``mode`` train
-or both), the trainer's peak memory on one GPU is estimated from the model's shape (parameters
-counted on the meta device: no weights read), ``trainer.max_token_len_per_gpu`` and the
-trainer's GPUs, with Trinity-RFT's formulas for FSDP: bf16 weights and gradients, fp32 Adam
-state sharded over the trainer's GPUs, activations as with gradient checkpointing. Above 80% of
-the device's memory (90% with ``PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True``) the check
-warns and ``trinity run`` refuses, naming what lowers it; ``ignore_validator_suggestions: true``
-skips the estimate, as it does in Trinity-RFT.
+When the checking machine has a CUDA device and the trainer runs (mode train or both), its peak
+on one GPU is estimated from the model's shape (counted on the meta device: no weights read),
+``trainer.max_token_len_per_gpu`` and the trainer's GPUs, with Trinity-RFT's FSDP formulas (bf16
+weights and gradients, fp32 Adam state sharded, activations as with gradient checkpointing).
+Above 80% of the device (90% with ``expandable_segments:True``) the check warns and ``trinity
+run`` refuses, naming what lowers it; ``ignore_validator_suggestions: true`` skips it.
 """
 
 from __future__ import annotations

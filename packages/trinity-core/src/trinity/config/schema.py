@@ -1,28 +1,28 @@
 """The configuration schema: every section and key of a Trinity-RFT YAML file, declared once.
 
-Each field carries its type, default, range or allowed values and a one-line description;
-validation, ``trinity config check``, ``trinity config schema`` (JSON Schema), the reference
-in ``docs/config.md`` and the studio's form all come from these declarations. Names, defaults
-and meanings follow Trinity-RFT (``trinity/common/config.py`` of its 0.6 release) so that its
-configs load unchanged; ``None`` means "derive it" (see ``trinity.config.check``).
-
-Two markers say what a run does with a field beyond reading it:
-
-- ``inert(...)``: accepted for compatibility but not acted on yet. Setting it to anything but
-  its default prints a warning naming the key; ``trinity config check --strict`` refuses it.
-- ``derived(...)``: filled by the check pass ("DO NOT SET" in Trinity-RFT); a value in the
-  file is replaced, with a warning.
-
-Free-form mappings (``*_args``, ``trainer_config``, ``env_vars``) are checked by their owner:
-a plugin's declared ``Args`` model, or verl's own schema.
+Each field carries its type, default, range or allowed values and a one-line description; from
+them come validation, ``trinity config schema`` (JSON Schema), docs/config.md and the studio's
+form. Names, defaults and meanings follow Trinity-RFT's 0.6 ``config.py`` so that its configs load
+unchanged; ``None`` means "derive it" (``trinity.config.derive``). ``inert(...)`` marks a key
+accepted but not acted on (it warns), ``derived(...)`` one the derivation fills (a value in the
+file is replaced). Free-form mappings (``*_args``, ``trainer_config``) are checked by their owner.
 """
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated, Any, ClassVar, Literal
 from urllib.parse import urlsplit, urlunsplit
 
-from pydantic import BeforeValidator, Field, StringConstraints, field_serializer, field_validator, model_validator
+from pydantic import (
+    BeforeValidator,
+    Field,
+    PrivateAttr,
+    StringConstraints,
+    field_serializer,
+    field_validator,
+    model_validator,
+)
 
 from trinity.config.base import ConfigModel, derived, inert
 
@@ -289,6 +289,17 @@ class ExplorerInput(ConfigModel):
     reply_prefix: str | None = Field(
         None, description="Deprecated: format.reply_prefix of every taskset that sets none."
     )
+    _moved_taskset: bool = PrivateAttr(False)
+
+    def move_taskset(self) -> None:
+        """Make a ``taskset`` the one item of ``tasksets``, remembering the key the file used."""
+        self.tasksets, self.taskset, self._moved_taskset = [self.taskset], None, True
+
+    def taskset_key(self, group: str, i: int) -> str:
+        """The dotted key of ``group[i]`` (``tasksets`` or ``eval_tasksets``) as the file wrote it."""
+        if group == "tasksets" and self._moved_taskset:
+            return "buffer.explorer_input.taskset"
+        return f"buffer.explorer_input.{group}[{i}]"
 
 
 class TrainerInput(ConfigModel):
@@ -543,6 +554,20 @@ class ModelConfig(ConfigModel):
     external_model: ExternalModelConfig = Field(
         default_factory=ExternalModelConfig, description="An API model to evaluate (bench mode)."
     )
+
+    def chat_template_settings(
+        self, chat_template: str | None = None, enable_thinking: bool | None = None
+    ) -> tuple[str | None, bool | None]:
+        """The template and ``enable_thinking`` of this model, a model section or a dataset format.
+
+        The template: its own, else ``custom_chat_template``, else the file at ``chat_template_path``
+        (OSError if unreadable), else None (the tokenizer's). ``enable_thinking``: its own, else the
+        model's (None: the template's own default). Derivation and tokenizers both apply it.
+        """
+        template = chat_template or self.custom_chat_template
+        if template is None and self.chat_template_path is not None:
+            template = Path(self.chat_template_path).read_text()
+        return template, self.enable_thinking if enable_thinking is None else enable_thinking
 
 
 class InferenceModelConfig(ConfigModel):
