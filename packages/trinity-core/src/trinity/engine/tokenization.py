@@ -26,7 +26,6 @@ import re
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -121,14 +120,10 @@ def tool_schemas(raw: Any) -> list[dict[str, Any]]:
 def template_settings(
     chat_template: str | None, enable_thinking: bool | None, model: ModelConfig
 ) -> tuple[str | None, dict[str, Any]]:
-    """``(template, template arguments)`` of a model section or dataset format: its own
-    template over ``model.custom_chat_template`` over the file at ``model.chat_template_path``
-    (None: the tokenizer's); its ``enable_thinking`` over the model's, left undefined for the
-    template when both are unset, so the template's own default applies."""
-    template = chat_template or model.custom_chat_template
-    if template is None and model.chat_template_path:
-        template = Path(model.chat_template_path).read_text()
-    thinking = enable_thinking if enable_thinking is not None else model.enable_thinking
+    """``(template, template arguments)`` of a model section or dataset format, by the rule of
+    ``ModelConfig.chat_template_settings``; an unset ``enable_thinking`` is left undefined for
+    the template, so the template's own default applies."""
+    template, thinking = model.chat_template_settings(chat_template, enable_thinking)
     return template, ({} if thinking is None else {"enable_thinking": thinking})
 
 
