@@ -32,15 +32,18 @@ ROWS = STEPS * TASKS  # one epoch of the taskset: every task once
 ORPHAN_PAUSE = 10.0
 
 
-def write_experiment(tmp_path: Path, model: Path, mode: str, **buffer: object) -> Path:
+def write_experiment(
+    tmp_path: Path, model: Path, mode: str, explorer: str = "explorer", steps: int = STEPS, **buffer: object
+) -> Path:
     """An arithmetic GRPO experiment on the tiny model: sqlite buffer, checkpoint sync, a
-    checkpoint every step. ``buffer`` sets keys of the experience buffer."""
+    checkpoint every step; ``steps`` steps of the role(s), the explorer named ``explorer``.
+    ``buffer`` sets keys of the experience buffer."""
     tasks = tmp_path / "tasks.jsonl"
     tasks.write_text(
         "".join(json.dumps({"q": f"{i % 5}+{i // 5}=", "a": str(i % 5 + i // 5)}) + "\n" for i in range(ROWS))
     )
     experience = {"path": str(tmp_path / "buffer.db"), "max_read_timeout": 120, "writer_timeout": 30, **buffer}
-    path = tmp_path / f"{mode}.yaml"
+    path = tmp_path / f"{mode}{'' if explorer == 'explorer' else '_' + explorer}.yaml"
     path.write_text(
         textwrap.dedent(
             f"""
@@ -51,14 +54,14 @@ def write_experiment(tmp_path: Path, model: Path, mode: str, **buffer: object) -
             model: {{model_path: {model}, max_prompt_tokens: 16, max_response_tokens: 4}}
             cluster: {{node_num: 1, gpu_per_node: 0}}
             algorithm: {{algorithm_type: grpo, repeat_times: {REPEATS}}}
-            explorer: {{runner_per_model: 4, rollout_model: {{engine_type: transformers}}}}
+            explorer: {{name: {explorer}, runner_per_model: 4, rollout_model: {{engine_type: transformers}}}}
             trainer: {{trainer_type: torch, save_interval: 1, save_hf_checkpoint: never}}
             synchronizer: {{sync_method: checkpoint, sync_interval: 1}}
             monitor: {{monitor_type: console}}
             buffer:
               batch_size: {TASKS}
               train_batch_size: {TASKS * REPEATS}
-              total_steps: {STEPS}
+              total_steps: {steps}
               explorer_input:
                 taskset: {{name: sums, storage_type: file, path: {tasks},
                            format: {{prompt_type: plaintext, prompt_key: q, response_key: a}}}}
@@ -82,12 +85,16 @@ def meta_step(tmp_path: Path, role: str) -> int:
 
 @dataclass
 class Chain:
-    """The lives of one role, one after the other (an orphan overlaps its replacement)."""
+    """The lives of one role, one after the other (an orphan overlaps its replacement).
+    ``name`` is the role's own (its meta file and log; the role by default); with ``after``
+    (a name and a step) the first life starts once that role has committed that step."""
 
     role: str
     config: Path
     lives: list[tuple[str, float | str]]
     tmp_path: Path
+    name: str = ""
+    after: tuple[str, int] | None = None
     index: int = 0
     process: BaseProcess | None = None
     started_at_step: int = 0
@@ -97,22 +104,30 @@ class Chain:
     ended: list[str] = field(default_factory=list)
     done: bool = False
 
+    def __post_init__(self) -> None:
+        self.name = self.name or self.role
+
     @property
     def result(self) -> Path:
-        return self.tmp_path / f"{self.role}{self.index}.json"
+        return self.tmp_path / f"{self.name}{self.index}.json"
 
     def start(self) -> None:
         kind, arg = self.lives[self.index]
         crash_at = arg if kind in ("crash", "orphan") else None
         self.process = start_role(self.role, self.config, crash_at, self.result, _SIGNALS.get(kind, "SIGKILL"))
-        self.started_at_step, self.progressed = meta_step(self.tmp_path, self.role), None
+        self.started_at_step, self.progressed = meta_step(self.tmp_path, self.name), None
 
     def poll(self) -> None:
-        """Kill, orphan or restart as the current life says; raise on an unexpected ending."""
+        """Start when ``after`` holds; kill, orphan or restart as the current life says; raise
+        on an unexpected ending."""
         if self.done:
             return
+        if self.process is None:
+            if meta_step(self.tmp_path, self.after[0]) >= self.after[1]:
+                self.start()
+            return
         kind, arg = self.lives[self.index]
-        if self.progressed is None and meta_step(self.tmp_path, self.role) > self.started_at_step:
+        if self.progressed is None and meta_step(self.tmp_path, self.name) > self.started_at_step:
             self.progressed = time.monotonic()
         if self.paused and (self.progressed is not None or time.monotonic() > self.paused[1]):
             os.kill(self.paused[0].pid, signal.SIGCONT)  # the orphan goes on next to its replacement
@@ -167,11 +182,12 @@ def _stopped(pid: int) -> bool:
 
 def supervise(*chains: Chain, timeout: float) -> None:
     for chain in chains:
-        chain.start()
+        if chain.after is None:
+            chain.start()
     deadline = time.monotonic() + timeout
     try:
         while not all(chain.done for chain in chains):
-            assert time.monotonic() < deadline, f"not done in {timeout} s: {[(c.role, c.ended) for c in chains]}"
+            assert time.monotonic() < deadline, f"not done in {timeout} s: {[(c.name, c.ended) for c in chains]}"
             for chain in chains:
                 chain.poll()
             time.sleep(0.05)
@@ -189,7 +205,7 @@ class Audit:
     unread: int
     read_twice: int
     untrained_steps: list[int]
-    unlogged_explorer_steps: list[int]
+    unlogged_explorer_steps: list[str]
 
     def clean(self) -> bool:
         return not (
@@ -202,44 +218,52 @@ class Audit:
         )
 
 
-def audit(tmp_path: Path, explorer: str = "explorer", trainer: str = "trainer") -> Audit:
-    """Count from the buffer and the trainer's metadata and metrics log:
+def audit(tmp_path: Path, explorers: dict[str, int] | None = None, trainer: str = "trainer") -> Audit:
+    """Count from the buffer and the trainer's metadata and metrics log, for ``explorers``
+    (name: steps it ran, each reading the taskset from its start; the one explorer's
+    ``STEPS`` by default):
 
-    - lost: experiences a complete run must have written (every task of the epoch, every run,
-      steps 1..STEPS of ``explorer``) that the buffer lacks;
+    - lost: experiences a complete run must have written (every task of each explorer's
+      steps, every run) that the buffer lacks;
     - duplicated: experiences (by id) the buffer holds more than once;
     - unread: rows after the trainer's committed position;
     - read_twice: rows the trainer's position says it consumed beyond one pass (position
       below steps x batch: a batch read again), or skipped (above it);
     - untrained_steps: steps without a metrics line in the trainer's log;
-    - unlogged_explorer_steps: committed steps without a metrics line in the explorer's log, or with several.
+    - unlogged_explorer_steps: committed steps without a metrics line in an explorer's log, or with several.
     """
+    explorers = explorers or {"explorer": STEPS}
     log = SqlLog(database_url(str(tmp_path / "buffer.db")), "experience_buffer")
     rows, last = log.fetch(0, 10**6)
     uids = Counter(exp.eid.uid for exp in rows)
     duplicated = sum(n - 1 for n in uids.values() if n > 1)
     present = {(exp.eid.explorer, exp.eid.batch, exp.eid.task.split(":")[-1], exp.eid.run) for exp in rows}
-    tasks_by_step: dict[str, set[str]] = {}
-    for _, step, task, _ in present:
-        tasks_by_step.setdefault(step, set()).add(task)
-    expected = {
-        (explorer, str(step), task, run)
-        for step in range(1, STEPS + 1)
-        for task in tasks_by_step.get(str(step), set())
-        for run in range(REPEATS)
-    }
-    covered = sorted(int(t) for tasks in tasks_by_step.values() for t in tasks)
-    lost = len(expected - present) + len(set(range(ROWS)) - set(covered)) * REPEATS
+    lost, unlogged = 0, []
+    for explorer, steps in explorers.items():
+        tasks_by_step: dict[str, set[str]] = {}
+        for name, step, task, _ in present:
+            if name == explorer:
+                tasks_by_step.setdefault(step, set()).add(task)
+        expected = {
+            (explorer, str(step), task, run)
+            for step in range(1, steps + 1)
+            for task in tasks_by_step.get(str(step), set())
+            for run in range(REPEATS)
+        }
+        covered = {int(t) for tasks in tasks_by_step.values() for t in tasks}
+        lost += len(expected - present) + len(set(range(steps * TASKS)) - covered) * REPEATS
+        explored = Counter(record["step"] for record in read_jsonl(job_dir(tmp_path) / "monitor" / f"{explorer}.jsonl"))
+        unlogged += [f"{explorer}:{step}" for step in range(1, steps + 1) if explored[step] != 1]
     meta = read_json(job_dir(tmp_path) / "meta" / f"{trainer}.json")
     position, steps = meta["reader"]["position"], meta["step"]
     consumed = steps * TASKS * REPEATS
     logged = {record["step"] for record in read_jsonl(job_dir(tmp_path) / "monitor" / f"{trainer}.jsonl")}
-    explored = Counter(record["step"] for record in read_jsonl(job_dir(tmp_path) / "monitor" / f"{explorer}.jsonl"))
+    trained = sum(explorers.values())
     return Audit(
         lost=lost,
         duplicated=duplicated,
         unread=last - position,
         read_twice=abs(consumed - position),
-        untrained_steps=[step for step in range(1, STEPS + 1) if step not in logged or step > steps],
-        unlogged_explorer_steps=[step for step in range(1, STEPS + 1) if explored[step] != 1],
+        untrained_steps=[step for step in range(1, trained + 1) if step not in logged or step > steps],
+        unlogged_explorer_steps=unlogged,
     )

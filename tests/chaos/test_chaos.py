@@ -57,6 +57,44 @@ def test_async_roles_crashed_at_every_commit_boundary_killed_and_orphaned_lose_n
     assert result.clean(), result
 
 
+JOINER_STEPS = 3
+
+
+def test_a_second_explorer_joins_dies_and_leaves_while_the_trainer_trains_on_both_without_loss(
+    tmp_path, tiny_model_dir
+):
+    """Elastic explorers: ``explorer_2`` (mode explore, another ``explorer.name``) joins once the
+    first explorer committed two steps, dies between its buffer append and its position, then
+    right after committing a step, comes back, finishes its steps and leaves, while the first
+    explorer keeps exploring; the trainer trains on both explorers' experiences, each once.
+    (Crash points, not a kill at a random moment: the joiner's steps are short enough to end
+    before one.)"""
+    total = STEPS + JOINER_STEPS
+    explore = write_experiment(tmp_path, tiny_model_dir, "explore")
+    joiner = write_experiment(tmp_path, tiny_model_dir, "explore", explorer="explorer_2", steps=JOINER_STEPS)
+    train = write_experiment(tmp_path, tiny_model_dir, "train", steps=total)
+    explorer = Chain("explorer", explore, [("run", 0)], tmp_path)
+    second = Chain(
+        "explorer",
+        joiner,
+        [("crash", "explorer.after_append:2"), ("crash", "explorer.after_meta:1"), ("run", 0)],
+        tmp_path,
+        name="explorer_2",
+        after=("explorer", 2),
+    )
+    trainer = Chain("trainer", train, [("run", 0)], tmp_path)
+    supervise(explorer, second, trainer, timeout=240)
+    assert second.ended == [
+        "killed (crash explorer.after_append:2)",
+        "killed (crash explorer.after_meta:1)",
+        "finished",
+    ]
+    assert meta_step(tmp_path, "explorer") == STEPS and meta_step(tmp_path, "explorer_2") == JOINER_STEPS
+    assert meta_step(tmp_path, "trainer") == total
+    result = audit(tmp_path, {"explorer": STEPS, "explorer_2": JOINER_STEPS})
+    assert result.clean(), result
+
+
 def test_mode_both_killed_as_a_whole_group_resumes_without_loss(tmp_path, tiny_model_dir):
     """``trinity run`` in mode both, its whole process group and actors SIGKILLed at a random
     moment after the first checkpoint, then run again to the end."""
