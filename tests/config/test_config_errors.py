@@ -163,8 +163,36 @@ def test_timestamp_rename_when_not_continuing(tmp_path, caplog):
     cfg = load_config(write(tmp_path), ["continue_from_checkpoint=false"])
     assert cfg.name.startswith("run_") and len(cfg.name) == len("run_20260101120000")
     assert cfg.checkpoint_job_dir == str(job.with_name(cfg.name))
-    assert f"name: renamed 'run' -> '{cfg.name}': {job} is not empty and continue_from_checkpoint is false" in caplog.text
+    assert (
+        f"name: renamed 'run' -> '{cfg.name}': {job} is not empty and continue_from_checkpoint is false" in caplog.text
+    )
     assert load_config(write(tmp_path)).checkpoint_job_dir == str(job)  # continuing keeps the name
+
+
+def test_a_renamed_job_keeps_its_name_when_derived_again_until_its_folder_exists(tmp_path, monkeypatch):
+    """The launcher derives a config twice (again with the cluster's GPUs): both passes must
+    name the same job, even across a second boundary; a later run there gets a new name."""
+    import trinity.config.derive as derive
+
+    job = tmp_path / "ckpt" / "demo" / "run"
+    job.mkdir(parents=True)
+    (job / "something").write_text("old run")
+    stamps = iter(["20260101120000", "20260101120001", "20260101120002"])
+    monkeypatch.setattr(derive, "datetime", type("Clock", (), {"now": staticmethod(lambda: _Stamp(next(stamps)))}))
+    first = load_config(write(tmp_path), ["continue_from_checkpoint=false"])
+    again = load_config(write(tmp_path), ["continue_from_checkpoint=false"])
+    assert first.name == again.name == "run_20260101120000"
+    Path(first.checkpoint_job_dir).mkdir()
+    (Path(first.checkpoint_job_dir) / "meta").mkdir()  # that run started
+    assert load_config(write(tmp_path), ["continue_from_checkpoint=false"]).name == "run_20260101120001"
+
+
+class _Stamp:
+    def __init__(self, text: str):
+        self.text = text
+
+    def strftime(self, _: str) -> str:
+        return self.text
 
 
 def test_token_limits(tmp_path, caplog):

@@ -46,12 +46,12 @@ def derive_job(config: Config, issues: IssueCollector) -> None:
     """
     root = Path(config.checkpoint_root_dir or ".").expanduser()
     job_dir = (root / config.project / config.group / config.name).absolute()
-    if not config.continue_from_checkpoint and job_dir.is_dir() and any(job_dir.iterdir()):
+    if not config.continue_from_checkpoint and _non_empty(job_dir):
         if config.mode == "bench":
             issues.warn("continue_from_checkpoint", "bench mode evaluates the existing checkpoints: set to true")
             config.continue_from_checkpoint = True
         else:
-            old, config.name = config.name, f"{config.name}_{datetime.now().strftime('%Y%m%d%H%M%S')}"
+            old, config.name = config.name, _renamed(job_dir)
             issues.warn(
                 "name",
                 f"renamed '{old}' -> '{config.name}': {job_dir} is not empty and continue_from_checkpoint is false "
@@ -64,6 +64,23 @@ def derive_job(config: Config, issues: IssueCollector) -> None:
     config.buffer.cache_dir = str(job_dir / "buffer")
     if not config.ray_namespace:
         config.ray_namespace = "/".join(part for part in (config.project, config.group, config.name) if part)
+
+
+_RENAMES: dict[Path, str] = {}
+
+
+def _renamed(job_dir: Path) -> str:
+    """``<name>_<timestamp>`` for a job folder that is not empty; the same name again while
+    that folder has not been made (the launcher derives a config twice when it reads the
+    cluster's GPUs: the run must use the name the first pass logged)."""
+    name = _RENAMES.get(job_dir)
+    if name is None or _non_empty(job_dir.with_name(name)):
+        name = _RENAMES[job_dir] = f"{job_dir.name}_{datetime.now().strftime('%Y%m%d%H%M%S')}"
+    return name
+
+
+def _non_empty(folder: Path) -> bool:
+    return folder.is_dir() and any(folder.iterdir())
 
 
 def derive_algorithm(config: Config, issues: IssueCollector) -> None:
