@@ -148,6 +148,14 @@ def test_queue_buffer_gets_a_file_when_processes_are_apart(tmp_path):
     )
 
 
+def test_a_sql_buffer_without_a_path_gets_a_sqlite_file_in_the_job_folder(tmp_path):
+    """As Trinity-RFT's default storage path; it was an error in the explorer's actor at run time."""
+    cfg = load_config(write(tmp_path), ["buffer.trainer_input.experience_buffer.storage_type=sql"])
+    assert cfg.buffer.trainer_input.experience_buffer.path == str(
+        tmp_path / "ckpt" / "demo" / "run" / "buffer" / "experience_buffer.db"
+    )
+
+
 def test_eval_interval_rounds_down_to_a_sync_multiple(tmp_path):
     """As Trinity-RFT: the nearest multiple below, at least one sync interval."""
     cfg = load_config(write(tmp_path), ["synchronizer.sync_interval=4", "explorer.eval_interval=10"])

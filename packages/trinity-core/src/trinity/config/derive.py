@@ -430,8 +430,10 @@ def _derive_experience_buffer(config: Config, issues: IssueCollector) -> None:
             f"a file cannot pass experiences within one run (mode {config.mode}): using queue",
         )
         experience.storage_type = "queue"
-    if experience.storage_type == "queue" and not experience.path and not config.in_one_run:
-        # Explorer and trainer run as separate processes: they meet through this file.
+    separate = experience.storage_type == "queue" and not config.in_one_run
+    if not experience.path and (separate or experience.storage_type == "sql"):
+        # A sqlite file in the job's buffer folder, as Trinity-RFT's default storage path; a
+        # queue's when explorer and trainer run as separate processes: they meet through it.
         experience.path = str(Path(buffer.cache_dir) / f"{experience.name}.db")
     replay = experience.replay_buffer
     priority_fn = registered(Kind.PRIORITY_FN, replay.priority_fn) if replay.enable else None
