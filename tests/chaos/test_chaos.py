@@ -3,6 +3,7 @@ for good, orphans that keep running, then an audit of the buffer and the trainer
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 import re
@@ -116,6 +117,60 @@ def test_mode_both_killed_as_a_whole_group_resumes_without_loss(tmp_path, tiny_m
     assert meta_step(tmp_path, "trainer") < STEPS, "the run ended before the kill: nothing was tested"
     second = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
     assert second.returncode == 0, second.stderr[-4000:]
+    result = audit(tmp_path)
+    assert result.clean(), result
+
+
+def _process_tree(root: int) -> list[int]:
+    """``root`` and every process descending from it (a node's raylet, its workers and agents)."""
+    children: dict[int, list[int]] = {}
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            parent = int(open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[1])
+        except OSError:  # gone meanwhile
+            continue
+        children.setdefault(parent, []).append(int(pid))
+    tree, todo = [], [root]
+    while todo:
+        pid = todo.pop()
+        tree.append(pid)
+        todo += children.get(pid, [])
+    return tree
+
+
+def test_a_node_lost_mid_run_ends_the_run_naming_it_and_a_rerun_loses_nothing(tmp_path, tiny_model_dir):
+    """Two nodes with two logical GPUs each: the explorer's two engines take one, the trainer
+    the other. After the first checkpoint, every process of the worker node is SIGKILLed (its
+    machine gone). The run ends within Ray's health checks, naming the node and the role
+    that ran there; the same command with a new node in its place resumes, and the audit
+    finds nothing lost or duplicated."""
+    from e2e.e2e_helpers import ray_head, ray_worker
+
+    config = write_experiment(tmp_path, tiny_model_dir, "both")
+    across = ["cluster.node_num=2", "cluster.gpu_per_node=2", "explorer.rollout_model.engine_num=2"]
+    with ray_head("--num-gpus=2", "--node-name=head") as address:
+        command = [sys.executable, "-m", "trinity.cli", "run", "--config", str(config), *across]
+        command.append(f"cluster.ray_address={address}")
+        with ray_worker(address, "worker1", "--num-gpus=2") as node:
+            run = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+            deadline = time.monotonic() + 180
+            while meta_step(tmp_path, "trainer") < 1:
+                assert run.poll() is None and time.monotonic() < deadline, run.stdout.read()[-3000:]
+                time.sleep(0.05)
+            lost_at = time.monotonic()
+            for pid in _process_tree(node.pid):
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+            out, _ = run.communicate(timeout=120)
+            ended_after = time.monotonic() - lost_at
+        assert run.returncode == 1, out[-3000:]
+        assert re.search(r"error: (explorer|trainer) failed: node worker1 was lost, where it ran", out), out[-3000:]
+        assert "continue_from_checkpoint: true" in out
+        assert ended_after < 45, f"the run ended {ended_after:.0f} s after the node was lost"
+        assert meta_step(tmp_path, "trainer") < STEPS, "the run ended before the loss: nothing was tested"
+        with ray_worker(address, "worker2", "--num-gpus=2"):
+            again = subprocess.run(command, capture_output=True, text=True, timeout=300)
+        assert again.returncode == 0, again.stderr[-4000:]
     result = audit(tmp_path)
     assert result.clean(), result
 

@@ -98,10 +98,10 @@ def ray_head(*args: str, settle: float = 0.0) -> Iterator[str]:
 @contextmanager
 def ray_worker(
     address: str, node_name: str, *args: str, local_dir: Path | None = None, timeout: float = 60
-) -> Iterator[None]:
+) -> Iterator[subprocess.Popen]:
     """A worker node of the cluster at ``address``, as ``ray start --address`` starts one on
     another machine: its own raylet here, named ``node_name``, with ``args`` (``--num-gpus=1``);
-    entered once its raylet runs. ``local_dir``: a folder this node alone sees, as a node's
+    entered once its raylet runs, as its ``ray start`` process (the node's processes descend from it). ``local_dir``: a folder this node alone sees, as a node's
     local disk (an empty tmpfs over it, in a mount namespace of the node's own: needs root)."""
     log = tempfile.NamedTemporaryFile(prefix="rayworker", suffix=".log", delete=False)  # noqa: SIM115
     private = ["unshare", "--mount", "sh", "-c", 'mount -t tmpfs none "$0" && exec "$@"', str(local_dir)]
@@ -118,7 +118,7 @@ def ray_worker(
             if worker.poll() is not None or time.monotonic() > deadline:
                 raise RuntimeError(f"ray start --address={address} did not join:\n{Path(log.name).read_text()[-2000:]}")
             time.sleep(0.2)
-        yield
+        yield worker
     finally:
         worker.terminate()  # ``ray start --block`` stops the node's processes on SIGTERM
         worker.wait(timeout=60)

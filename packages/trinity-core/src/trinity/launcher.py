@@ -246,6 +246,7 @@ def run_stage(config: Config, verbose: bool = True) -> dict[str, Any]:
             display = ProgressDisplay(config, list(roles))
             planned = {actor.planned_steps.remote(): name for name, actor in roles.items()}
             follows = _steps_followed(config)
+        places = {name: actor.where.remote() for name, actor in roles.items()}  # answered once it started
         pending = {actor.call.remote(method): name for name, actor in roles.items()}
         stop_by = None
         while pending:
@@ -267,10 +268,17 @@ def run_stage(config: Config, verbose: bool = True) -> dict[str, Any]:
             try:
                 results[name] = ray.get(ref)
             except ray.exceptions.RayError as exc:
+                lost = _lost_node(places[name], exc)
+                if lost:
+                    raise RunFailed(
+                        f"{name} failed: node {lost} was lost, where it ran ({_cause(exc)}); the run "
+                        "stopped. Its last checkpoint and the buffer are kept: run again with "
+                        "continue_from_checkpoint: true to resume from them"
+                    ) from exc
                 raise RunFailed(f"{name} failed: {_cause(exc)}") from exc
         if _STOP_SIGNALS.received:  # the roles ended (the trainer saved) before the loop looked again
             raise Stopped(_STOP_SIGNALS.received)
-        where = _where(roles)
+        where = _where(places)
     finally:
         if display:
             display.close()
@@ -449,12 +457,42 @@ def _actor(role: type[Role], name: str, namespace: str, placement: Placement, co
     return actor.options(name=name, namespace=namespace, **placement.options(name))
 
 
-def _where(roles: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    """``{role: its node's name and id, Ray GPU ids, CUDA_VISIBLE_DEVICES}``, for the summary."""
+NODE_DEATH_WAIT_S = 30.0
+"""How long a failed role's driver waits for Ray to confirm that the role's node died (its
+health checks: 5 missed, 3 s apart, by default) before it reports the role's error alone."""
+
+
+def _lost_node(place: Any, exc: Exception) -> str | None:
+    """The name (else id) of the node ``place`` (the role's ``where()`` reference) says the
+    role ran on, when ``exc`` is its actor becoming unreachable or dying and Ray marks that
+    node dead within ``NODE_DEATH_WAIT_S``; None otherwise."""
+    import ray
+
+    if not isinstance(exc, ray.exceptions.ActorDiedError | ray.exceptions.ActorUnavailableError):
+        return None
+    ready, _ = ray.wait([place], timeout=0)
+    if not ready:
+        return None  # the role died before it started: where is unknown, its error says why
+    try:
+        node_id = ray.get(place)["node_id"]
+    except ray.exceptions.RayError:
+        return None
+    deadline = time.monotonic() + NODE_DEATH_WAIT_S
+    while time.monotonic() < deadline:
+        node = next((n for n in ray.nodes() if n["NodeID"] == node_id), None)
+        if node is not None and not node.get("Alive"):
+            return node.get("NodeName") or node_id
+        time.sleep(0.5)
+    return None
+
+
+def _where(places: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """``{role: its node's name and id, Ray GPU ids, CUDA_VISIBLE_DEVICES}`` from each role's
+    ``where()`` reference, for the summary."""
     import ray
 
     names = node_names()
-    found = dict(zip(roles, ray.get([actor.where.remote() for actor in roles.values()]), strict=True))
+    found = dict(zip(places, ray.get(list(places.values())), strict=True))
     for role, place in found.items():
         place["node"] = names.get(place["node_id"], "")
         logger.info("%s ran on node %s (GPUs %s)", role, place["node"] or place["node_id"], place["gpu_ids"] or "none")
