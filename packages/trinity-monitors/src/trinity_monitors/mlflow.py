@@ -10,16 +10,15 @@ names it.)
 
 from __future__ import annotations
 
-import fcntl
 import os
 import re
 import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
-from pathlib import Path
 from typing import Any
+
+from filelock import FileLock
 
 from trinity.plugin_api import Field, Monitor, MonitorError, PluginArgs, lazy_module
 
@@ -64,17 +63,6 @@ def check_reachable(uri: str, timeout: float = REACHABILITY_TIMEOUT_S) -> None:
         ) from exc
 
 
-@contextmanager
-def _file_lock(path: Path) -> Iterator[None]:
-    """Serialise the explorer's and trainer's first use of one local sqlite store (schema creation)."""
-    with open(path, "a") as file:
-        fcntl.flock(file, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(file, fcntl.LOCK_UN)
-
-
 def _batches(items: Sequence[Any], size: int) -> Iterator[Sequence[Any]]:
     for start in range(0, len(items), size):
         yield items[start : start + size]
@@ -100,7 +88,7 @@ class MlflowMonitor(Monitor):
         artifacts = None if remote else (self.monitor_dir / "mlflow_artifacts").as_uri()
         run_name = f"{self.name}_{self.role}"
         try:
-            with _file_lock(self.monitor_dir / "mlflow.lock"):
+            with FileLock(self.monitor_dir / "mlflow.lock"):  # explorer and trainer create the schema in turn
                 self._client = tracking.MlflowClient(tracking_uri=self.tracking_uri)  # creates a new store's schema
                 experiment_id = self._experiment_id(artifacts)
                 self.run_id = self._client.create_run(experiment_id, run_name=run_name).info.run_id

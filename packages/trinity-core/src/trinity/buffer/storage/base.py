@@ -1,30 +1,10 @@
 """What every experience storage provides, and the reader/writer of the durable logs.
 
 Storages (``file``, ``queue``, ``sql`` or a plugin's) are classes built from a
-``StorageConfig`` with ``writer(name)`` and ``reader(name, auto_commit)``. The durable
-ones (sqlite/SQL databases and jsonl files) implement ``Log``; ``LogWriter`` and
-``LogReader`` turn any ``Log`` into a writer and a reader.
-
-Read semantics (the resume contract):
-
-- ``auto_commit=True`` (default): ``read()`` consumes; the reader's durable cursor moves
-  in the same transaction that fetches the rows, so readers sharing a name never get the
-  same row, and a restarted reader continues after the last batch it was given. A crash
-  after ``read()`` returned and before the batch was used loses that batch.
-- ``auto_commit=False``: ``read()`` moves an in-memory position only; ``commit()`` makes
-  it durable. A restarted reader gets again everything after its last commit. The trainer
-  reads, trains, saves its checkpoint together with ``state_dict()`` and then commits; on
-  resume it calls ``load_state_dict`` with the checkpoint's state, so a crash anywhere
-  neither loses a batch nor trains one twice. One live reader per name in this mode.
-
-Write semantics: a writer commits its rows together with its own ``state`` (the explorer's
-position after the step the rows belong to), so a restarted writer continues exactly after
-the last rows the buffer holds. Every open of a writer name, and of a reader name in
-``auto_commit=False`` mode, bumps that name's generation; each later write of the handle
-(append, heartbeat, finish, cursor commit, ``fenced()`` block) checks it in the same
-transaction and raises ``Fenced`` once a newer process holds the name. Writers send a
-heartbeat every ``writer_timeout / 4`` seconds; a reader with nothing to read tells a slow
-writer from a dead one with ``dead_writers``.
+``StorageConfig`` with ``writer(name)`` and ``reader(name, auto_commit)``. The durable ones
+(SQL databases and jsonl files) implement ``Log``; ``LogWriter`` and ``LogReader`` turn any
+``Log`` into a writer and a reader. When a read counts as consumed, how a writer's state
+commits with its rows, generations (``Fenced``), heartbeats and waits: ``docs/buffer.md``.
 """
 
 from __future__ import annotations
@@ -69,6 +49,11 @@ class ExperienceWriter(ABC):
         ``Fenced`` if another process opened the name, and holds the buffer's write lock so
         none can while it runs. No-op where the storage has no generations."""
         return nullcontext()
+
+    def set_waiting(self, version: int | None) -> None:  # noqa: B027 (optional hook)
+        """The producer blocks until the trainer publishes model ``version`` (None: no longer):
+        an explorer waiting for weights says so here, where readers see it (``awaited_version``).
+        No-op where the storage keeps no writer status."""
 
     @abstractmethod
     def finish(self) -> None:
@@ -130,6 +115,11 @@ class ExperienceReader(ABC):
         heartbeats."""
         return []
 
+    def awaited_version(self) -> int | None:
+        """The lowest model version an unfinished writer is blocked on (``set_waiting``), or None:
+        a reader short of a batch need not wait for rows that cannot come before that version."""
+        return None
+
     def state_dict(self) -> dict[str, Any]:
         return {}
 
@@ -166,6 +156,8 @@ class WriterStatus:
     finished: bool
     updated: float
     """``time.time()`` of the writer's last open, write or heartbeat."""
+    waiting: int | None = None
+    """The model version the writer's producer is blocked on (``ExperienceWriter.set_waiting``)."""
 
 
 class Log(ABC):
@@ -197,7 +189,16 @@ class Log(ABC):
     def finish_writer(self, lease: Lease) -> None: ...
 
     @abstractmethod
+    def set_waiting(self, lease: Lease, version: int | None) -> None:
+        """Record the model version the writer is blocked on (``Fenced`` if stale)."""
+
+    @abstractmethod
     def writer_statuses(self) -> list[WriterStatus]: ...
+
+    def awaited_version(self) -> int | None:
+        """The lowest version an unfinished writer is blocked on (``ExperienceReader.awaited_version``)."""
+        waits = [w.waiting for w in self.writer_statuses() if not w.finished and w.waiting is not None]
+        return min(waits, default=None)
 
     def writers_done(self) -> bool:
         """At least one writer registered and every registered writer finished."""
@@ -294,6 +295,9 @@ class LogWriter(ExperienceWriter):
     def fenced(self) -> AbstractContextManager[None]:
         return self.log.fence(self.lease)
 
+    def set_waiting(self, version: int | None) -> None:
+        self.log.set_waiting(self.lease, version)
+
     def finish(self) -> None:
         self._stop.set()
         self.log.finish_writer(self.lease)
@@ -365,6 +369,9 @@ class LogReader(ExperienceReader):
             return []
         missed = time.time() - 2 * self.writer_timeout / HEARTBEATS_PER_TIMEOUT
         return [w.name for w in self.log.writer_statuses() if not w.finished and w.updated < missed]
+
+    def awaited_version(self) -> int | None:
+        return self.log.awaited_version()
 
     def state_dict(self) -> dict[str, Any]:
         return {"position": self.position}

@@ -3,7 +3,7 @@
 ``<path>`` holds one experience per line (``experience_to_dict``, readable). A position
 packs the lines read and their byte length: ``lines * 2**48 + offset``.
 ``<path>.state.json`` holds the writers (generation, heartbeat, state), the reader cursors
-and the line count. Every change happens under an exclusive ``flock`` on ``<path>.lock``, so
+and the line count. Every change happens under an exclusive lock on ``<path>.lock``, so
 several processes can append and read the same file; only complete lines are ever read,
 and only the lines the state counts (an append that died before its state was saved leaves
 lines no reader sees; the next append cuts them off).
@@ -11,13 +11,14 @@ lines no reader sees; the next append cuts them off).
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
+
+from filelock import FileLock
 
 from trinity.buffer.errors import Fenced
 from trinity.buffer.serialization import experience_from_dict, experience_to_dict
@@ -34,17 +35,9 @@ class JsonlLog(Log):
         self.name, self.path = name, os.path.abspath(path)
         os.makedirs(os.path.dirname(self.path), exist_ok=True)
         self.state_path = self.path + ".state.json"
-        with self._locked():
+        self._lock = FileLock(self.path + ".lock")  # per thread: a writer's heartbeat thread takes its turn
+        with self._lock:
             open(self.path, "ab").close()
-
-    @contextmanager
-    def _locked(self) -> Iterator[None]:
-        with open(self.path + ".lock", "a") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)
-            try:
-                yield
-            finally:
-                fcntl.flock(lock, fcntl.LOCK_UN)
 
     def _state(self) -> dict[str, Any]:
         if not os.path.exists(self.state_path):
@@ -66,7 +59,7 @@ class JsonlLog(Log):
         return entry
 
     def _bump(self, kind: str, name: str, **values: Any) -> Lease:
-        with self._locked():
+        with self._lock:
             state = self._state()
             entry = state[_SECTION[kind]].setdefault(name, {})
             entry.update(values, generation=entry.get("generation", 0) + 1)
@@ -75,20 +68,20 @@ class JsonlLog(Log):
 
     @contextmanager
     def fence(self, lease: Lease) -> Iterator[None]:
-        with self._locked():
+        with self._lock:
             self._check(self._state(), lease)
             yield
 
     def open_writer(self, writer: str) -> Lease:
-        return self._bump("writer", writer, finished=False, updated=time.time())
+        return self._bump("writer", writer, finished=False, updated=time.time(), waiting=None)
 
     def open_reader(self, reader: str) -> Lease:
-        with self._locked():
+        with self._lock:
             cursor = self._state()["cursors"].get(reader, {})
         return self._bump("reader", reader, position=cursor.get("position", 0), progress=cursor.get("progress", 0))
 
     def _mark_writer(self, lease: Lease, **values: Any) -> None:
-        with self._locked():
+        with self._lock:
             state = self._state()
             self._check(state, lease).update(values)
             self._save(state)
@@ -99,18 +92,21 @@ class JsonlLog(Log):
     def finish_writer(self, lease: Lease) -> None:
         self._mark_writer(lease, finished=True, updated=time.time())
 
+    def set_waiting(self, lease: Lease, version: int | None) -> None:
+        self._mark_writer(lease, waiting=version)
+
     def writer_statuses(self) -> list[WriterStatus]:
-        with self._locked():
+        with self._lock:
             writers = self._state()["writers"]
-        return [WriterStatus(name, w["finished"], w["updated"]) for name, w in writers.items()]
+        return [WriterStatus(name, w["finished"], w["updated"], w.get("waiting")) for name, w in writers.items()]
 
     def writer_state(self, writer: str) -> dict[str, Any] | None:
-        with self._locked():
+        with self._lock:
             return self._state()["writers"].get(writer, {}).get("state")
 
     def append(self, experiences: list[Experience], lease: Lease, state: dict[str, Any] | None) -> None:
         lines = "".join(json.dumps(experience_to_dict(e)) + "\n" for e in experiences).encode()
-        with self._locked():
+        with self._lock:
             saved = self._state()
             writer = self._check(saved, lease)
             with open(self.path, "r+b") as f:
@@ -139,7 +135,7 @@ class JsonlLog(Log):
         return out, (lines + len(out)) * _LINE + offset
 
     def claim(self, reader: str, n: int) -> tuple[list[Experience], int]:
-        with self._locked():
+        with self._lock:
             state = self._state()
             experiences, position = self.fetch(state["cursors"].get(reader, {}).get("position", 0), n)
             if experiences:
@@ -148,7 +144,7 @@ class JsonlLog(Log):
         return experiences, position
 
     def cursor(self, reader: str) -> int:
-        with self._locked():
+        with self._lock:
             return self._state()["cursors"].get(reader, {}).get("position", 0)
 
     def set_cursor(self, reader: str, position: int, lease: Lease | None = None) -> None:
@@ -158,7 +154,7 @@ class JsonlLog(Log):
         self._move(reader, lease, progress=position)
 
     def _move(self, reader: str, lease: Lease | None, **values: int) -> None:
-        with self._locked():
+        with self._lock:
             state = self._state()
             if lease:
                 self._check(state, lease)
@@ -167,7 +163,7 @@ class JsonlLog(Log):
             self._save(state)
 
     def unread(self) -> int:
-        with self._locked():
+        with self._lock:
             state = self._state()
         return state["lines"] - min((c["progress"] // _LINE for c in state["cursors"].values()), default=0)
 

@@ -1,14 +1,9 @@
 """An in-memory experience queue: FIFO with a capacity, or a priority replay buffer.
 
-Shared by writers and readers of one process (``local_queue``) and hosted by the Ray
-queue actor for sharing across actors (which stores serialised experiences: the queue only
-ever looks at an item's ``model_version``). Thread-safe; blocking calls wait on a condition.
-
-Priority replay (``replay_buffer.enable``): ``get`` returns the highest-priority
-experiences (ties: oldest first); a full queue drops its lowest-priority experience
-instead of blocking. ``replay_buffer.priority_fn`` scores them (``trinity.buffer.priority``).
-With ``replay_buffer.reuse_cooldown_time`` set, an experience goes back into the queue that many
-seconds after it was read (with ``use_count + 1``); without it, each is read once.
+Shared by writers and readers of one process (``local_queue``) and hosted by the Ray queue
+actor for sharing across actors (which stores serialised experiences: the queue only ever looks
+at an item's ``model_version``). Thread-safe; blocking calls wait on a condition. Priority
+replay (``replay_buffer``: priorities, drops, cooldowns): ``docs/buffer.md``.
 """
 
 from __future__ import annotations
@@ -48,7 +43,8 @@ class MemoryQueue:
         self.heap: list[_Item] = []
         self.cooling: list[tuple[float, int, _Item]] = []  # (ready time, seq, item)
         self.seq = itertools.count()
-        self.writers: dict[str, bool] = {}
+        self.writers: dict[str, bool] = {}  # name -> finished
+        self.waiting: dict[str, int] = {}  # name -> the model version it is blocked on
         self.cond = threading.Condition()
 
     def __len__(self) -> int:
@@ -57,6 +53,18 @@ class MemoryQueue:
     def open_writer(self, writer: str) -> None:
         with self.cond:
             self.writers[writer] = False
+            self.waiting.pop(writer, None)
+
+    def set_waiting(self, writer: str, version: int | None) -> None:
+        with self.cond:
+            if version is None:
+                self.waiting.pop(writer, None)
+            else:
+                self.waiting[writer] = version
+
+    def awaited_version(self) -> int | None:
+        with self.cond:
+            return min((v for w, v in self.waiting.items() if not self.writers.get(w)), default=None)
 
     def finish_writer(self, writer: str) -> None:
         with self.cond:
@@ -139,6 +147,9 @@ class MemoryWriter(ExperienceWriter):
     def state(self) -> dict[str, Any] | None:
         return self._state
 
+    def set_waiting(self, version: int | None) -> None:
+        self.queue.set_waiting(self.writer, version)
+
     def finish(self) -> None:
         self.queue.finish_writer(self.writer)
 
@@ -152,6 +163,9 @@ class MemoryReader(ExperienceReader):
 
     def _take(self, n: int, deadline: float) -> tuple[list[Experience], bool]:
         return self.queue.get(n, max(deadline - time.monotonic(), 0.0))
+
+    def awaited_version(self) -> int | None:
+        return self.queue.awaited_version()
 
 
 _LOCAL: dict[str, MemoryQueue] = {}

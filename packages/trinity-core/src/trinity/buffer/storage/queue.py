@@ -1,17 +1,9 @@
 """``storage_type: queue``: a bounded FIFO (or priority replay buffer) between explorer and trainer.
 
-Where the queue lives depends on ``path``:
-
-- empty: in memory. Inside a Ray cluster (``ray.is_initialized()``) it is the named
-  detached actor ``trinity-buffer-<name>`` in the namespace, shared by every actor;
-  otherwise a process-local queue shared by writers and readers of this process.
-- a ``.jsonl``/``.json`` file: the jsonl log (``file`` storage), bounded by ``capacity``.
-- anything else (a file path or a ``sqlite:///`` / database URL): the SQL log, bounded by
-  ``capacity``. Every write is durable in the database, so a restarted process or a
-  second one (async mode: explorer and trainer processes) works through the file alone.
-
-Priority replay (``replay_buffer.enable``) works on each: in memory (``memory``) or, with a
-``path``, in replay tables beside the log (``replay``), where it survives restarts.
+Where it lives depends on ``path``: empty, in memory (in a Ray cluster, the named actor
+``trinity-buffer-<name>`` shared by every actor); a ``.jsonl``/``.json`` file, the jsonl log; any
+other path or database URL, the SQL log, durable across processes. Priority replay works on each:
+in memory (``memory``) or in replay tables beside the log (``replay``). See ``docs/buffer.md``.
 """
 
 from __future__ import annotations

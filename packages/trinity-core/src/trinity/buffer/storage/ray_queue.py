@@ -1,14 +1,10 @@
 """A ``MemoryQueue`` in a named, detached Ray actor, so explorer and trainer actors share it.
 
-Experiences cross the actor boundary as ``serialize_experience`` bytes (raw tensor bytes,
-no pickled tensors) and stay bytes inside the actor: it only needs their model version
-(for priority replay), so nothing is deserialised there. The actor is threaded: a reader
-blocked in ``get`` does not stop writers. It is detached so the queue outlives the actor that
-created it (the explorer may finish first); ``kill_queue_actor`` removes it.
-
-The actor's process loads this module but never touches an experience, so the handle imports
-``serialization`` (and with it torch) in its own methods: the actor starts in a fraction of a
-second, on the run's critical path to the first rollout.
+Experiences cross the actor boundary as ``serialize_experience`` bytes and stay bytes inside
+the actor (it needs only their model version). The actor is threaded, so a reader blocked in
+``get`` does not stop writers, and detached, so the queue outlives the actor that created it
+(``kill_queue_actor`` removes it). The handle imports ``serialization`` (and with it torch) in
+its own methods: the actor starts in a fraction of a second.
 """
 
 from __future__ import annotations
@@ -43,6 +39,12 @@ class QueueActor:
     def finish_writer(self, writer: str) -> None:
         self.queue.finish_writer(writer)
 
+    def set_waiting(self, writer: str, version: int | None) -> None:
+        self.queue.set_waiting(writer, version)
+
+    def awaited_version(self) -> int | None:
+        return self.queue.awaited_version()
+
     def put(self, items: list[tuple[int, bytes]]) -> None:
         self.queue.put([_Stored(version, data) for version, data in items])
 
@@ -65,6 +67,12 @@ class RayQueueHandle:
 
     def finish_writer(self, writer: str) -> None:
         ray.get(self.actor.finish_writer.remote(writer))
+
+    def set_waiting(self, writer: str, version: int | None) -> None:
+        ray.get(self.actor.set_waiting.remote(writer, version))
+
+    def awaited_version(self) -> int | None:
+        return ray.get(self.actor.awaited_version.remote())
 
     def put(self, experiences: list[Experience]) -> None:
         from trinity.buffer.serialization import serialize_experience

@@ -1,18 +1,10 @@
 """Priority replay on a durable queue (``replay_buffer.enable`` with a ``path``): the state in SQL.
 
-Writers append to the queue's log (sqlite / PostgreSQL tables or a jsonl file) as always;
-readers take experiences out of a replay table beside it, ``<name>_replay``, where each one
-has its priority, its use count and when it may be read again. Each ``take`` is one write
-transaction: it moves the log's new experiences into the table (scored by the priority
-function, the lowest priorities dropped beyond ``capacity``), then reads the highest
-priorities that are ready (ties: the earliest in), and puts them back with ``use_count + 1``
-after ``reuse_cooldown_time`` (or deletes them: no cooldown, or the function retires them).
-So priorities, use counts and cooldowns survive a restart, and readers in several processes
-share one replay buffer. As in the in-memory queue, writers never wait (a full buffer drops)
-and a read consumes; unlike it, ``capacity`` counts the experiences cooling down too.
-
-The replay tables live in the queue's database; a jsonl queue keeps them in
-``<path>.replay.db`` (sqlite).
+Writers append to the queue's log as always; readers take experiences out of a replay table
+beside it, ``<name>_replay`` (priority, use count, when it may be read again), one write
+transaction per ``take``. So priorities, use counts and cooldowns survive a restart, and readers
+in several processes share one replay buffer. A jsonl queue keeps the table in
+``<path>.replay.db`` (sqlite). See ``docs/buffer.md``.
 """
 
 from __future__ import annotations
@@ -157,3 +149,6 @@ class ReplayReader(ExperienceReader):
                 pause = _POLL_MIN
             time.sleep(min(pause, deadline - now))
             pause = min(pause * 2, _POLL_MAX)
+
+    def awaited_version(self) -> int | None:
+        return self.table.log.awaited_version()

@@ -1,28 +1,10 @@
 """Experiences in a SQL database through SQLAlchemy Core: sqlite by default, any URL works.
 
-Three tables per buffer: ``<name>_exp`` (id, model_version, serialised experience),
-``<name>_writers`` (generation, heartbeat, the state committed with the last append) and
-``<name>_cursors`` (position, progress, generation). sqlite runs in WAL mode with ``BEGIN
-IMMEDIATE`` write transactions, so several processes can write and read the same file: each
-``append`` is one transaction (executemany plus the writer's state, after its generation
-check), each ``claim`` reads and moves a cursor under the write lock. On PostgreSQL
-(``postgresql://`` URLs, driven by psycopg 3: the ``trinity-core[postgres]`` extra), ``append``
-locks the experience table so ids follow commit order (readers then never skip a row that
-commits late), a claim locks its cursor row, generation checks lock the name's row, and
-processes creating the tables together take turns on an advisory lock.
-
-Durability (``buffer.durability``): ``fast`` runs sqlite with ``synchronous=NORMAL`` (a power
-loss may roll back the last transactions, never tear one), ``safe`` with ``FULL`` (each
-commit is on disk when it returns).
-
-A database server out of reach (restarting, a network drop) is tried again: every connection
-is attempted ``max_retry_times`` times, ``max_retry_interval`` seconds apart (``Reconnect``),
-and pooled connections are pinged before use, so a server restart between two operations
-costs a wait, not the run; a server still out of reach after them is ``BufferUnavailable``.
-An append whose connection drops mid-transaction, its COMMIT perhaps landed, is tried again
-once connected, within the same attempts: the writer's append count, committed with the rows,
-says whether the lost one landed, so its rows are stored once. Other operations that fail after
-they connected are not repeated.
+Three tables per buffer: ``<name>_exp`` (the serialised experiences), ``<name>_writers``
+(generation, heartbeat, state, wait) and ``<name>_cursors`` (position, progress, generation).
+Several processes write and read one database: sqlite in WAL mode with ``BEGIN IMMEDIATE``
+writes, PostgreSQL (``trinity-core[postgres]``) with table and row locks. Durability, how a
+server out of reach is tried again and how a lost append is stored once: ``docs/buffer.md``.
 """
 
 from __future__ import annotations
@@ -239,6 +221,43 @@ def _retry_busy(action: Callable[[], _T]) -> _T:
         pause = min(pause * 2, 0.2)
 
 
+class Connections:
+    """A buffer's connections to its database. On a server, one still out of reach after its
+    ``Reconnect`` attempts is ``BufferUnavailable``, naming the buffer."""
+
+    def __init__(self, engine: sa.Engine, buffer: str, reconnect: Reconnect):
+        self.engine, self.buffer, self.reconnect = engine, buffer, reconnect
+        self.server = engine.dialect.name != "sqlite"
+
+    def unavailable(self, exc: BaseException, lost: bool = False) -> BufferUnavailable:
+        where = self.engine.url.render_as_string(hide_password=True)
+        attempts, interval = self.reconnect.attempts, self.reconnect.interval
+        return BufferUnavailable(self.buffer, where, first_line(exc), attempts, interval, lost)
+
+    def connect(self) -> sa.Connection:
+        try:
+            return self.engine.connect()
+        except sa.exc.OperationalError as exc:
+            if not self.server:
+                raise
+            raise self.unavailable(exc) from exc
+
+    @contextmanager
+    def write(self) -> Iterator[sa.Connection]:
+        """A write transaction (on sqlite ``BEGIN IMMEDIATE``; reads stay concurrent). On a
+        server, a connection lost on the way is ``BufferUnavailable`` with ``lost`` (the commit
+        may have landed)."""
+        try:
+            with self.connect() as conn:
+                conn.execution_options(write=True)
+                with conn.begin():
+                    yield conn
+        except sa.exc.DBAPIError as exc:
+            if not (self.server and exc.connection_invalidated):
+                raise
+            raise self.unavailable(exc, lost=True) from exc
+
+
 class SqlLog(Log):
     """A ``Log`` in the tables ``<name>_exp``, ``<name>_writers``, ``<name>_cursors``."""
 
@@ -254,6 +273,7 @@ class SqlLog(Log):
         self.trust_pickled_rows = trust_pickled_rows
         self.reconnect = reconnect
         self.engine = shared_engine(url, durability, reconnect)
+        self.db = Connections(self.engine, name, reconnect)
         prefix = table_prefix(name)
         meta = sa.MetaData()
 
@@ -268,43 +288,15 @@ class SqlLog(Log):
         self.writers.append_column(sa.Column("state", sa.Text, nullable=True))
         # how many appends the name committed: tells whether one whose connection dropped landed
         self.writers.append_column(sa.Column("appends", sa.Integer, nullable=False, default=0))
+        # the model version the writer's producer is blocked on (an explorer waiting for weights)
+        self.writers.append_column(sa.Column("waiting", sa.Integer, nullable=True))
         reader_key = sa.Column("reader", sa.String(255), primary_key=True)
         self.cursors = table("cursors", reader_key, position=sa.Integer, progress=sa.Integer, generation=sa.Integer)
         self._leased = {"writer": (self.writers, self.writers.c.name), "reader": (self.cursors, self.cursors.c.reader)}
         self.postgres = self.engine.dialect.name == "postgresql"
-        self.server = self.engine.dialect.name != "sqlite"
         store_uncompressed(self.exp)
         create_tables(self.engine, meta, prefix)
         self._lock_sql = lock_table_sql(self.engine, self.exp)
-
-    def _unavailable(self, exc: BaseException, lost: bool = False) -> BufferUnavailable:
-        where = self.engine.url.render_as_string(hide_password=True)
-        reconnect = self.reconnect
-        return BufferUnavailable(self.name, where, first_line(exc), reconnect.attempts, reconnect.interval, lost)
-
-    def _connect(self) -> sa.Connection:
-        """A connection; a server still out of reach after its attempts is ``BufferUnavailable``."""
-        try:
-            return self.engine.connect()
-        except sa.exc.OperationalError as exc:
-            if not self.server:
-                raise
-            raise self._unavailable(exc) from exc
-
-    @contextmanager
-    def _write(self) -> Iterator[sa.Connection]:
-        """A write transaction (on sqlite ``BEGIN IMMEDIATE``; reads stay concurrent). On a
-        server, a connection lost on the way is ``BufferUnavailable`` with ``lost`` (the commit
-        may have landed)."""
-        try:
-            with self._connect() as conn:
-                conn.execution_options(write=True)
-                with conn.begin():
-                    yield conn
-        except sa.exc.DBAPIError as exc:
-            if not (self.server and exc.connection_invalidated):
-                raise
-            raise self._unavailable(exc, lost=True) from exc
 
     def _upsert(
         self, conn: sa.Connection, table: sa.Table, key: dict[str, Any], values: dict[str, Any], **defaults: Any
@@ -335,7 +327,7 @@ class SqlLog(Log):
         table, key = self._leased[kind]
 
         def bump() -> Lease:
-            with self._write() as conn:
+            with self.db.write() as conn:
                 lease = Lease(kind, name, self._generation(conn, kind, name) + 1)
                 self._upsert(conn, table, {key.name: name}, {**values, "generation": lease.generation}, **defaults)
             return lease
@@ -344,18 +336,18 @@ class SqlLog(Log):
 
     @contextmanager
     def fence(self, lease: Lease) -> Iterator[None]:
-        with self._write() as conn:
+        with self.db.write() as conn:
             self._check(conn, lease)
             yield
 
     def open_writer(self, writer: str) -> Lease:
-        return self._bump("writer", writer, {"finished": False, "updated": time.time()})
+        return self._bump("writer", writer, {"finished": False, "updated": time.time(), "waiting": None})
 
     def open_reader(self, reader: str) -> Lease:
         return self._bump("reader", reader, {}, position=0, progress=0)
 
     def _mark_writer(self, lease: Lease, **values: Any) -> None:
-        with self._write() as conn:
+        with self.db.write() as conn:
             self._check(conn, lease)
             conn.execute(self.writers.update().where(self.writers.c.name == lease.name).values(**values))
 
@@ -365,14 +357,17 @@ class SqlLog(Log):
     def finish_writer(self, lease: Lease) -> None:
         self._mark_writer(lease, finished=True, updated=time.time())
 
+    def set_waiting(self, lease: Lease, version: int | None) -> None:
+        self._mark_writer(lease, waiting=version)
+
     def writer_statuses(self) -> list[WriterStatus]:
         columns = self.writers.c
-        with self._connect() as conn:
-            rows = conn.execute(sa.select(columns.name, columns.finished, columns.updated)).all()
-        return [WriterStatus(name, bool(finished), updated) for name, finished, updated in rows]
+        with self.db.connect() as conn:
+            rows = conn.execute(sa.select(columns.name, columns.finished, columns.updated, columns.waiting)).all()
+        return [WriterStatus(name, bool(finished), updated, waiting) for name, finished, updated, waiting in rows]
 
     def writer_state(self, writer: str) -> dict[str, Any] | None:
-        with self._connect() as conn:
+        with self.db.connect() as conn:
             found = conn.execute(sa.select(self.writers.c.state).where(self.writers.c.name == writer)).scalar()
         return json.loads(found) if found else None
 
@@ -388,7 +383,7 @@ class SqlLog(Log):
         attempts = self.reconnect.attempts
         for attempt in range(1, attempts + 1):
             try:
-                with self._write() as conn:
+                with self.db.write() as conn:
                     if self._lock_sql:
                         conn.exec_driver_sql(self._lock_sql)
                     (appends,) = self._check(conn, lease, self.writers.c.appends)
@@ -407,7 +402,7 @@ class SqlLog(Log):
                 return
             except BufferUnavailable as exc:
                 if lost is not None and not exc.lost:  # no connection came back to find out
-                    raise self._unavailable(exc.__cause__ or exc, lost=True) from exc
+                    raise self.db.unavailable(exc.__cause__ or exc, lost=True) from exc
                 if not exc.lost or attempt == attempts:
                     raise
                 lost = exc
@@ -430,7 +425,7 @@ class SqlLog(Log):
         return [deserialize_experience(data, self.trust_pickled_rows) for _, data in rows], rows[-1][0]
 
     def fetch(self, after: int, n: int) -> tuple[list[Experience], int]:
-        with self._connect() as conn:
+        with self.db.connect() as conn:
             return self._fetch(conn, after, n)
 
     def _cursor(self, conn: sa.Connection, reader: str, lock: bool = False) -> int:
@@ -442,7 +437,7 @@ class SqlLog(Log):
         return int(found or 0)
 
     def claim(self, reader: str, n: int) -> tuple[list[Experience], int]:
-        with self._write() as conn:
+        with self.db.write() as conn:
             after = self._cursor(conn, reader, lock=True)
             experiences, position = self._fetch(conn, after, n)
             if experiences:
@@ -451,18 +446,18 @@ class SqlLog(Log):
         return experiences, position
 
     def cursor(self, reader: str) -> int:
-        with self._connect() as conn:
+        with self.db.connect() as conn:
             return self._cursor(conn, reader)
 
     def set_cursor(self, reader: str, position: int, lease: Lease | None = None) -> None:
-        with self._write() as conn:
+        with self.db.write() as conn:
             if lease:
                 self._check(conn, lease)
             values = {"position": position, "progress": position}
             self._upsert(conn, self.cursors, {"reader": reader}, values, generation=0)
 
     def set_progress(self, reader: str, position: int, lease: Lease | None = None) -> None:
-        with self._write() as conn:
+        with self.db.write() as conn:
             if lease:
                 self._check(conn, lease)
             self._upsert(conn, self.cursors, {"reader": reader}, {"progress": position}, position=0, generation=0)
@@ -470,7 +465,7 @@ class SqlLog(Log):
     def unread(self) -> int:
         last = sa.select(sa.func.max(self.exp.c.id)).scalar_subquery()
         slowest = sa.select(sa.func.min(self.cursors.c.progress)).scalar_subquery()
-        with self._connect() as conn:  # one statement: one round trip to a server
+        with self.db.connect() as conn:  # one statement: one round trip to a server
             last, slowest = conn.execute(sa.select(last, slowest)).one()
         return (last or 0) - (slowest or 0)
 
