@@ -167,7 +167,7 @@ def test_easy2hard_without_the_feature_names_the_file(tmp_path):
         TasksetReader(taskset(path, data_selector=config))
 
 
-def test_difficulty_based_follows_the_feedback(tmp_path):
+def test_difficulty_based_follows_the_pass_rates(tmp_path):
     storage = taskset(
         write_jsonl(tmp_path / "t.jsonl", questions(20)),
         batch_size=5,
@@ -175,8 +175,8 @@ def test_difficulty_based_follows_the_feedback(tmp_path):
         data_selector=DataSelectorConfig(selector_type="difficulty_based", kwargs={"target": 0.5, "tau": 0.05}),
     )
     reader = TasksetReader(storage)
-    reader.feedback(list(range(10)), [1.0] * 10)  # rows 0-9 solved every time: too easy
-    reader.feedback(list(range(10, 20)), [0.5] * 10)
+    reader.update_pass_rates(list(range(10)), [1.0] * 10)  # rows 0-9 solved every time: too easy
+    reader.update_pass_rates(list(range(10, 20)), [0.5] * 10)
     picked = [t.index for _ in range(20) for t in reader.read_batch()]
     assert sum(i >= 10 for i in picked) > 0.9 * len(picked)
     restored = TasksetReader(storage)
@@ -295,14 +295,14 @@ def test_offline_easy2hard_reorders_later_epochs_by_the_observed_pass_rates(tmp_
     )
     reader = TasksetReader(storage)
     assert answers(reader.read_batch()) == [0, 3, 1, 4, 2]
-    reader.feedback([0, 1, 2, 4], [0.0, 0.5, 0.9, 1.0])
-    reader.feedback([0], [0.2])  # a running mean: row 0 at 0.1
+    reader.update_pass_rates([0, 1, 2, 4], [0.0, 0.5, 0.9, 1.0])
+    reader.update_pass_rates([0], [0.2])  # a running mean: row 0 at 0.1
     assert answers(reader.read_batch()) == [4, 2, 3, 1, 0]
     state = json.loads(json.dumps(reader.state_dict()))
-    reader.feedback([0, 0, 0], [1.0, 1.0, 1.0])  # row 0 now at 0.64
+    reader.update_pass_rates([0, 0, 0], [1.0, 1.0, 1.0])  # row 0 now at 0.64
     restored = TasksetReader(storage)
     restored.load_state_dict(state)
-    restored.feedback([0, 0, 0], [1.0, 1.0, 1.0])
+    restored.update_pass_rates([0, 0, 0], [1.0, 1.0, 1.0])
     assert answers(restored.read_batch()) == answers(reader.read_batch()) == [4, 2, 3, 0, 1]
 
 

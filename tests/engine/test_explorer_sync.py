@@ -6,7 +6,6 @@ from __future__ import annotations
 import textwrap
 import threading
 import time
-from collections import deque
 from pathlib import Path
 
 import pytest
@@ -52,9 +51,9 @@ def publish(explorer: Explorer, model: Path, version: int) -> None:
 
 def synced_at(explorer: Explorer, step: int) -> int:
     """The version the explorer holds when the batch after ``step`` batches goes in."""
-    explorer._submitted = step
-    explorer.runner.loop.run_until_complete(explorer.take_weights(deque()))
-    return explorer.version
+    explorer.scheduler.submitted = step
+    explorer.runner.loop.run_until_complete(explorer.scheduler.take_weights())
+    return explorer.engines.version
 
 
 def test_fixed_waits_at_each_interval_for_the_version_offset_steps_behind(tmp_path, tiny_model_dir) -> None:
@@ -62,7 +61,7 @@ def test_fixed_waits_at_each_interval_for_the_version_offset_steps_behind(tmp_pa
     publish(fixed, tiny_model_dir, 3)
     assert synced_at(fixed, 1) == 0  # not a multiple of sync_interval
     assert synced_at(fixed, 2) == 3  # wants version 1 (step 2 - offset 1): takes the newest, 3
-    weights = dict(fixed.engines[0].engine.model.named_parameters())
+    weights = dict(fixed.engines.clients[0].engine.model.named_parameters())
     name, loaded = next(iter(weights.items()))
     assert torch.allclose(loaded, load_file(str(tiny_model_dir / "model.safetensors"))[name] + 3)
     with pytest.raises(SyncTimeout):  # step 6 wants version 5: waits sync_timeout, then fails
@@ -154,6 +153,6 @@ def test_an_earlier_runs_end_does_not_stop_a_resumed_explorer(tmp_path, tiny_mod
     earlier.finish(0)
     time.sleep(0.05)
     resumed = explorer(tmp_path, tiny_model_dir, "fixed", timeout=1)
-    assert resumed.sync.root == earlier.root  # the same job: its marker is there
+    assert resumed.engines.sync.root == earlier.root  # the same job: its marker is there
     with pytest.raises(SyncTimeout):
         synced_at(resumed, 2)

@@ -15,7 +15,8 @@ from safetensors.torch import load_file
 
 from trinity.config import load_config
 from trinity.engine.base import EngineCrashed
-from trinity.explorer.explorer import MAX_ENGINE_RESTARTS, Explorer
+from trinity.explorer.engines import MAX_ENGINE_RESTARTS
+from trinity.explorer.explorer import Explorer
 from trinity.synchronizer.methods import CheckpointSync, WeightUpdate
 
 
@@ -48,12 +49,12 @@ def at_version(explorer: Explorer, model: Path, version: int) -> None:
     """The trainer publishes ``version`` (every weight + version) and the explorer loads it."""
     weights = load_file(str(model / "model.safetensors"))
     CheckpointSync(explorer.config).publish({k: v + version for k, v in weights.items()}, version)
-    explorer.load_weights(WeightUpdate(version, path=str(explorer.sync.root / f"version_{version}")))
+    explorer.engines.load(WeightUpdate(version, path=str(explorer.engines.sync.root / f"version_{version}")))
 
 
 def explore_step(explorer: Explorer):
-    tasks = explorer.next_tasks()
-    return explorer.runner.loop.run_until_complete(explorer.explore(1, tasks, {}))
+    tasks = explorer.tasksets.next_batch(0)
+    return explorer.runner.loop.run_until_complete(explorer.scheduler.collect_step(1, tasks, {}))
 
 
 @pytest.fixture(autouse=True)
@@ -73,7 +74,7 @@ def test_a_crashed_engine_is_restarted_with_the_newest_weights_and_the_batch_run
         {(e.eid.task, e.eid.run) for e in outcome.experiences}
     )
     assert {e.model_version for e in outcome.experiences} == {2}
-    engine = runs.engines[0].engine
+    engine = runs.engines.clients[0].engine
     name, loaded = next(iter(engine.model.named_parameters()))
     assert torch.allclose(loaded, load_file(str(tiny_model_dir / "model.safetensors"))[name] + 2)
 

@@ -39,7 +39,7 @@ def proxy(tmp_path_factory, tiny_model_dir, cutter):
         f"{buffer}.max_retry_times=2",
         f"{buffer}.writer_timeout=3600",
     )
-    yield serve.ServeProxy(explorer)
+    yield serve.ServeProxy(explorer.serve_host)
     explorer.shutdown()
 
 
@@ -51,7 +51,7 @@ def _scored(proxy: serve.ServeProxy, count: int, reward: float = 1.0) -> list[st
 
 def _stored(proxy: serve.ServeProxy) -> dict[str, list[str]]:
     """Every stored experience's response id, and the step it was committed in, in buffer order."""
-    storage = proxy.explorer.config.buffer.trainer_input.experience_buffer
+    storage = proxy.host.config.buffer.trainer_input.experience_buffer
     rows = open_experience_reader(storage, f"audit-{uuid.uuid4().hex[:6]}", auto_commit=False).read(1000, timeout=0.5)
     steps: dict[str, list[str]] = {}
     for exp in rows:
@@ -78,7 +78,7 @@ def test_a_commit_with_the_buffer_out_of_reach_is_a_503_and_the_next_writes_it_o
     refused = _call(proxy, "POST", "/commit")
     assert refused.status_code == 503, refused.text
     message = refused.json()["error"]["message"]
-    storage = proxy.explorer.config.buffer.trainer_input.experience_buffer
+    storage = proxy.host.config.buffer.trainer_input.experience_buffer
     assert f"buffer {storage.name!r}: database " in message and "may have landed" in message, message
     assert "The scored experiences are held: /commit again to write them" in message
     cutter.come_back()
@@ -89,4 +89,4 @@ def test_a_commit_with_the_buffer_out_of_reach_is_a_503_and_the_next_writes_it_o
     assert answer.json() == {"status": "success", "committed": 3, "dropped": 0, "step": step}
     stored = _stored(proxy)
     assert stored[str(step - 1)] == held and stored[str(step)] == later
-    assert proxy.explorer.writer.state()["step"] == proxy.explorer.step == step
+    assert proxy.host.writer.buffer.state()["step"] == proxy.host.writer.step == step

@@ -8,6 +8,7 @@ import asyncio
 import json
 import logging
 import sqlite3
+import threading
 from collections.abc import Awaitable
 from pathlib import Path
 from typing import TypeVar
@@ -29,7 +30,7 @@ T = TypeVar("T")
 @pytest.fixture(scope="module")
 def proxy(tmp_path_factory, tiny_model_dir: Path):
     explorer = serve_explorer(tmp_path_factory.mktemp("serve"), tiny_model_dir, KEY)
-    yield serve.ServeProxy(explorer)
+    yield serve.ServeProxy(explorer.serve_host)
     explorer.shutdown()
 
 
@@ -42,8 +43,8 @@ def _client(proxy: serve.ServeProxy) -> httpx.AsyncClient:
 
 
 def _on_explorer_loop(proxy: serve.ServeProxy, work: Awaitable[T]) -> T:
-    """``work`` on the explorer's loop, where ``Explorer.serve`` runs the proxy."""
-    return proxy.explorer.runner.loop.run_until_complete(work)
+    """``work`` on the explorer's loop, where ``ServeHost.serve`` runs the proxy."""
+    return proxy.host.loop.run_until_complete(work)
 
 
 def _chat_ids(proxy: serve.ServeProxy, count: int) -> list[str]:
@@ -84,11 +85,11 @@ def test_unscored_responses_expire_after_their_time(proxy, monkeypatch):
 
 def test_a_finished_trainer_is_no_error_while_the_proxy_follows_weights(proxy, monkeypatch, caplog):
     """After the trainer's last version the proxy keeps serving it, and logs no failure every poll."""
-    sync = proxy.explorer.sync
-    sync.finish(proxy.explorer.version)  # the trainer's end marker, as a finished trainer writes it
+    sync = proxy.host.engines.sync
+    sync.finish(proxy.host.engines.version)  # the trainer's end marker, as a finished trainer writes it
     try:
         with pytest.raises(TrainerFinished):  # what every poll now meets
-            sync.fetch(proxy.explorer.version + 1, 0)
+            sync.fetch(proxy.host.engines.version + 1, 0)
         monkeypatch.setattr(proxy, "weights_poll_seconds", 0.01)
         with pytest.raises(TimeoutError):
             _on_explorer_loop(proxy, asyncio.wait_for(proxy._follow_weights(), timeout=0.2))
@@ -99,17 +100,20 @@ def test_a_finished_trainer_is_no_error_while_the_proxy_follows_weights(proxy, m
 
 def test_the_proxy_looks_for_newer_weights_every_half_check_interval(proxy, monkeypatch):
     """``explorer.service_status_check_interval``: Trinity-RFT's proxy checks versions every half of it."""
-    monkeypatch.setattr(proxy.explorer.config.explorer, "service_status_check_interval", 7)
+    monkeypatch.setattr(proxy.host.config.explorer, "service_status_check_interval", 7)
     slept = []
+    real_sleep = asyncio.sleep  # the engine endpoint's uvicorn ticks with it on its own thread's loop
 
     async def sleep(seconds: float) -> None:
+        if threading.current_thread() is not threading.main_thread():
+            return await real_sleep(seconds)
         slept.append(seconds)
         if len(slept) == 2:
             raise asyncio.CancelledError
 
     monkeypatch.setattr(serve.asyncio, "sleep", sleep)
     with pytest.raises(asyncio.CancelledError):
-        _on_explorer_loop(proxy, serve.ServeProxy(proxy.explorer)._follow_weights())
+        _on_explorer_loop(proxy, serve.ServeProxy(proxy.host)._follow_weights())
     assert slept == [3.5, 3.5]
 
 
@@ -125,9 +129,9 @@ def test_engines_load_newer_weights_in_waves_leaving_min_running_model_num_servi
     overrides = ("explorer.rollout_model.engine_num=2", "explorer.min_running_model_num=1")
     explorer = serve_explorer(tmp_path, tiny_model_dir, KEY, *overrides)
     try:
-        proxy = serve.ServeProxy(explorer)
+        proxy = serve.ServeProxy(explorer.serve_host)
         loads = []  # (engine loading, engines serving meanwhile)
-        for i, engine in enumerate(explorer.engines):
+        for i, engine in enumerate(explorer.engines.clients):
 
             def call(method, *args, i=i, original=engine.call):
                 if method == "update_weights":
@@ -136,7 +140,7 @@ def test_engines_load_newer_weights_in_waves_leaving_min_running_model_num_servi
 
             monkeypatch.setattr(engine, "call", call)
         weights = AutoModelForCausalLM.from_pretrained(tiny_model_dir).state_dict()
-        update = WeightUpdate(version=explorer.version + 1, state_dict=weights)
+        update = WeightUpdate(version=explorer.engines.version + 1, state_dict=weights)
 
         async def load_while_engine_0_is_busy():
             proxy.inflight[0] = 1  # a request in progress on engine 0
@@ -149,18 +153,18 @@ def test_engines_load_newer_weights_in_waves_leaving_min_running_model_num_servi
 
         assert _on_explorer_loop(proxy, load_while_engine_0_is_busy()) == ([], [1])  # engine 0 waits, out of turn
         assert loads == [(0, [1]), (1, [0])] and proxy.serving == [0, 1]
-        assert explorer.version == update.version
+        assert explorer.engines.version == update.version
         (chat_id,) = _chat_ids(proxy, 1)
         assert proxy.recorded[chat_id][1][0].model_version == update.version
     finally:
         explorer.shutdown()
 
 
-def test_db_url_records_each_answer_and_its_feedback(proxy, tmp_path, monkeypatch):
+def test_db_url_records_each_answer_and_its_reward_feedback(proxy, tmp_path, monkeypatch):
     """``explorer.db_url``: the proxy's history, read back with sqlite3 (another reader than the writer)."""
     db = tmp_path / "history.db"
-    monkeypatch.setattr(proxy.explorer.config.explorer, "db_url", f"sqlite:///{db}")
-    recording = serve.ServeProxy(proxy.explorer)
+    monkeypatch.setattr(proxy.host.config.explorer, "db_url", f"sqlite:///{db}")
+    recording = serve.ServeProxy(proxy.host)
     first, second = _chat_ids(recording, 2)
     assert _call(recording, "POST", "/feedback", json={"reward": 0.5, "msg_ids": [first], "task_id": "t"}).is_success
     with sqlite3.connect(db) as conn:
@@ -168,7 +172,7 @@ def test_db_url_records_each_answer_and_its_feedback(proxy, tmp_path, monkeypatc
         rows = {row[0]: row[1:] for row in rows}
     assert set(rows) == {first, second}
     version, messages, responses, reward, task = rows[first]
-    assert (version, json.loads(messages), reward, task) == (proxy.explorer.version, MESSAGES, 0.5, "t")
+    assert (version, json.loads(messages), reward, task) == (proxy.host.engines.version, MESSAGES, 0.5, "t")
     assert len(json.loads(responses)) == 1 and rows[second][3:] == (None, None)  # not scored yet
 
 

@@ -11,7 +11,7 @@ import torch
 
 from trinity.common.batch import Batch
 from trinity.common.experience import EID, TRUNCATED_FROM, Experience
-from trinity.explorer.explorer import Explorer
+from trinity.explorer.rollout_metrics import rollout_metrics
 from trinity.explorer.runner import BatchOutcome
 from trinity.monitor.learnable import CauseWarnings, Streak, nothing_learnable, step_cause
 from trinity.progress import RoleProgress
@@ -37,12 +37,12 @@ def test_the_explorer_counts_truncated_prompts_their_longest_length_and_empty_re
     multi_turn = experience([7, 8], truncate_status="prompt_truncated")  # a later turn's prompt: no length known
     stopped = experience([])  # nothing generated, though the prompt fit
     answered = experience([5, 6, 7], truncate_status="response_truncated")
-    metrics = Explorer.rollout_metrics(BatchOutcome([*truncated, multi_turn, stopped, answered], 0, 0), 0)
+    metrics = rollout_metrics(BatchOutcome([*truncated, multi_turn, stopped, answered], 0, 0), 0)
     assert metrics["rollout/truncated_prompts"] == 3
     assert metrics["rollout/truncated_prompt_length/max"] == 40
     assert metrics["rollout/truncated_prompt_length/mean"] == 37
     assert metrics["rollout/empty_responses"] == 3
-    fitting = Explorer.rollout_metrics(BatchOutcome([answered], 0, 0), 0)
+    fitting = rollout_metrics(BatchOutcome([answered], 0, 0), 0)
     assert fitting["rollout/truncated_prompts"] == 0 and fitting["rollout/empty_responses"] == 0
     assert "rollout/truncated_prompt_length/max" not in fitting
 

@@ -470,7 +470,7 @@ def test_the_serve_proxy(tmp_path: Path, tiny_model_dir: Path) -> None:
     from trinity.explorer.serve import ServeProxy
 
     explorer = serve_explorer(tmp_path, tiny_model_dir, TOKEN)
-    proxy = ServeProxy(explorer)
+    proxy = ServeProxy(explorer.serve_host)
 
     def state() -> tuple:
         return (list(proxy.recorded), len(proxy.ready), list(proxy.scored), proxy.committed, proxy.dropped)

@@ -180,7 +180,7 @@ def test_unsupported_head_size_names_engine_and_cause(ray_session, tmp_path: Pat
 
 def test_a_dead_engine_actor_is_reported_as_a_crash_and_restarts(vllm_engine, tiny_model_dir: Path) -> None:
     """A killed actor is a crash; ``restart`` starts a new one with the initial weights, which
-    then takes the explorer's newest (``Explorer.restart_crashed_engines``)."""
+    then takes the explorer's newest (``RolloutEngines.restart_crashed``)."""
     import ray
 
     vllm_engine.update_weights(checkpoint_path=str(tiny_model_dir), version=5)

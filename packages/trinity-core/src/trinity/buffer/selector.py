@@ -20,7 +20,7 @@ from trinity.config.schema import DataSelectorConfig
 
 
 class Selector:
-    """Base: ``select`` row positions; ``feedback`` and state are optional."""
+    """Base: ``select`` row positions; ``update`` (pass rates) and state are optional."""
 
     def __init__(self, rows: Sequence[dict[str, Any]], config: DataSelectorConfig):
         self.size = len(rows)
@@ -38,7 +38,7 @@ class Selector:
             self._epoch_order = (epoch, self.order(epoch))
         return self._epoch_order[1][start : start + n]
 
-    def feedback(self, indices: Sequence[int], pass_rates: Sequence[float]) -> None:
+    def update(self, indices: Sequence[int], pass_rates: Sequence[float]) -> None:
         """Observed pass rates of rows (positions); only adaptive selectors use them."""
 
     def state_dict(self) -> dict[str, Any]:
@@ -93,11 +93,11 @@ class OfflineEasy2HardSelector(Selector):
         ease = np.where(self.observed.count > 0, self.observed.mean, 1 - rank / self.size)
         return sorted(range(self.size), key=lambda i: (-ease[i], rank[i]))
 
-    def feedback(self, indices: Sequence[int], pass_rates: Sequence[float]) -> None:
+    def update(self, indices: Sequence[int], pass_rates: Sequence[float]) -> None:
         self.observed.add(indices, pass_rates)
 
     def state_dict(self) -> dict[str, Any]:
-        """The observed rates, and the order of the epoch being read (feedback during an epoch
+        """The observed rates, and the order of the epoch being read (rates reported during an epoch
         changes only the next one's order, so a resume must not recompute it)."""
         return {"observed": self.observed.state_dict(), "epoch_order": self._epoch_order}
 
@@ -143,7 +143,7 @@ class DifficultyBasedSelector(Selector):
         n = min(n, self.size)
         return self._rng(epoch, start).choice(self.size, size=n, replace=False, p=weights / weights.sum()).tolist()
 
-    def feedback(self, indices: Sequence[int], pass_rates: Sequence[float]) -> None:
+    def update(self, indices: Sequence[int], pass_rates: Sequence[float]) -> None:
         self.estimate.add(indices, pass_rates)
 
     def state_dict(self) -> dict[str, Any]:

@@ -210,9 +210,9 @@ class TasksetReader:
         self.steps += not refill
         return batch
 
-    def feedback(self, task_indices: Sequence[int], pass_rates: Sequence[float]) -> None:
+    def update_pass_rates(self, task_indices: Sequence[int], pass_rates: Sequence[float]) -> None:
         """Observed pass rates of tasks (by ``Task.index``), for the curriculum selectors."""
-        self.selector.feedback(task_indices, pass_rates)
+        self.selector.update(task_indices, pass_rates)
 
     def state_dict(self) -> dict[str, Any]:
         return {"epoch": self.epoch, "index": self.index, "steps": self.steps, "selector": self.selector.state_dict()}

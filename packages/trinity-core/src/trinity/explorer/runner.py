@@ -1,25 +1,11 @@
 """Runs the workflows of a batch of tasks concurrently: timeouts, retries, stragglers.
 
 One long-lived event loop per explorer: async workflows run on it, sync ones in its thread
-pool. ``runner_per_model`` jobs run at once per engine, whatever batch they belong to, so a
-slow task of one batch does not hold the next batch's tasks back.
-
-Experiences are numbered here (``eid``: batch, task, run); a workflow that sets ``eid.task``
-puts those experiences in a group of their own, ``<task id>/<eid.task>`` (the advantage's group).
-
-A task's ``repeat_times`` runs are split into jobs of at most
-``explorer.max_repeat_times_per_runner`` (all in one job when unset). A workflow that samples
-its repeats itself (``can_repeat``) asks for a job's runs at once (``n``); any other is run
-once per repeat, within its job in sequence, as coroutines or in threads
-(``explorer.concurrent_mode``: sequential, asynchronous, multi-threading).
-
-Each run gets ``max_timeout`` seconds (with ``dynamic_timeout``: the recent mean run time x
-``ratio``, at most ``max_timeout``) and ``max_retry_times`` retries; one that times out is
-cancelled (a sync workflow's thread cannot be killed: it is abandoned) and counted as failed.
-With ``over_rollout.ratio``, a batch waits for ``(1 - ratio) x`` its tasks and then
-``wait_after_min`` seconds more at most; the tasks still running are cancelled (their finished
-runs are kept with ``return_partial_tasks``). A crashed engine (``EngineCrashed``) is not
-retried: the batch raises it.
+pool, ``runner_per_model`` jobs at once per engine whatever batch they belong to, so a slow
+task of one batch does not hold the next batch's tasks back. Experiences are numbered here
+(``eid``: batch, task, run). Each run gets ``max_timeout`` (or the dynamic timeout) and
+``max_retry_times``; with ``over_rollout.ratio`` a batch stops waiting for its stragglers; a
+crashed engine is not retried: the batch raises it. Details: ``docs/explorer.md``.
 """
 
 from __future__ import annotations

@@ -1,35 +1,12 @@
 """``mode: serve``: the explorer as an OpenAI-compatible proxy for agents written without trinity.
 
-An agent (AgentScope, LangGraph, a plain ``openai`` loop) points its client at
-``http://<listen_address>:<proxy_port>/v1``. Each chat completion goes to a rollout engine's
-endpoint (round robin over ``engine_num``), with token ids and logprobs asked for, and its
-choices are recorded as experiences under the response's ``id``. The agent then scores them:
-
-- ``POST /feedback {"reward": r, "msg_ids": [...], "task_id": "...", "run_id": 0}`` sets the
-  reward of those responses (a task's responses form its group). The reward must be a finite
-  number (422 otherwise). A request is applied whole or not at all: an id listed twice, unknown
-  (or expired) or already scored is an error (400 / 404 / 409) naming it, and nothing is scored.
-- ``POST /commit`` passes every scored experience through the explorer's experience pipeline
-  (``data_processor.experience_pipeline``, as an explored step's) and writes those it keeps to
-  the experience buffer, one explorer step; it returns once they are durable, so a kill after
-  it loses none of them. A buffer out of reach is a 503: the explorer holds the step, and the
-  next ``/commit`` writes it first (once, even where the failed write landed after all).
-- ``GET /metrics``, ``GET /health``, ``GET /v1/models``.
-
-With ``explorer.db_url`` (a SQLAlchemy URL or a sqlite file), every answered completion and its
-feedback is also recorded there, in table ``proxy_history`` (``History``).
-
-The proxy is one of trinity's doors (``docs/security.md``): it binds ``listen_address``
-(127.0.0.1 by default), and with ``explorer.rollout_model.api_key`` set every request but
-``/health`` must carry it as a bearer token, which the proxy also sends to the engines. Its
-memory is bounded: a request asks for ``MAX_N`` choices at most, bodies are capped by the
-request guard, and responses waiting for feedback expire after ``RECORDED_TTL_SECONDS`` or
-beyond the ``MAX_RECORDED`` most recent (``expired_responses`` in ``/metrics``).
-
-A trainer (``mode: train``, another process) trains on the committed experiences; the proxy
-looks for its newer weights every ``explorer.service_status_check_interval / 2`` seconds
-(checkpoint sync) and loads them while it goes on serving: with more engines than
-``explorer.min_running_model_num``, in waves that leave at least that many engines serving.
+An agent points its OpenAI client at ``http://<listen_address>:<proxy_port>/v1``; each chat
+completion goes to a rollout engine (round robin) and its choices are recorded as experiences
+under the response's ``id``. ``POST /feedback`` scores them (all or nothing), ``POST /commit``
+hands the scored ones to the ``ServeHost`` to write as a step. The proxy binds loopback by
+default, requires ``explorer.rollout_model.api_key`` when set, bounds what it keeps, and loads
+the trainer's newer weights while it serves (in waves beyond ``min_running_model_num``).
+API: ``docs/agents.md``; how a commit is written: ``docs/explorer.md``.
 """
 
 from __future__ import annotations
@@ -58,7 +35,7 @@ from trinity.engine.openai_api import MAX_N, guarded, json_body
 from trinity.synchronizer.methods import TrainerFinished, WeightUpdate
 
 if TYPE_CHECKING:
-    from trinity.explorer.explorer import Explorer
+    from trinity.explorer.serve_host import ServeHost
 
 torch = lazy_module("torch")
 logger = logging.getLogger(__name__)
@@ -76,7 +53,7 @@ MAX_ABS_REWARD = 1e6
 squares of rewards near 1e19 overflow to inf and turn every advantage of the group into NaN."""
 
 
-class Feedback(BaseModel):
+class RewardFeedback(BaseModel):
     """The body of ``/feedback``; an unknown key is an error (a misspelt ``task_id`` would regroup)."""
 
     model_config = ConfigDict(extra="forbid")
@@ -114,21 +91,21 @@ class ChatBody(BaseModel):
 class ServeProxy:
     """The proxy's state: recorded responses, scored ones waiting for a commit, counters."""
 
-    def __init__(self, explorer: Explorer):
-        self.explorer = explorer
-        config = explorer.config
+    def __init__(self, host: ServeHost):
+        self.host = host
+        config = host.config
         self.temperature = config.model.temperature
         self.timeout = float(config.synchronizer.sync_timeout)
         # how often it looks for newer weights: half the check interval, as Trinity-RFT's check loop
         self.weights_poll_seconds = config.explorer.service_status_check_interval / 2
         self.key = config.explorer.rollout_model.endpoint_key()
-        self.engine_urls = [client.api_url for client in explorer.engines]
-        self.upstreams = [(client.api_url, _bearer(client.api_key)) for client in explorer.engines]
+        self.engine_urls = [client.api_url for client in host.engines.clients]
+        self.upstreams = [(client.api_url, _bearer(client.api_key)) for client in host.engines.clients]
         self.min_running = config.explorer.min_running_model_num
         self.serving = list(range(len(self.upstreams)))  # requests go round robin to these: all but a loading wave
         self.turn = itertools.count()
         self.inflight = [0] * len(self.upstreams)  # requests in progress, per engine
-        self.versions = [explorer.version] * len(self.upstreams)  # the weights each engine holds
+        self.versions = [host.engines.version] * len(self.upstreams)  # the weights each engine holds
         self.history = History(config.explorer.db_url) if config.explorer.db_url else None
         # response id -> (when recorded, its choices), oldest first; not scored yet
         self.recorded: OrderedDict[str, tuple[float, list[Experience]]] = OrderedDict()
@@ -168,10 +145,10 @@ class ServeProxy:
                 await asyncio.to_thread(self.history.record, response, body["messages"], version)
             return response
 
-        @app.post("/feedback", openapi_extra=json_body(Feedback))
-        async def feedback(request: Request) -> Any:
+        @app.post("/feedback", openapi_extra=json_body(RewardFeedback))
+        async def reward_feedback(request: Request) -> Any:
             try:
-                given = Feedback.model_validate(await request.json())
+                given = RewardFeedback.model_validate(await request.json())
             except ValidationError as exc:
                 return _error(422, _first_problem(exc))
             except ValueError as exc:
@@ -207,7 +184,7 @@ class ServeProxy:
             async with self.commit_lock:
                 experiences, self.ready = self.ready, []
                 try:
-                    step, committed, dropped = await asyncio.to_thread(self.explorer.commit, experiences)
+                    step, committed, dropped = await asyncio.to_thread(self.host.commit, experiences)
                 except BufferUnavailable as exc:  # the explorer holds them, for the next /commit
                     return _error(503, f"{exc}. The scored experiences are held: /commit again to write them")
                 self.committed += committed
@@ -218,8 +195,8 @@ class ServeProxy:
         async def metrics() -> Any:
             self._expire()
             return {
-                "step": self.explorer.step,
-                "model_version": self.explorer.version,
+                "step": self.host.writer.step,
+                "model_version": self.host.engines.version,
                 "requests": self.requests,
                 "recorded_experiences": self.experiences,
                 "waiting_responses": len(self.recorded),
@@ -302,7 +279,7 @@ class ServeProxy:
         while True:
             await asyncio.sleep(self.weights_poll_seconds)
             try:
-                update = await asyncio.to_thread(self.explorer.sync.fetch, self.explorer.version + 1, 0)
+                update = await asyncio.to_thread(self.host.engines.sync.fetch, self.host.engines.version + 1, 0)
                 if update is not None:
                     await self.load(update)
             except TrainerFinished:  # its last weights are served; a trainer that resumes publishes more
@@ -318,7 +295,7 @@ class ServeProxy:
         engines = list(range(len(self.upstreams)))
         wave = len(engines) - self.min_running
         if update.loaded or wave <= 0:  # nccl has put the weights into every engine already
-            await asyncio.to_thread(self.explorer.load_weights, update)
+            await asyncio.to_thread(self.host.engines.load, update)
         else:
             started = time.perf_counter()
             try:
@@ -331,13 +308,13 @@ class ServeProxy:
                         self.versions[i] = update.version
             finally:
                 self.serving = engines
-            self.explorer.version = update.version
+            self.host.engines.version = update.version
             logger.info("serve: weights of version %d loaded in %.2f s", update.version, time.perf_counter() - started)
         self.versions = [update.version] * len(engines)
 
     async def _drain(self, group: list[int]) -> None:
         """Until the engines of ``group`` have no request in progress (``max_timeout`` at most)."""
-        deadline = time.monotonic() + self.explorer.config.explorer.max_timeout
+        deadline = time.monotonic() + self.host.config.explorer.max_timeout
         while any(self.inflight[i] for i in group):
             if time.monotonic() > deadline:
                 raise TimeoutError(f"serve: engines {group} still busy after explorer.max_timeout: weights not loaded")
@@ -345,7 +322,7 @@ class ServeProxy:
 
     def _update_weights(self, update: WeightUpdate, group: list[int]) -> None:
         calls = [
-            self.explorer.engines[i].call("update_weights", update.state_dict, update.path, update.version)
+            self.host.engines.clients[i].call("update_weights", update.state_dict, update.path, update.version)
             for i in group
         ]
         for call in calls:
@@ -388,10 +365,11 @@ class History:
         with write_transaction(self.engine) as conn:
             conn.execute(self.table.insert().values(**row))
 
-    def score(self, feedback: Feedback, task_id: str) -> None:
-        scored = {"reward": feedback.reward, "task_id": task_id, "run_id": feedback.run_id}
+    def score(self, reward_feedback: RewardFeedback, task_id: str) -> None:
+        scored = {"reward": reward_feedback.reward, "task_id": task_id, "run_id": reward_feedback.run_id}
+        ids = reward_feedback.msg_ids
         with write_transaction(self.engine) as conn:
-            conn.execute(self.table.update().where(self.table.c.msg_id.in_(feedback.msg_ids)).values(**scored))
+            conn.execute(self.table.update().where(self.table.c.msg_id.in_(ids)).values(**scored))
 
 
 def _bearer(key: str | None) -> dict[str, str]:
