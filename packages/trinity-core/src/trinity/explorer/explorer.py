@@ -46,8 +46,9 @@ class Explorer:
         self.runner = TaskRunner(config, self.engines.clients, self.engines.auxiliary)
         self.pipeline = ExperiencePipeline.from_config(config)
         warnings = UnlearnableWarnings(config, self.name)
-        parts = (self.runner, self.engines, self.tasksets, self.pipeline, self.writer, warnings)
-        self.scheduler = StepScheduler(config, *parts)
+        self.scheduler = StepScheduler(
+            config, self.runner, self.engines, self.tasksets, self.pipeline, self.writer, warnings
+        )
         self.evaluator = Evaluator(config, self.runner, self.monitor)
         self.serve_host = ServeHost(config, self.engines, self.writer, self.pipeline, warnings, self.runner.loop)
         self.stopped_early = ""  # why exploring ended before its data did, for the run's summary
