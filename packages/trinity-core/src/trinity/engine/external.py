@@ -1,16 +1,11 @@
 """``engine_type: external``: rollouts from any OpenAI-compatible server, by URL.
 
 For evaluating an API model (bench mode, ``model.external_model.enable``), and for judges,
-reward models and teachers among ``explorer.auxiliary_models``. The server comes from the
-model's ``external_model_config``: the environment variables ``base_url_env`` (the base URL,
-``.../v1``) and ``api_key_env``, and ``model_name``. Such an engine takes no weights (no sync)
-and gives no token ids unless the server returns them (vLLM's ``return_token_ids``): its
-experiences carry text, rewards and logprobs, enough to evaluate, not to train on.
-
-The server applies its own chat template; a request offers it the call's ``tools`` and, when
-the model section sets them, the template and ``enable_thinking`` that
-``trinity.engine.tokenization`` resolves for every engine (vLLM's ``chat_template`` and
-``chat_template_kwargs`` request fields).
+reward models and teachers among ``explorer.auxiliary_models``. The server comes from
+``external_model_config`` (``base_url_env``, ``api_key_env``, ``model_name``) and applies its
+own chat template (offered the call's ``tools`` and the section's template and
+``enable_thinking``). It takes no weights and gives no token ids unless the server returns them:
+its experiences are for evaluation, not training. docs/engines.md has the details.
 """
 
 from __future__ import annotations

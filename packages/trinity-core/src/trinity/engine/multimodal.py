@@ -1,17 +1,11 @@
 """Images in prompts: reading them, and the model inputs a vision-language model takes with the tokens.
 
-A conversation carries images as OpenAI-style content parts, ``{"type": "image", "image": VALUE}``
-(``image_url`` parts and ``video`` parts likewise), where VALUE is a file path, raw bytes, a
-``data:`` URL, a ``{"bytes": ..., "path": ...}`` dict (a parquet Image column) or a PIL image.
-Images are decoded with PIL (a decoder: nothing in the file runs); an unreadable one is a
-``MediaError`` naming it. Nothing is fetched from the network.
-
-``VisionInputs`` is the engine's side, for models of the Qwen2-VL family (Qwen2-VL, Qwen2.5-VL,
-whose configs name ``image_token_id``): the chat template writes one image-pad token per image;
-the model's image processor turns the images into ``pixel_values`` and ``image_grid_thw``, and
-each pad token is expanded to one token per merged patch, as the model's own processor does.
-These inputs travel with the experience (``Experience.multi_modal_inputs``) so the trainer
-recomputes logprobs over the same pixels.
+Images come as OpenAI-style content parts (``image``, ``image_url``, ``video``): a file path,
+bytes, a ``data:`` URL, a parquet Image dict or a PIL image, decoded with PIL (nothing in the
+file runs, nothing is fetched); an unreadable one is a ``MediaError`` naming it.
+``VisionInputs`` prepares them for the Qwen2-VL family: pad tokens expanded per merged patch,
+``pixel_values`` and ``image_grid_thw`` that travel with the experience so the trainer
+recomputes logprobs over the same pixels. docs/engines.md has the details.
 """
 
 from __future__ import annotations

@@ -1,21 +1,11 @@
 """An OpenAI-compatible endpoint over any rollout engine (``enable_openai_api``).
 
-Engines that serve no endpoint of their own (the transformers reference engine) get this one,
-on the engine client's event loop: ``/v1/chat/completions``, ``/v1/completions``,
-``/v1/models`` and ``/health``, bound to ``openai_api_host`` (127.0.0.1 by default) on a free
-port. Requests become the client's requests, batched with the workflows' own. As vLLM's
-server does, a request with ``return_token_ids`` gets the prompt's and each choice's token ids
-(what an experience needs), ``logprobs: true`` gets the sampled tokens' logprobs,
-``reasoning_parser`` splits ``<think>`` text into ``reasoning_content``. A request's ``tools``
-are rendered by the engine's chat template (``trinity.engine.tokenization``) and, with
-``enable_auto_tool_choice`` and a ``tool_call_parser`` (``hermes``), the reply's tool calls
-become ``tool_calls`` unless ``tool_choice`` is ``none``. A malformed request is a 400 whose
-message names the field; ``n`` is at most ``MAX_N``, ``temperature`` at most ``MAX_TEMPERATURE``.
-The request models are the routes' declared bodies (``json_body``), which the fuzz tests use.
-
-Every endpoint of trinity's (this one, vLLM's as the vLLM engine serves it, serve mode's proxy)
-sits behind ``guarded``: the ``api_key`` when one is set, and the checks of
-``trinity.common.http_guard`` (same-site, JSON bodies of bounded size, loopback host names).
+For engines without one of their own (transformers), on the engine client's event loop:
+``/v1/chat/completions``, ``/v1/completions``, ``/v1/models``, ``/health``, bound to
+``openai_api_host`` (loopback by default). Requests batch with the workflows' own and answer as
+vLLM's server does (``return_token_ids``, ``logprobs``, reasoning and tool-call parsers). Every
+endpoint of trinity's sits behind ``guarded`` (``api_key``, ``trinity.common.http_guard``); a
+malformed request is a 400 naming the field. docs/engines.md has the details.
 """
 
 from __future__ import annotations
