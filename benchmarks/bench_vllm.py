@@ -169,7 +169,7 @@ def direct_multiturn(
 
 def trinity_multiturn(client: Any, lengths: list[list[int]]) -> Callable[[], int]:
     """The same conversations as workflows hold them: ``ModelWrapper.chat_async`` per turn."""
-    from trinity.explorer.model_wrapper import ModelWrapper
+    from trinity.engine.model_wrapper import ModelWrapper
 
     loop = asyncio.new_event_loop()
 

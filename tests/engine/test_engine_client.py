@@ -12,8 +12,8 @@ import pytest
 from trinity.config.schema import InferenceModelConfig, ModelConfig
 from trinity.engine.base import SamplingArgs
 from trinity.engine.client import _FIRST_CALL_SECONDS, EngineClient
+from trinity.engine.model_wrapper import ModelWrapper
 from trinity.engine.transformers_rollout import TransformersRolloutEngine
-from trinity.explorer.model_wrapper import ModelWrapper
 
 ARGS = SamplingArgs(n=1, max_tokens=4)
 LATE = 0.01

@@ -12,8 +12,8 @@ from trinity.config.schema import ExternalModelConfig, InferenceModelConfig, Mod
 from trinity.engine.base import EngineStartError, SamplingArgs
 from trinity.engine.client import EngineClient
 from trinity.engine.external import ExternalEngine
+from trinity.engine.model_wrapper import ModelWrapper
 from trinity.engine.transformers_rollout import TransformersRolloutEngine
-from trinity.explorer.model_wrapper import ModelWrapper
 
 
 @pytest.fixture(scope="module")

@@ -23,10 +23,10 @@ from trinity.common.batch import Batch
 from trinity.common.experience import EID
 from trinity.config.schema import InferenceModelConfig, ModelConfig
 from trinity.engine.base import SamplingArgs
+from trinity.engine.model_wrapper import _to_experience
 from trinity.engine.multimodal import MediaError
 from trinity.engine.torch_trainer import TorchTrainingEngine
 from trinity.engine.transformers_rollout import TransformersRolloutEngine
-from trinity.explorer.model_wrapper import _to_experience
 
 
 def make_engine(path: Path, **inference) -> TransformersRolloutEngine:

@@ -12,10 +12,10 @@ from tool_model import CALCULATOR, QUESTIONS, answer, tool_call_text
 from trinity.config.schema import InferenceModelConfig, ModelConfig
 from trinity.engine.base import EngineStartError, SamplingArgs
 from trinity.engine.client import EngineClient
+from trinity.engine.model_wrapper import ModelWrapper
 from trinity.engine.openai_api import MAX_N
 from trinity.engine.tokenization import TOOL_CALL_PARSERS
 from trinity.engine.transformers_rollout import TransformersRolloutEngine
-from trinity.explorer.model_wrapper import ModelWrapper
 
 MESSAGES = [{"role": "user", "content": "What is 1+1?"}]
 

@@ -7,7 +7,8 @@ import json
 import pytest
 
 from trinity.config.schema import FormatConfig, ModelConfig, StorageConfig
-from trinity.trainer.supervised import SupervisedDataError, SupervisedReader, data_tokenizer, row_to_experience
+from trinity.engine.tokenization import load_tokenizer
+from trinity.trainer.supervised import SupervisedDataError, SupervisedReader, row_to_experience
 
 CALC = {"type": "function", "function": {"name": "calculator", "parameters": {"type": "object"}}}
 CALL = {"id": "c1", "type": "function", "function": {"name": "calculator", "arguments": '{"expression": "3+4"}'}}
@@ -24,7 +25,7 @@ TOOL_ROW = {
 
 def test_cpt_row_is_plain_text_every_token_after_the_first_trains(tiny_model_dir):
     fmt = FormatConfig(prompt_key="text")
-    chat = data_tokenizer(ModelConfig(model_path=str(tiny_model_dir)), fmt)
+    chat = load_tokenizer(ModelConfig(model_path=str(tiny_model_dir)), fmt)
     exp = row_to_experience({"text": "3 plus 4 is 7."}, fmt, chat, "cpt")
     ids = chat.tokenizer("3 plus 4 is 7.", add_special_tokens=False)["input_ids"]
     assert exp.tokens.tolist() == ids and exp.prompt_length == 1 and exp.action_mask is None
@@ -32,7 +33,7 @@ def test_cpt_row_is_plain_text_every_token_after_the_first_trains(tiny_model_dir
 
 def test_plaintext_dpo_row_needs_no_response_column(tiny_model_dir):
     fmt = FormatConfig(prompt_type="plaintext", prompt_key="question")
-    chat = data_tokenizer(ModelConfig(model_path=str(tiny_model_dir)), fmt)
+    chat = load_tokenizer(ModelConfig(model_path=str(tiny_model_dir)), fmt)
     exp = row_to_experience({"question": "3+4=", "chosen": "7", "rejected": "8"}, fmt, chat, "dpo")
     assert exp.tokens.tolist() == chat.prompt_ids([{"role": "user", "content": "3+4="}])
     # each side is the response the model writes: its text and end-of-turn token, no template after
@@ -52,7 +53,7 @@ def test_plaintext_dpo_row_needs_no_response_column(tiny_model_dir):
 )
 def test_multi_turn_sft_row_with_tools_trains_the_assistant_turns(tiny_model_dir, all_turns, trained):
     fmt = FormatConfig(enable_concatenated_multi_turn=all_turns)
-    chat = data_tokenizer(ModelConfig(model_path=str(tiny_model_dir)), fmt)
+    chat = load_tokenizer(ModelConfig(model_path=str(tiny_model_dir)), fmt)
     exp = row_to_experience(TOOL_ROW, fmt, chat, "sft")
     tokenizer = chat.tokenizer
     assert "<tools>" in tokenizer.decode(exp.tokens[: exp.prompt_length])  # the row's tools, rendered
@@ -65,7 +66,7 @@ def test_multi_turn_sft_row_with_tools_trains_the_assistant_turns(tiny_model_dir
 def test_sft_takes_the_format_chat_template_and_thinking(tiny_model_dir):
     template = "{% for m in messages %}[{{ m.role }}]{{ m.content }}<|im_end|>{% endfor %}{% if add_generation_prompt %}[assistant]{% endif %}"
     fmt = FormatConfig(chat_template=template)
-    chat = data_tokenizer(ModelConfig(model_path=str(tiny_model_dir)), fmt)
+    chat = load_tokenizer(ModelConfig(model_path=str(tiny_model_dir)), fmt)
     exp = row_to_experience(
         {"message": TOOL_ROW["message"][:1] + [{"role": "assistant", "content": "7"}]}, fmt, chat, "sft"
     )
@@ -86,7 +87,7 @@ CONVERSATION = [
 def test_tool_schema_rows_render_their_tools_in_the_prompt(tiny_model_dir, encode):
     """Trinity-RFT's tool schema: messages plus the tools offered, as lists or as JSON text."""
     fmt = FormatConfig(messages_key="messages", enable_concatenated_multi_turn=True)
-    chat = data_tokenizer(ModelConfig(model_path=str(tiny_model_dir)), fmt)
+    chat = load_tokenizer(ModelConfig(model_path=str(tiny_model_dir)), fmt)
     exp = row_to_experience({"messages": encode(CONVERSATION), "tools": encode([TOOL])}, fmt, chat, "sft")
     prompt = chat.tokenizer.decode(exp.tokens[: exp.prompt_length])
     assert '"name": "add"' in prompt and "<tools>" in prompt  # the tools the template renders

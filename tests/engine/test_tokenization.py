@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import json
+import shutil
+
 import pytest
 from transformers import AutoTokenizer
 
-from trinity.config.schema import ModelConfig
+from trinity.config.schema import FormatConfig, InferenceModelConfig, ModelConfig
 from trinity.engine.tokenization import (
     TOOL_CALL_PARSERS,
     ChatTokenizer,
     ToolCall,
+    load_tokenizer,
     template_settings,
     tool_schemas,
 )
@@ -153,3 +157,38 @@ def test_tool_schemas_and_the_hermes_parser():
     assert calls[0] == ToolCall("f", {"x": 1}) and calls[1].error.startswith("the tool call is not valid JSON")
     assert hermes.strip(text) == "ok"
     assert calls[0].openai()["function"] == {"name": "f", "arguments": '{"x": 1}'}
+
+
+REMOTE_TOKENIZER = """from transformers import PreTrainedTokenizerFast
+
+
+class RemoteTokenizer(PreTrainedTokenizerFast):
+    \"\"\"The tiny model's tokenizer as a class of the checkpoint's own code.\"\"\"
+"""
+
+
+def test_load_tokenizer_honours_trust_remote_code_and_the_section(tiny_model_dir, tmp_path):
+    """A tokenizer of the checkpoint's own code loads only where the config allows it (the model's
+    ``trust_remote_code``, or a rollout model's own); the section's template settings and prompt
+    limit go over the model's."""
+    folder = tmp_path / "remote"
+    shutil.copytree(tiny_model_dir, folder)
+    (folder / "tokenization_remote.py").write_text(REMOTE_TOKENIZER)
+    settings = json.loads((folder / "tokenizer_config.json").read_text())
+    settings["auto_map"] = {"AutoTokenizer": [None, "tokenization_remote.RemoteTokenizer"]}
+    (folder / "tokenizer_config.json").write_text(json.dumps(settings))
+    model = ModelConfig(model_path=str(folder), max_prompt_tokens=8, enable_thinking=True)
+    for untrusted in (load_tokenizer(model), load_tokenizer(model, InferenceModelConfig())):
+        assert type(untrusted.tokenizer).__name__ != "RemoteTokenizer"  # transformers' own class: no code ran
+    trusted = load_tokenizer(model.model_copy(update={"trust_remote_code": True}))
+    assert type(trusted.tokenizer).__name__ == "RemoteTokenizer" and trusted.max_prompt_tokens is None
+    rollout = load_tokenizer(model, InferenceModelConfig(trust_remote_code=True, enable_thinking=False))
+    assert type(rollout.tokenizer).__name__ == "RemoteTokenizer"
+    assert rollout.template_kwargs == {"enable_thinking": False} and rollout.max_prompt_tokens == 8
+    data = load_tokenizer(ModelConfig(model_path=str(tiny_model_dir)), FormatConfig(chat_template="{{ 'T' }}"))
+    assert data.render([{"role": "user", "content": "q"}]) == "T" and data.fit(list(range(99)))[1] is None
+    limited = ModelConfig(model_path=str(tiny_model_dir), max_prompt_tokens=4, enable_prompt_truncation=True)
+    assert load_tokenizer(limited, InferenceModelConfig()).fit([1, 2, 3, 4, 5]) == ([1, 2, 3, 4], 5)
+    refused = load_tokenizer(limited.model_copy(update={"enable_prompt_truncation": False}), InferenceModelConfig())
+    with pytest.raises(ValueError, match="exceeds max_prompt_tokens 4"):
+        refused.fit([1, 2, 3, 4, 5])

@@ -11,10 +11,10 @@ import torch
 from engine_helpers import make_config
 from trinity.common.batch import Batch
 from trinity.common.experience import EID, Experience
-from trinity.config.schema import InferenceModelConfig, ModelConfig
+from trinity.config.schema import InferenceModelConfig, ModelConfig, OptimizerConfig
 from trinity.engine.base import CheckpointRefused, SamplingArgs
 from trinity.engine.losses import batch_totals
-from trinity.engine.torch_trainer import TorchTrainingEngine, lr_factor, micro_batches
+from trinity.engine.torch_trainer import TorchTrainingEngine, micro_batches, optimizer_for
 from trinity.engine.transformers_rollout import TransformersRolloutEngine
 from trinity.plugins import Kind, resolve
 
@@ -164,11 +164,54 @@ def test_grad_clip_bounds_the_update(tiny_model_dir: Path, experiences: list[Exp
     assert step.norm().item() == pytest.approx(1e-3, rel=1e-4)
 
 
+def verl_lr_factor(step: int, warmup: int, total: int, style: str, min_ratio: float) -> float:
+    """The schedule the engine wrote by hand before transformers' ``get_scheduler`` (verl's):
+    linear warmup from 0, then constant or half a cosine down to ``min_ratio`` at ``total``."""
+    if step < warmup:
+        return step / max(1, warmup)
+    if style == "constant":
+        return 1.0
+    progress = (step - warmup) / max(1, total - warmup)
+    return max(min_ratio, math.cos(math.pi * progress) * (1 - min_ratio) * 0.5 + (1 + min_ratio) * 0.5)
+
+
+def lr_sequence(opt: OptimizerConfig, steps: int, run_steps: int | None = None) -> list[float]:
+    optimizer, scheduler = optimizer_for(torch.nn.Linear(1, 1), opt, opt.lr, run_steps)
+    lrs = []
+    for _ in range(steps):
+        lrs.append(scheduler.get_last_lr()[0])
+        optimizer.step()
+        scheduler.step()
+    return lrs
+
+
+def test_lr_schedule_is_verls(capsys: pytest.CaptureFixture[str]) -> None:
+    """Every warmup / constant / cosine setting gives the hand-written schedule's LR at every
+    step, past the total too (the cosine comes back up, as before)."""
+    constant = OptimizerConfig(lr=1.0, lr_warmup_steps=4, lr_scheduler_type="constant")
+    assert lr_sequence(constant, 6) == [0, 0.25, 0.5, 0.75, 1, 1]
+    cosine = lr_sequence(OptimizerConfig(lr=1.0, lr_warmup_steps=2, total_training_steps=6, min_lr_ratio=0.1,
+                                         lr_scheduler_type="cosine"), 7)  # fmt: skip
+    assert cosine[:3] == [0, 0.5, 1.0] and cosine[-1] == pytest.approx(0.1) and cosine[4] == pytest.approx(0.55)
+    worst, cases = 0.0, 0
+    for style in ("constant", "cosine"):
+        for warmup_steps, ratio in ((-1, 0.0), (0, 0.5), (-1, 0.25), (3, 0.9)):
+            for total, run_steps, min_ratio in ((-1, 9, 0.0), (1, None, 0.1), (8, None, 0.5), (20, 5, 0.01)):
+                opt = OptimizerConfig(lr=1e-3, lr_scheduler_type=style, lr_warmup_steps=warmup_steps,
+                                      lr_warmup_steps_ratio=ratio, total_training_steps=total, min_lr_ratio=min_ratio)  # fmt: skip
+                steps = total if total > 0 else run_steps
+                warmup = warmup_steps if warmup_steps > 0 else int(ratio * steps)
+                got = lr_sequence(opt, steps + 4, run_steps)
+                expected = [1e-3 * verl_lr_factor(i, warmup, steps, style, min_ratio) for i in range(steps + 4)]
+                worst, cases = max(worst, *(abs(a - b) for a, b in zip(got, expected, strict=True))), cases + 1
+    with capsys.disabled():
+        print(f"\nLR schedules: {cases} settings, largest |get_scheduler - hand-written| {worst:.1e}")
+    assert worst < 1e-15
+    with pytest.raises(ValueError, match="total_training_steps or trainer.total_steps"):
+        lr_sequence(OptimizerConfig(lr_scheduler_type="cosine"), 1)
+
+
 def test_lr_schedules(tiny_model_dir: Path, experiences: list[Experience]) -> None:
-    assert [lr_factor(s, 4, 10, "constant", 0.0) for s in range(6)] == [0, 0.25, 0.5, 0.75, 1, 1]
-    cosine = [lr_factor(s, 2, 6, "cosine", 0.1) for s in range(7)]
-    assert cosine[:3] == [0, 0.5, 1.0] and cosine[-1] == pytest.approx(0.1)
-    assert cosine[4] == pytest.approx(0.55) and all(a >= b for a, b in zip(cosine[2:], cosine[3:], strict=False))
     config = make_config(
         tiny_model_dir,
         algorithm__optimizer__lr_warmup_steps_ratio=0.5,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -104,6 +105,25 @@ def test_stop_strings_cut_text_and_tokens(engine: TransformersRolloutEngine) -> 
         assert not any(s in engine.tokenizer.decode(cut.response_token_ids[:-1]) for s in stops)
 
 
+def test_stop_strings_wait_for_min_tokens_and_match_the_response_only(engine: TransformersRolloutEngine) -> None:
+    """As vLLM: no stop string ends a response before ``min_tokens``, and one that ends the prompt
+    (the ``x`` of "fox", the ``=`` of "12+7=") does not end the response."""
+    greedy = engine.generate(PROMPTS[1:2], GREEDY)[0][0]
+    assert greedy.text.startswith("=====")  # the tiny model repeats the prompt's last character
+    for min_tokens in (1, 5):
+        (cut,) = engine.generate(PROMPTS[1:2], replace(GREEDY, stop=["="], min_tokens=min_tokens))[0]
+        assert cut.finish_reason == "stop" and cut.response_token_ids == greedy.response_token_ids[:min_tokens]
+        assert cut.text == engine.tokenizer.decode(cut.response_token_ids[:-1])
+    seeded = SamplingArgs(n=3, temperature=1.0, max_tokens=24, min_tokens=0, seed=7)
+    for prompt, stop in ((PROMPTS[0], "x"), (PROMPTS[1], "=")):
+        full = engine.generate([prompt], seeded)[0]
+        cut = engine.generate([prompt], replace(seeded, stop=[stop]))[0]
+        for whole, part in zip(full, cut, strict=True):
+            at = whole.text.find(stop)
+            assert part.text == (whole.text if at < 0 else whole.text[:at])
+            assert part.response_token_ids == whole.response_token_ids[: len(part.response_token_ids)]
+
+
 def test_eos_ends_a_response_but_not_before_min_tokens(tiny_model_dir: Path) -> None:
     engine = make_engine(tiny_model_dir)
     greedy = engine.generate(PROMPTS[:1], GREEDY)[0][0].response_token_ids
@@ -146,13 +166,16 @@ def test_chat_template_and_thinking(tiny_model_dir: Path) -> None:
     messages = [{"role": "user", "content": "What is 12+7?"}]
     text = "<|im_start|>user\nWhat is 12+7?<|im_end|>\n<|im_start|>assistant\n"
     engine = make_engine(tiny_model_dir)  # enable_thinking unset: the template's default
-    assert engine.chat_prompt_ids(messages) == engine.tokenizer(text)["input_ids"]
+    assert engine.chat_tokenizer.prompt_ids(messages) == engine.tokenizer(text)["input_ids"]
     no_thinking = make_engine(tiny_model_dir, enable_thinking=False)
-    assert no_thinking.tokenizer.decode(no_thinking.chat_prompt_ids(messages)) == text + "<think>\n\n</think>\n\n"
+    assert (
+        no_thinking.tokenizer.decode(no_thinking.chat_tokenizer.prompt_ids(messages))
+        == text + "<think>\n\n</think>\n\n"
+    )
     custom = make_engine(tiny_model_dir, custom_chat_template="{{ messages[0]['content'] }} =")
-    assert custom.tokenizer.decode(custom.chat_prompt_ids(messages)) == "What is 12+7? ="
+    assert custom.tokenizer.decode(custom.chat_tokenizer.prompt_ids(messages)) == "What is 12+7? ="
     (completions,) = custom.chat([messages], SamplingArgs(n=2, max_tokens=4, min_tokens=4))
-    assert [c.prompt_token_ids for c in completions] == [custom.chat_prompt_ids(messages)] * 2
+    assert [c.prompt_token_ids for c in completions] == [custom.chat_tokenizer.prompt_ids(messages)] * 2
 
 
 def test_update_weights_from_state_dict_and_checkpoint(tiny_model_dir: Path, tmp_path: Path) -> None:

@@ -175,11 +175,12 @@ def held_out_accuracy(ws, model_dir: Path, config: Path) -> float:
     from transformers import AutoModelForCausalLM
 
     from trinity.config import load_config
-    from trinity.trainer.supervised import data_tokenizer, row_to_experience
+    from trinity.engine.tokenization import load_tokenizer
+    from trinity.trainer.supervised import row_to_experience
 
     loaded = load_config(config)
     fmt = loaded.buffer.trainer_input.experience_buffer.format
-    chat = data_tokenizer(loaded.model, fmt)
+    chat = load_tokenizer(loaded.model, fmt)
     rows = map(json.loads, preference_pairs(ws, held_out=True).read_text().splitlines())
     pairs = [row_to_experience(row, fmt, chat, "dpo") for row in rows]
 

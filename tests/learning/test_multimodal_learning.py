@@ -34,10 +34,10 @@ from trinity.common.experience import EID, Experience
 from trinity.config import load_config
 from trinity.config.schema import InferenceModelConfig, ModelConfig
 from trinity.engine.base import SamplingArgs
+from trinity.engine.model_wrapper import _to_experience
 from trinity.engine.modeling import load_weights_into
 from trinity.engine.torch_trainer import TorchTrainingEngine
 from trinity.engine.transformers_rollout import TransformersRolloutEngine
-from trinity.explorer.model_wrapper import _to_experience
 from trinity.trainer.trainer import Trainer
 
 COLOURS = ("red", "pink")  # two tokens each in the tiny tokenizer: the format favours neither

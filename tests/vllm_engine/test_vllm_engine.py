@@ -19,8 +19,8 @@ from trinity.common.tiny_model import build_tiny_model  # noqa: E402
 from trinity.config.schema import InferenceModelConfig, ModelConfig  # noqa: E402
 from trinity.engine.base import EngineCrashed, SamplingArgs  # noqa: E402
 from trinity.engine.client import EngineClient  # noqa: E402
-from trinity.engine.prompts import PromptFormatter  # noqa: E402
-from trinity.explorer.model_wrapper import ModelWrapper
+from trinity.engine.model_wrapper import ModelWrapper
+from trinity.engine.tokenization import load_tokenizer  # noqa: E402
 from trinity_vllm.engine import VLLMRolloutEngine  # noqa: E402
 from trinity_vllm.server import EngineStartError  # noqa: E402
 
@@ -40,7 +40,7 @@ def reference_logprobs(model_dir: Path, ids: list[int]) -> torch.Tensor:
 def test_n_samples_with_requested_lengths_and_logprobs(vllm_engine) -> None:
     results = vllm_engine.generate(PROMPTS, SamplingArgs(n=4, max_tokens=8, min_tokens=8))
     assert [len(r) for r in results] == [4, 4, 4]
-    tokenizer = vllm_engine.prompts.tokenizer
+    tokenizer = vllm_engine.chat_tokenizer.tokenizer
     for prompt, completions in zip(PROMPTS, results, strict=True):
         for c in completions:
             assert c.prompt_token_ids == tokenizer(prompt)["input_ids"]
@@ -86,28 +86,27 @@ def test_stop_string_ends_text_before_it_and_tokens_after_it(vllm_engine) -> Non
     (cut,) = vllm_engine.generate(PROMPTS[:1], SamplingArgs(temperature=0.0, max_tokens=16, stop=[stop]))[0]
     assert cut.finish_reason == "stop" and cut.text == full.text[: full.text.index(stop)]
     assert cut.response_token_ids == full.response_token_ids[: len(cut.response_token_ids)]
-    assert stop in vllm_engine.prompts.tokenizer.decode(cut.response_token_ids)
+    assert stop in vllm_engine.chat_tokenizer.tokenizer.decode(cut.response_token_ids)
 
 
 def test_chat_template_thinking_and_prompt_truncation(vllm_engine, tiny_model_dir: Path) -> None:
     messages = [{"role": "user", "content": "What is 12+7?"}]
     (completions,) = vllm_engine.chat([messages], SamplingArgs(n=2, max_tokens=4))
-    assert [c.prompt_token_ids for c in completions] == [vllm_engine.prompts.chat_ids(messages)] * 2
-    formatter = vllm_engine.prompts
+    assert [c.prompt_token_ids for c in completions] == [vllm_engine.chat_tokenizer.prompt_ids(messages)] * 2
+    formatter = vllm_engine.chat_tokenizer
     try:
-        vllm_engine.prompts = PromptFormatter(
-            formatter.tokenizer,
-            InferenceModelConfig(enable_thinking=False, max_prompt_tokens=4),
+        vllm_engine.chat_tokenizer = load_tokenizer(
             ModelConfig(model_path=str(tiny_model_dir)),
+            InferenceModelConfig(enable_thinking=False, max_prompt_tokens=4),
         )
-        text = formatter.tokenizer.decode(vllm_engine.prompts.chat_ids(messages))
+        text = formatter.tokenizer.decode(vllm_engine.chat_tokenizer.prompt_ids(messages))
         assert text.endswith("<think>\n\n</think>\n\n")
         (truncated,) = vllm_engine.chat([messages], SamplingArgs(n=3))
-        assert [c.prompt_token_ids for c in truncated] == [vllm_engine.prompts.chat_ids(messages)[:4]] * 3
+        assert [c.prompt_token_ids for c in truncated] == [vllm_engine.chat_tokenizer.prompt_ids(messages)[:4]] * 3
         assert all(c.prompt_truncated and c.response_token_ids == [] for c in truncated)
-        assert {c.truncated_from for c in truncated} == {len(vllm_engine.prompts.chat_ids(messages))}
+        assert {c.truncated_from for c in truncated} == {len(vllm_engine.chat_tokenizer.prompt_ids(messages))}
     finally:
-        vllm_engine.prompts = formatter
+        vllm_engine.chat_tokenizer = formatter
 
 
 def test_weights_from_checkpoint_and_state_dict(vllm_engine, tiny_model_dir: Path, tmp_path: Path) -> None:
@@ -151,7 +150,7 @@ def test_openai_endpoint_through_the_model_wrapper(vllm_engine) -> None:
     response = client.chat.completions.create(model=model, messages=messages, n=2, max_tokens=6)
     assert len(response.choices) == 2
     prompt = response.model_extra["prompt_token_ids"]
-    assert prompt == vllm_engine.prompts.chat_ids(messages)
+    assert prompt == vllm_engine.chat_tokenizer.prompt_ids(messages)
     for choice in response.choices:
         tokens = choice.model_extra["token_ids"]
         assert 1 <= len(tokens) <= 6

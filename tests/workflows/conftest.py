@@ -16,8 +16,8 @@ from trinity.common.tiny_model import build_tiny_model
 from trinity.config.schema import Config, InferenceModelConfig, ModelConfig
 from trinity.engine.base import SamplingArgs
 from trinity.engine.client import EngineClient
+from trinity.engine.model_wrapper import ModelWrapper
 from trinity.engine.transformers_rollout import TransformersRolloutEngine
-from trinity.explorer.model_wrapper import ModelWrapper
 from trinity.explorer.runner import TaskRunner
 from trinity.explorer.workflow import Workflow
 from trinity.plugins import Kind, resolve

@@ -10,7 +10,7 @@ from dataclasses import replace
 import torch
 
 from trinity.common.experience import Experience, Task
-from trinity.explorer.model_wrapper import ModelWrapper
+from trinity.engine.model_wrapper import ModelWrapper
 from trinity.plugins import Kind, resolve
 
 Reply = str | Callable[[list[dict]], str]

@@ -11,7 +11,7 @@ import pytest
 
 from trinity.config.schema import InferenceModelConfig
 from trinity.engine.base import SamplingArgs
-from trinity.explorer.model_wrapper import ModelWrapper
+from trinity.engine.model_wrapper import ModelWrapper
 from trinity.plugins import Kind, resolve
 from trinity_workflows.base import WorkflowError
 

@@ -13,8 +13,8 @@ from trinity.common.experience import Task
 from trinity.config.schema import InferenceModelConfig, ModelConfig
 from trinity.engine.base import SamplingArgs
 from trinity.engine.client import EngineClient
+from trinity.engine.model_wrapper import ModelWrapper
 from trinity.engine.transformers_rollout import TransformersRolloutEngine
-from trinity.explorer.model_wrapper import ModelWrapper
 from trinity.plugins import Kind, resolve
 from trinity_workflows.base import WorkflowError
 from trinity_workflows.rewards import math_reward

@@ -16,8 +16,8 @@ from trinity.config.load import IssueCollector
 from trinity.config.schema import InferenceModelConfig, ModelConfig
 from trinity.engine.base import SamplingArgs
 from trinity.engine.client import EngineClient
+from trinity.engine.model_wrapper import ModelWrapper
 from trinity.engine.transformers_rollout import TransformersRolloutEngine
-from trinity.explorer.model_wrapper import ModelWrapper
 from trinity.plugins import Kind, resolve
 from trinity_workflows.base import WorkflowError
 from trinity_workflows.envs.base import action_in_tags

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from trinity.engine.base import SamplingArgs
-from trinity.explorer.model_wrapper import ModelWrapper
+from trinity.engine.model_wrapper import ModelWrapper
 from trinity_workflows.base import WorkflowError
 from trinity_workflows.judge import parse_score
 

@@ -3,9 +3,9 @@
 The explorer builds one per ``engine_num``, as it does any rollout engine; each starts its
 own Ray actor (``VLLMServer``) holding vLLM with ``tensor_parallel_size`` GPUs where the
 cluster has GPUs (none on a CPU), so that vLLM's processes and memory stay out of the
-explorer's. This side applies the chat template and prompt limits with the same
-``PromptFormatter`` (``trinity.engine.tokenization``) as the reference engine, then forwards
-token ids; multi-turn workflows re-tokenise their conversations with the same.
+explorer's. This side applies the chat template and prompt limit with a ``ChatTokenizer``
+from ``load_tokenizer``, as the reference engine does, then forwards token ids; multi-turn
+workflows re-tokenise their conversations with the same.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from typing import Any
 
 import ray
 import torch
-from transformers import AutoTokenizer, GenerationConfig
+from transformers import GenerationConfig
 
 from trinity.plugin_api import (
     Completion,
@@ -26,9 +26,9 @@ from trinity.plugin_api import (
     EngineStartError,
     InferenceModelConfig,
     ModelConfig,
-    PromptFormatter,
     RolloutEngine,
     SamplingArgs,
+    load_tokenizer,
 )
 from trinity_vllm.server import VLLMServer
 
@@ -52,12 +52,11 @@ class VLLMRolloutEngine(RolloutEngine):
         path = config.model_path or model.model_path
         self.name = f"vllm engine {config.name or path!r}"
         try:
-            tokenizer = AutoTokenizer.from_pretrained(path)
+            self.chat_tokenizer = load_tokenizer(model, config, end_of_turn_ids=_eos_ids(path))
         except Exception as exc:
             raise EngineStartError(
                 f"{self.name}: cannot load a tokenizer from model_path {path!r}: {type(exc).__name__}: {exc}"
             ) from None
-        self.prompts = PromptFormatter(tokenizer, config, model, end_of_turn_ids=_eos_ids(path))
         self._configs = config, model
         self.api_key = config.endpoint_key()
         self._start_server()
@@ -76,7 +75,7 @@ class VLLMRolloutEngine(RolloutEngine):
         self.server = actor.options(runtime_env={"env_vars": env}).remote(config, model, self.name)
         self.model_version = 0
         self.crashed = False
-        self.api_url = self._call("start", self.prompts.chat.template, self.prompts.chat.template_kwargs)
+        self.api_url = self._call("start", self.chat_tokenizer.template, self.chat_tokenizer.template_kwargs)
 
     def restart(self) -> None:
         ray.kill(self.server)  # whatever is left of the old one (a hung actor, its GPU memory)
@@ -101,12 +100,12 @@ class VLLMRolloutEngine(RolloutEngine):
         return await self._call_async("logprobs", token_ids)
 
     def _text_prompts(self, prompts: list[str]) -> list[tuple[list[int], int | None]]:
-        return [self.prompts.fit(ids) for ids in self.prompts.text_ids(prompts)]
+        return [self.chat_tokenizer.fit(ids) for ids in self.chat_tokenizer.text_ids(prompts)]
 
     def _chat_prompts(
         self, conversations: list[list[dict[str, Any]]], tools: Any
     ) -> list[tuple[list[int], int | None]]:
-        return [self.prompts.fit(self.prompts.chat_ids(c, tools)) for c in conversations]
+        return [self.chat_tokenizer.fit(self.chat_tokenizer.prompt_ids(c, tools)) for c in conversations]
 
     def update_weights(
         self,

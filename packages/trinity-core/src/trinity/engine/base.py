@@ -21,7 +21,7 @@ from trinity.config.schema import Config
 if TYPE_CHECKING:
     import torch
 
-    from trinity.engine.prompts import PromptFormatter
+    from trinity.engine.tokenization import ChatTokenizer
 
 Metrics = dict[str, float]
 
@@ -85,9 +85,9 @@ class RolloutEngine(ABC):
     """
 
     model_version: int = 0
-    prompts: PromptFormatter | None = None
-    """The engine's tokenisation (chat template, prompt limits); workflows re-tokenise their
-    conversations with its ``chat``. None for an engine that sees no tokens (external)."""
+    chat_tokenizer: ChatTokenizer | None = None
+    """The engine's tokenisation (``load_tokenizer``: chat template, prompt limit); workflows
+    re-tokenise their conversations with it. None for an engine that sees no tokens (external)."""
     api_url: str | None = None
     """Base URL of the engine's OpenAI-compatible endpoint (``enable_openai_api``); None
     where it serves none."""

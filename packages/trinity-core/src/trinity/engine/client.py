@@ -1,16 +1,11 @@
 """The explorer's side of one rollout engine: many requests in flight, each answered on its own.
 
-Workflows (through ``ModelWrapper``) send one request per call, from the runner's event loop
-or from worker threads, many at once. How they reach the engine depends on the engine:
-
-- A ``concurrent`` engine schedules requests itself (vLLM's continuous batching): each is
-  sent as it comes, through the engine's ``*_async`` methods, with no waves and no waiting
-  for the slowest request of a batch.
-- Any other engine (the transformers reference engine) computes one call at a time; requests
-  that arrive together, with equal sampling arguments, are merged into one batched call, which
-  is what keeps a batch of small workflows as fast as one direct ``generate`` over all their
-  prompts. A workflow that has started (``announce``) is waited for until its first request,
-  so a thread that starts late does not split the batch.
+Workflows (through ``ModelWrapper``) send one request per call, many at once. A ``concurrent``
+engine (vLLM) gets each as it comes, through its ``*_async`` methods. Any other engine computes
+one call at a time: requests that arrive together with equal sampling arguments merge into one
+batched call, waiting for announced workflows' first requests (``announce``), so a batch of
+small workflows is as fast as one ``generate`` over all their prompts. The client also holds the
+engine's tokenisation for the workflows (``chat_tokenizer``).
 """
 
 from __future__ import annotations
@@ -25,6 +20,7 @@ from trinity.engine.base import RolloutEngine, SamplingArgs
 
 if TYPE_CHECKING:
     from trinity.config.schema import InferenceModelConfig
+    from trinity.engine.tokenization import ChatTokenizer
 
 _SETTLE_SECONDS = 0.0005
 """How long the batcher waits for more requests after the last one arrived."""
@@ -59,6 +55,14 @@ class EngineClient:
     @property
     def model_version(self) -> int:
         return self.engine.model_version
+
+    @property
+    def chat_tokenizer(self) -> ChatTokenizer:
+        """The engine's tokenizer and chat template, for workflows that build experiences token by
+        token (a multi-turn conversation, a response continued after a forced end of thinking)."""
+        if self.engine.chat_tokenizer is None:
+            raise TypeError(f"the {type(self.engine).__name__} has no tokenizer: this workflow needs one")
+        return self.engine.chat_tokenizer
 
     def submit(self, method: str, items: list, args: SamplingArgs | None = None, caller: object = None) -> Future:
         """Queue ``engine.<method>(items, args)`` (``generate``, ``chat`` or ``logprobs``); the

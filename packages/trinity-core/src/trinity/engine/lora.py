@@ -1,16 +1,11 @@
 """LoRA adapters (peft) on the reference engines: ``model.lora_configs`` as Trinity-RFT reads it.
 
-One adapter (Trinity-RFT supports one): rank ``lora_rank``, scaling ``lora_alpha / lora_rank``,
-on ``target_modules`` (``all-linear``: every linear layer but the LM head, peft's meaning, as in
-verl) less ``exclude_modules``; no dropout (Trinity-RFT and verl have no dropout key, and a
-dropout would make the trainer's logprobs differ from the rollout engine's). A ``path`` starts
-from a saved peft adapter; without one the adapter is fresh (``B = 0``: the model is the base
-model until the first update, Trinity-RFT's "dummy" adapter).
-
-Only the adapter trains and only its tensors move: ``adapter_state`` is what the trainer
-syncs and checkpoints (peft's ``get_peft_model_state_dict`` names, those of
-``adapter_model.safetensors``), ``load_adapter_state`` what a rollout engine loads. The frozen
-base serves as the reference model (the adapter disabled), as verl does with LoRA.
+One adapter: rank ``lora_rank``, scaling ``lora_alpha / lora_rank``, on ``target_modules``
+(``all-linear``: every linear layer but the LM head) less ``exclude_modules``; no dropout (the
+trainer's logprobs must match the rollout's). Without a ``path`` the adapter starts fresh
+(``B = 0``). Only the adapter trains and moves: ``adapter_state`` is what the trainer syncs and
+checkpoints, ``load_adapter_state`` what a rollout engine loads; the frozen base is the
+reference model. docs/engines.md has the details.
 """
 
 from __future__ import annotations
@@ -134,7 +129,10 @@ def merge_adapter_folder(adapter: Path, out: Path, base: str | None = None) -> N
     """Write the base model with the adapter at ``adapter`` merged in, as a HF model folder
     ``out`` (weights ``W + B A alpha/r``), with the adapter folder's tokenizer where it has one."""
     from peft import PeftModel
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoModelForCausalLM
+
+    from trinity.config.schema import ModelConfig
+    from trinity.engine.tokenization import load_tokenizer
 
     base = base or adapter_base(adapter)
     if not base:
@@ -143,4 +141,4 @@ def merge_adapter_folder(adapter: Path, out: Path, base: str | None = None) -> N
     merged = PeftModel.from_pretrained(model, str(adapter)).merge_and_unload()
     merged.save_pretrained(out)
     tokenizer_source = adapter if (adapter / "tokenizer_config.json").is_file() else Path(base)
-    AutoTokenizer.from_pretrained(str(tokenizer_source)).save_pretrained(out)
+    load_tokenizer(ModelConfig(model_path=str(tokenizer_source))).tokenizer.save_pretrained(out)

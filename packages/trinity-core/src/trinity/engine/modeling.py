@@ -84,6 +84,24 @@ def load_model(
     return auto.from_pretrained(path, config=config, dtype=dtype, trust_remote_code=trust_remote_code)
 
 
+def load_critic(path: str, trust_remote_code: bool = False) -> torch.nn.Module:
+    """A critic at ``path``: ``AutoModelForTokenClassification`` with one label (the base model
+    plus a value head, as verl's), dropout off; a new value head starts at zero (V = 0)."""
+    from transformers import AutoConfig, AutoModelForTokenClassification
+
+    config = AutoConfig.from_pretrained(path, num_labels=1, trust_remote_code=trust_remote_code)
+    # set, not passed: transformers 5 drops from_pretrained kwargs the config class lacks
+    # (Qwen2's has no classifier_dropout), which left the value head with dropout 0.1
+    config.classifier_dropout = 0.0
+    critic, info = AutoModelForTokenClassification.from_pretrained(
+        path, config=config, dtype=torch.float32, output_loading_info=True, trust_remote_code=trust_remote_code
+    )
+    if any(key.startswith("score.") for key in info["missing_keys"]):
+        torch.nn.init.zeros_(critic.score.weight)  # deterministic, whatever the seed
+        torch.nn.init.zeros_(critic.score.bias)
+    return critic
+
+
 def response_logits(
     model: torch.nn.Module,
     input_ids: torch.Tensor,

@@ -1,21 +1,10 @@
 """Chat templating and tokenisation: the one path every engine, workflow and dataset takes.
 
-``ChatTokenizer`` owns the chat template (the configured one over the tokenizer's), the
-template arguments (``enable_thinking``), the tool schemas a conversation offers and the
-assistant-token (action) mask of a whole conversation. Rollout engines build prompts with it
-(``PromptFormatter``), multi-turn workflows re-tokenise their conversations with the rollout
-engine's, the SFT/DPO reader tokenises its rows with one built from the data's format, and the
-OpenAI endpoint renders a request's ``tools`` through it. Tool calls come back in the Hermes
-format (``<tool_call>{"name": ..., "arguments": {...}}</tool_call>``), which
-``TOOL_CALL_PARSERS["hermes"]`` reads.
-
-The action mask of a conversation is found by rendering prefixes, as Trinity-RFT does, but in
-characters mapped to tokens through the tokenizer's offsets, so it does not depend on how text
-merges into tokens at a turn boundary: assistant turn ``i`` starts where the conversation
-before it, rendered with the generation prompt, stops agreeing with the whole conversation
-(so a prefilled ``<think></think>`` of ``enable_thinking: false`` that past turns lack is
-context), and ends with its end-of-turn token (the template's text after that, such as
-ChatML's newline, is not the model's).
+``load_tokenizer`` loads a model's tokenizer as its config says (path, ``trust_remote_code``,
+chat template, ``enable_thinking``, prompt limit) into a ``ChatTokenizer``: rollout prompts,
+multi-turn re-tokenisation, the SFT/DPO readers and the OpenAI endpoint's ``tools`` all go
+through one. Tool calls come back in the Hermes format, which ``TOOL_CALL_PARSERS["hermes"]``
+reads. How assistant turns are masked: docs/engines.md.
 """
 
 from __future__ import annotations
@@ -26,10 +15,10 @@ import re
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    from trinity.config.schema import ModelConfig
+from trinity.config.schema import FormatConfig, InferenceModelConfig, ModelConfig
+from trinity.engine.prompts import first
 
 Messages = list[dict[str, Any]]
 
@@ -146,7 +135,8 @@ class TokenizedConversation:
 
 
 class ChatTokenizer:
-    """A tokenizer with its chat template and template arguments; see the module docstring."""
+    """A tokenizer with its chat template, template arguments and, for a rollout model, its
+    prompt limit (``fit``); built by ``load_tokenizer``."""
 
     def __init__(
         self,
@@ -154,6 +144,8 @@ class ChatTokenizer:
         chat_template: str | None = None,
         template_kwargs: dict[str, Any] | None = None,
         end_of_turn_ids: Sequence[int] = (),
+        max_prompt_tokens: int | None = None,
+        enable_truncation: bool = False,
     ) -> None:
         self.tokenizer = tokenizer
         self.template = chat_template
@@ -162,16 +154,8 @@ class ChatTokenizer:
         self.renders_tools = "tools" in (source if isinstance(source, str) else json.dumps(source))
         ends = {tokenizer.eos_token_id, *end_of_turn_ids}
         self.end_of_turn_ids = {i for i in ends if i is not None}
-
-    @classmethod
-    def load(
-        cls, path: str, chat_template: str | None, enable_thinking: bool | None, model: ModelConfig
-    ) -> ChatTokenizer:
-        """The tokenizer at ``path`` with the settings ``template_settings`` resolves."""
-        from transformers import AutoTokenizer
-
-        tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=model.trust_remote_code)
-        return cls(tokenizer, *template_settings(chat_template, enable_thinking, model))
+        self.max_prompt_tokens = max_prompt_tokens
+        self.enable_truncation = enable_truncation
 
     def render(self, messages: Messages, tools: Any = None, generation_prompt: bool = False) -> str:
         """The text of ``messages`` (offering ``tools``) through the chat template; a ``ValueError``
@@ -201,11 +185,32 @@ class ChatTokenizer:
         """Token ids of ``messages`` with the generation prompt: what the model continues."""
         return self.encode(self.render(messages, tools, generation_prompt=True))
 
+    def fit(self, ids: list[int]) -> tuple[list[int], int | None]:
+        """``(ids, truncated_from)``: a prompt as the engine should see it, and its length before
+        ``max_prompt_tokens`` cut it (None where it fits); without ``enable_truncation``, a
+        ``ValueError`` for a prompt too long."""
+        limit = self.max_prompt_tokens
+        if limit is None or len(ids) <= limit:
+            return ids, None
+        if not self.enable_truncation:
+            raise ValueError(
+                f"prompt of {len(ids)} tokens exceeds max_prompt_tokens {limit}; "
+                "set model.enable_prompt_truncation to skip such prompts instead"
+            )
+        return ids[:limit], len(ids)
+
     def conversation(
         self, messages: Messages, tools: Any = None, last_turn_only: bool = False
     ) -> TokenizedConversation:
         """``messages`` as one sequence masked to its assistant turns (only the last one with
-        ``last_turn_only``); a ``ValueError`` names the turn the template renders inconsistently."""
+        ``last_turn_only``); a ``ValueError`` names the turn the template renders inconsistently.
+
+        Turns are found by rendering prefixes, as Trinity-RFT does, but in characters mapped to
+        tokens through the tokenizer's offsets, so a merge of text into tokens at a turn boundary
+        does not move them: assistant turn ``i`` starts where the conversation before it, rendered
+        with the generation prompt, stops agreeing with the whole (so a prefilled
+        ``<think></think>`` that past turns lack is context), and ends with its end-of-turn token
+        (the template's text after that, such as ChatML's newline, is not the model's)."""
         text = self.render(messages, tools)
         turns = [i for i, m in enumerate(messages) if m.get("role") == "assistant"]
         if not turns:
@@ -255,3 +260,27 @@ class ChatTokenizer:
         if messages and messages[0].get("role") == "system":
             return [{**messages[0], "content": f"{messages[0]['content']}\n\n{section}"}, *messages[1:]], None
         return [{"role": "system", "content": section}, *messages], None
+
+
+def load_tokenizer(
+    model: ModelConfig, section: InferenceModelConfig | FormatConfig | None = None, end_of_turn_ids: Sequence[int] = ()
+) -> ChatTokenizer:
+    """The one loader of tokenizers: ``model``'s, or that of ``section``, a rollout or auxiliary
+    model (its own path, ``trust_remote_code`` and ``max_prompt_tokens`` over the model's) or a
+    dataset's format; with the template and ``enable_thinking`` ``template_settings`` resolves.
+    ``end_of_turn_ids``: what ends an assistant turn besides the tokenizer's EOS."""
+    from transformers import AutoTokenizer
+
+    inference = section if isinstance(section, InferenceModelConfig) else None
+    path = (inference.model_path if inference else None) or model.model_path
+    trust_remote_code = inference.trust_remote_code if inference else model.trust_remote_code
+    chat_template = getattr(section, "chat_template", None)
+    template, kwargs = template_settings(chat_template, getattr(section, "enable_thinking", None), model)
+    return ChatTokenizer(
+        AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code),
+        template,
+        kwargs,
+        end_of_turn_ids,
+        max_prompt_tokens=first(inference.max_prompt_tokens, model.max_prompt_tokens) if inference else None,
+        enable_truncation=model.enable_prompt_truncation,
+    )

@@ -1,44 +1,11 @@
-"""The reference training engine: plain torch on a CPU or one GPU (fp32 weights; bf16
-autocast on a GPU).
+"""The reference training engine: plain torch on a CPU or one GPU (fp32 weights, bf16 autocast on a GPU).
 
-Models: the actor (``AutoModelForCausalLM`` from ``model.model_path``); a frozen reference,
-a copy of the initial actor, when the algorithm type ``use_reference`` or a KL function is
-configured; a critic for algorithm types that ``use_critic`` (``ppo``):
-``AutoModelForTokenClassification`` with one label from ``model.critic_model_path`` (the
-base model plus a linear value head, zero-initialised when new, dropout off), whose value of response token
-``t`` is read at the position before it, as in verl.
-
-Flow of a step (the trainer orchestration): ``batch = engine.prepare_batch(batch)`` fills
-``old_logprobs`` (current actor), ``ref_logprobs`` and ``values`` where missing; the caller
-then applies the KL penalty and the advantage function; ``engine.train_step(batch)`` runs
-``ppo_epochs`` passes, each one optimizer step over gradient-accumulated micro-batches.
-``train_step`` calls ``prepare_batch`` itself, so algorithms whose advantages do not depend
-on values can skip it.
-
-Micro-batches hold ``trainer.micro_batch_size_per_gpu`` rows, or with
-``trainer.use_dynamic_bsz`` as many rows (longest first) as fit ``max_token_len_per_gpu``
-tokens (rows x longest row; without a budget set, fixed micro-batches). Unset, that budget is
-at least 16384 tokens for this engine (``trinity.config.check``), so a batch of short rows
-trains in one micro-batch. DPO rows stay in chosen/rejected pairs. Each micro-batch is
-trimmed to the columns it uses (with ``trainer.grad_offload`` the gradients summed so far wait on
-the CPU while the next one runs). Each loss term is weighted by the micro-batch's share of the
-batch (tokens for ``token-mean``, non-empty rows otherwise) so the accumulated gradient is
-the full batch's for ``token-mean`` and the row-mean modes.
-
-What this engine reads of ``trainer.trainer_config`` (veRL's names; other keys are ignored,
-so a config written for verl still loads): ``actor.ppo_epochs`` (or
-``actor_rollout_ref.actor.ppo_epochs``; default 1), ``critic.optim.lr`` (default:
-``algorithm.optimizer.lr``) and ``critic.cliprange_value`` (default 0.5).
-
-LoRA (``model.lora_configs``, ``trinity.engine.lora``): the actor is the frozen base with a
-peft adapter, whose parameters alone are in the optimizer; the reference is the same model with
-the adapter disabled (no copy); ``weights_for_sync`` and the checkpoints hold the adapter alone.
-
-Checkpoints: ``<dir>/actor/huggingface`` (``save_pretrained`` safetensors + tokenizer, so a
-rollout engine can load it; with LoRA the adapter's ``adapter_model.safetensors`` and
-``adapter_config.json``) and ``<dir>/actor/extra_state.pt`` (optimizer, scheduler, RNG,
-step); the critic likewise under ``<dir>/critic``. Weights are always saved in HF format
-(``trainer.save_hf_checkpoint`` concerns engines with their own sharded format).
+The actor; a frozen reference when the algorithm needs one (with LoRA, the actor with its
+adapter disabled); a critic for ``ppo`` (``modeling.load_critic``). ``train_step`` fills what
+the batch lacks (``prepare_batch``), then runs ``ppo_epochs`` optimizer steps, each over
+gradient-accumulated micro-batches. Checkpoints are HF folders plus ``extra_state.pt``.
+docs/engines.md gives the micro-batching, loss weights, LR schedules, the ``trainer_config``
+keys read and the checkpoint layout.
 """
 
 from __future__ import annotations
@@ -54,7 +21,7 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
-from transformers import AutoConfig, AutoModelForTokenClassification, AutoTokenizer
+from transformers import get_scheduler
 
 from trinity.common.batch import Batch
 from trinity.common.errors import first_line
@@ -66,6 +33,7 @@ from trinity.engine.modeling import (
     HF_SUBDIR,
     default_device,
     entropy_scores,
+    load_critic,
     load_model,
     load_weights_into,
     model_dtype,
@@ -74,6 +42,7 @@ from trinity.engine.modeling import (
     token_logprobs,
 )
 from trinity.engine.multimodal import MediaInputs, collate_media
+from trinity.engine.tokenization import load_tokenizer
 from trinity.plugins import Kind, resolve
 
 logger = logging.getLogger(__name__)
@@ -102,21 +71,31 @@ class TorchEngineArgs:
         )
 
 
-def lr_factor(step: int, warmup_steps: int, total_steps: int, style: str, min_lr_ratio: float) -> float:
-    """Multiplier of the base LR at ``step`` (0-based), as verl's schedules.
-
-    Linear warmup from 0 over ``warmup_steps``; then ``constant`` (1) or ``cosine`` (half a
-    cosine from 1 down to ``min_lr_ratio`` at ``total_steps``).
-    """
-    if step < warmup_steps:
-        return step / max(1, warmup_steps)
-    if style == "constant":
-        return 1.0
-    if style == "cosine":
-        progress = (step - warmup_steps) / max(1, total_steps - warmup_steps)
-        x = math.cos(math.pi * progress)
-        return max(min_lr_ratio, x * (1 - min_lr_ratio) * 0.5 + (1 + min_lr_ratio) * 0.5)
-    raise ValueError(f"algorithm.optimizer.lr_scheduler_type {style!r} is not one of constant, cosine")
+def optimizer_for(
+    model: torch.nn.Module, opt: OptimizerConfig, lr: float, run_steps: int | None
+) -> tuple[torch.optim.Optimizer, torch.optim.lr_scheduler.LambdaLR]:
+    """The optimizer of ``model``'s trainable parameters and its LR schedule, as verl's: linear
+    warmup from 0 over ``lr_warmup_steps`` (or ``lr_warmup_steps_ratio`` of the total), then
+    ``constant`` or ``cosine`` (half a cosine down to ``min_lr_ratio`` at the total:
+    ``total_training_steps``, else the run's ``run_steps``)."""
+    params = [p for p in model.parameters() if p.requires_grad]
+    kind = opt.optimizer_type.lower()
+    if kind in ("adamw", "adam"):  # Trinity-RFT's adam is AdamW, as verl builds it
+        optimizer = torch.optim.AdamW(params, lr=lr, betas=tuple(opt.betas), weight_decay=opt.weight_decay)
+    elif kind == "sgd":
+        optimizer = torch.optim.SGD(params, lr=lr, weight_decay=opt.weight_decay)
+    else:
+        raise ValueError(
+            f"algorithm.optimizer.optimizer_type {opt.optimizer_type!r}: the torch engine has adamw, adam, sgd"
+        )
+    total = opt.total_training_steps if opt.total_training_steps > 0 else (run_steps or 0)
+    warmup = opt.lr_warmup_steps if opt.lr_warmup_steps > 0 else int(opt.lr_warmup_steps_ratio * total)
+    if opt.lr_scheduler_type == "constant":
+        return optimizer, get_scheduler("constant_with_warmup", optimizer, num_warmup_steps=warmup)
+    if total <= 0:
+        raise ValueError("a cosine LR schedule needs algorithm.optimizer.total_training_steps or trainer.total_steps")
+    cosine = {"min_lr_rate": opt.min_lr_ratio}
+    return optimizer, get_scheduler("cosine_with_min_lr", optimizer, warmup, total, scheduler_specific_kwargs=cosine)
 
 
 def _offload_gradients(model: torch.nn.Module, held: dict[torch.nn.Parameter, torch.Tensor]) -> None:
@@ -205,7 +184,7 @@ class TorchTrainingEngine(TrainingEngine):
         self.global_step = 0
 
         path, remote_code = config.model.model_path, config.model.trust_remote_code
-        self.tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=remote_code)
+        self.tokenizer = load_tokenizer(config.model).tokenizer  # saved with each checkpoint
         self.actor = load_model(path, torch.float32, remote_code, (config.model.rope_scaling, config.model.rope_theta))
         self.lora = (config.model.lora_configs or [None])[0]
         if self.lora is not None:
@@ -216,56 +195,14 @@ class TorchTrainingEngine(TrainingEngine):
         if self.algorithm.needs_reference(algo_cfg.kl_loss_fn, algo_cfg.kl_penalty_fn):
             # with LoRA the base model is the reference: the actor with its adapter disabled
             self.reference = self.actor if self.lora else copy.deepcopy(self.actor).eval().requires_grad_(False)
-        self.actor_optimizer, self.actor_scheduler = self._optimizer(self.actor, algo_cfg.optimizer.lr)
+        opt, steps = algo_cfg.optimizer, trainer.total_steps
+        self.actor_optimizer, self.actor_scheduler = optimizer_for(self.actor, opt, opt.lr, steps)
 
         self.critic: torch.nn.Module | None = None
         if self.algorithm.use_critic:
-            critic_path = config.model.critic_model_path or path
-            critic_config = AutoConfig.from_pretrained(critic_path, num_labels=1, trust_remote_code=remote_code)
-            # set, not passed: transformers 5 drops from_pretrained kwargs the config class lacks
-            # (Qwen2's has no classifier_dropout), which left the value head with dropout 0.1
-            critic_config.classifier_dropout = 0.0
-            self.critic, info = AutoModelForTokenClassification.from_pretrained(
-                critic_path,
-                config=critic_config,
-                dtype=torch.float32,
-                output_loading_info=True,
-                trust_remote_code=remote_code,
-            )
-            if any(key.startswith("score.") for key in info["missing_keys"]):
-                torch.nn.init.zeros_(self.critic.score.weight)  # a new value head starts at V = 0, deterministically
-                torch.nn.init.zeros_(self.critic.score.bias)
-            self.critic.to(self.device).train()
-            critic_lr = self.args.critic_lr if self.args.critic_lr is not None else algo_cfg.optimizer.lr
-            self.critic_optimizer, self.critic_scheduler = self._optimizer(self.critic, critic_lr)
-
-    # -- construction helpers -------------------------------------------------------------
-
-    def _optimizer(
-        self, model: torch.nn.Module, lr: float
-    ) -> tuple[torch.optim.Optimizer, torch.optim.lr_scheduler.LambdaLR]:
-        opt: OptimizerConfig = self.config.algorithm.optimizer
-        params = [p for p in model.parameters() if p.requires_grad]
-        kind = opt.optimizer_type.lower()
-        if kind in ("adamw", "adam"):  # Trinity-RFT's adam is AdamW, as verl builds it
-            optimizer = torch.optim.AdamW(params, lr=lr, betas=tuple(opt.betas), weight_decay=opt.weight_decay)
-        elif kind == "sgd":
-            optimizer = torch.optim.SGD(params, lr=lr, weight_decay=opt.weight_decay)
-        else:
-            raise ValueError(
-                f"algorithm.optimizer.optimizer_type {opt.optimizer_type!r}: the torch engine has adamw, adam, sgd"
-            )
-        total = opt.total_training_steps if opt.total_training_steps > 0 else (self.config.trainer.total_steps or 0)
-        warmup = opt.lr_warmup_steps if opt.lr_warmup_steps > 0 else int(opt.lr_warmup_steps_ratio * total)
-        if opt.lr_scheduler_type == "cosine" and total <= 0:
-            raise ValueError(
-                "a cosine LR schedule needs algorithm.optimizer.total_training_steps or trainer.total_steps"
-            )
-
-        def factor(step: int) -> float:
-            return lr_factor(step, warmup, total, opt.lr_scheduler_type, opt.min_lr_ratio)
-
-        return optimizer, torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
+            self.critic = load_critic(config.model.critic_model_path or path, remote_code).to(self.device).train()
+            critic_lr = self.args.critic_lr if self.args.critic_lr is not None else opt.lr
+            self.critic_optimizer, self.critic_scheduler = optimizer_for(self.critic, opt, critic_lr, steps)
 
     # -- forward passes -------------------------------------------------------------------
 

@@ -1,35 +1,12 @@
 """The reference rollout engine: batched sampling with ``transformers`` on a CPU or one GPU.
 
-Semantics follow vLLM's where a workflow can tell the difference:
-
-- ``n`` samples per prompt are generated in one batched, left-padded ``generate`` call.
-- A response ends at EOS (the EOS token is kept in ``response_token_ids``, dropped from the
-  text; finish ``stop``), at the first stop string (tokens up to the one completing it, text
-  up to the stop string; finish ``stop``), or at the token limit (finish ``length``). Neither
-  EOS nor a stop string ends a response before ``min_tokens``.
-- ``response_logprobs`` are the raw model's (temperature 1, before top-p / top-k and every
-  other logits processor), taken from the logits of the decoding step that sampled each
-  token, the same quantity the training engine recomputes (as vLLM's ``raw_logprobs``);
-  sampling temperature does not change them.
-- A prompt longer than ``max_prompt_tokens``: with ``enable_prompt_truncation`` its first
-  ``max_prompt_tokens`` tokens are kept, nothing is generated (``n`` empty completions with
-  ``truncated_from`` its length; the trainer leaves them out of the loss, so the truncation
-  side does not matter); without it, a ``ValueError``.
-
-Sampling settings come from ``SamplingArgs`` over ``ModelConfig`` (temperature, top_p, top_k,
-repetition_penalty), never from the checkpoint's ``generation_config.json``. ``max_model_len``
-bounds prompt + response for the longest prompt of a batch.
-
-A vision-language model (a config with a ``vision_config``: Qwen2-VL, Qwen2.5-VL) takes images in
-``chat``'s content parts (``trinity.engine.multimodal``): each prompt's image tensors go into the
-batched ``generate`` and back with its completions, for the trainer to recompute over.
-
-With LoRA (``enable_lora``, derived from ``model.lora_configs``) the engine holds the base
-model with the adapter (``trinity.engine.lora``, unmerged: the trainer's very computation), and
-``update_weights`` takes the adapter's tensors alone.
-
-Sampling draws from the engine's own RNG stream (seeded by ``InferenceModelConfig.seed``), or
-from ``SamplingArgs.seed`` for one call; the process's global RNG is left as it was.
+Semantics follow vLLM's where a workflow can tell: ``n`` samples per prompt in one left-padded
+``generate``; a response ends at EOS (kept in the tokens), at the first stop string (tokens
+through the one completing it, text before it) or at the token limit (``length``), never
+before ``min_tokens``; ``response_logprobs`` are the raw model's (temperature 1, before any
+logits processor), as the trainer recomputes them. Sampling settings come from the config and
+``SamplingArgs`` only, from the engine's own RNG stream. docs/engines.md gives the rest
+(prompt truncation, images, LoRA).
 """
 
 from __future__ import annotations
@@ -39,7 +16,7 @@ from contextlib import contextmanager
 from typing import Any
 
 import torch
-from transformers import AutoTokenizer, GenerationConfig, StoppingCriteria, StoppingCriteriaList
+from transformers import GenerationConfig, StoppingCriteria, StoppingCriteriaList, StopStringCriteria
 
 from trinity.config.schema import InferenceModelConfig, ModelConfig
 from trinity.engine.base import Completion, RolloutEngine, SamplingArgs
@@ -53,8 +30,9 @@ from trinity.engine.modeling import (
     token_logprobs,
 )
 from trinity.engine.multimodal import MediaError, MediaInputs, VisionInputs, collate_media, media_parts, model_media
-from trinity.engine.prompts import PromptFormatter, response_budget
 from trinity.engine.prompts import first as _first
+from trinity.engine.prompts import response_budget
+from trinity.engine.tokenization import load_tokenizer
 
 _LOGIT_BUDGET = 2**27
 """Most logits (rows x tokens x vocab) one log-prob forward pass may hold; bounds memory."""
@@ -62,21 +40,18 @@ SAMPLING_EPS = 1e-5
 """A temperature below this is greedy, as in vLLM: logits divided by less overflow to NaN."""
 
 
-class _StopStrings(StoppingCriteria):
-    """Finishes a row once a stop string appears in its tokens from the ``min_tokens``-th on."""
+class _StopStrings(StopStringCriteria):
+    """transformers' stop-string matching over the tokens from the ``min_tokens``-th generated
+    one on: as in vLLM, no stop string ends a response before ``min_tokens``."""
 
     def __init__(self, tokenizer: Any, stops: list[str], prompt_width: int, min_tokens: int) -> None:
-        self.tokenizer, self.stops = tokenizer, stops
-        self.prompt_width, self.min_tokens = prompt_width, min_tokens
-        self.window = max(len(s.encode()) for s in stops) + 1  # every token is at least one byte
+        super().__init__(tokenizer, stops)
+        self.start = prompt_width + min_tokens - 1
 
     def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor, **kwargs: Any) -> torch.Tensor:
-        eligible = input_ids.shape[1] - self.prompt_width - self.min_tokens + 1
-        if eligible < 1:
+        if input_ids.shape[1] <= self.start:
             return torch.zeros(input_ids.shape[0], dtype=torch.bool, device=input_ids.device)
-        tails = self.tokenizer.batch_decode(input_ids[:, -min(eligible, self.window) :], skip_special_tokens=True)
-        found = [any(stop in tail for stop in self.stops) for tail in tails]
-        return torch.tensor(found, dtype=torch.bool, device=input_ids.device)
+        return super().__call__(input_ids[:, self.start :], scores, **kwargs)
 
 
 class _RawLogprobs(StoppingCriteria):
@@ -112,8 +87,8 @@ class _RawLogprobs(StoppingCriteria):
 
 
 class TransformersRolloutEngine(RolloutEngine):
-    """``AutoModelForCausalLM`` (``AutoModelForImageTextToText`` for a VLM) + ``AutoTokenizer`` from a
-    local directory (or a hub id)."""
+    """``AutoModelForCausalLM`` (``AutoModelForImageTextToText`` for a VLM) and its tokenizer
+    (``load_tokenizer``) from a local directory (or a hub id)."""
 
     takes_lora = True
 
@@ -121,23 +96,21 @@ class TransformersRolloutEngine(RolloutEngine):
         self.config, self.model_config = config, model
         self.device = default_device()
         path = config.model_path or model.model_path
-        remote_code = config.trust_remote_code
-        self.tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=remote_code)
         rope = (_first(config.rope_scaling, model.rope_scaling), _first(config.rope_theta, model.rope_theta))
-        self.model = load_model(path, model_dtype(self.device, config.dtype), remote_code, rope)
+        self.model = load_model(path, model_dtype(self.device, config.dtype), config.trust_remote_code, rope)
         self.model.to(self.device).eval()
         self.vision: VisionInputs | None = None
         if getattr(self.model.config, "vision_config", None) is not None:
-            self.vision = VisionInputs(path, self.model.config, remote_code)
+            self.vision = VisionInputs(path, self.model.config, config.trust_remote_code)
         elif config.enable_multimodal:
             raise MediaError(
                 f"enable_multimodal: the model at {path} has no vision tower (its config no vision_config)"
             )
         self.model_version = 0
         eos = self.model.generation_config.eos_token_id
-        eos_ids = set(eos if isinstance(eos, list) else [eos] if eos is not None else [])
-        eos_ids.add(self.tokenizer.eos_token_id)
-        self.eos_ids = sorted(i for i in eos_ids if i is not None)
+        self.chat_tokenizer = load_tokenizer(model, config, eos if isinstance(eos, list) else [eos])
+        self.tokenizer = self.chat_tokenizer.tokenizer
+        self.eos_ids = sorted(self.chat_tokenizer.end_of_turn_ids)  # the checkpoint's and the tokenizer's
         self.pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else self.eos_ids[0]
         # Sampling comes from the config and SamplingArgs only: generate() would otherwise fill
         # every unset field from the checkpoint's generation_config.json (e.g. Qwen's top_k=20).
@@ -145,26 +118,20 @@ class TransformersRolloutEngine(RolloutEngine):
         self.lora = (model.lora_configs or [None])[0] if config.enable_lora else None
         if self.lora is not None:
             self.model = with_adapter(self.model, self.lora, trainable=False).eval()
-        self.prompts = PromptFormatter(self.tokenizer, config, model, end_of_turn_ids=self.eos_ids)
         self.max_model_len = _first(config.max_model_len, model.max_model_len)
         self.max_response_tokens = _first(config.max_response_tokens, model.max_response_tokens)
         # 0 and 1 mean the same here: a response has a token (EOS at the least) before a stop applies
         self.min_response_tokens = max(1, _first(config.min_response_tokens, model.min_response_tokens, 1))
-        with self._rng(config.seed):
-            self._rng_state = self._get_rng_state()
+        self._rng = _RngStream(self.device, config.seed)
 
     # -- public API ---------------------------------------------------------------------
 
     def generate(self, prompts: list[str], args: SamplingArgs) -> list[list[Completion]]:
-        return self.generate_from_ids(self.prompts.text_ids(prompts), args)
+        return self.generate_from_ids(self.chat_tokenizer.text_ids(prompts), args)
 
     def chat(self, conversations: list[list[dict[str, Any]]], args: SamplingArgs) -> list[list[Completion]]:
         prompts = [self._chat_prompt(c, args.tools) for c in conversations]
         return self.generate_from_ids([ids for ids, _ in prompts], args, [media for _, media in prompts])
-
-    def chat_prompt_ids(self, messages: list[dict[str, Any]], tools: Any = None) -> list[int]:
-        """Token ids of ``messages`` (offering ``tools``) through the chat template, with the generation prompt."""
-        return self.prompts.chat_ids(messages, tools)
 
     def generate_from_ids(
         self, prompts: list[list[int]], args: SamplingArgs, media: list[MediaInputs | None] | None = None
@@ -172,12 +139,12 @@ class TransformersRolloutEngine(RolloutEngine):
         """``args.n`` completions for each prompt given as token ids (the path ``generate``
         and ``chat`` take after tokenising), with each prompt's image tensors (``media``)."""
         media = media or [None] * len(prompts)
-        prepared = [self.prompts.fit(ids) for ids in prompts]
+        prepared = [self.chat_tokenizer.fit(ids) for ids in prompts]
         for (_, truncated_from), inputs in zip(prepared, media, strict=True):
             if truncated_from is not None and inputs:
                 raise MediaError(
                     f"a prompt with images of {truncated_from} tokens exceeds max_prompt_tokens "
-                    f"{self.prompts.max_prompt_tokens}: it cannot be cut (its image tokens would lose their pixels)"
+                    f"{self.chat_tokenizer.max_prompt_tokens}: it cannot be cut (its image tokens would lose their pixels)"
                 )
         results: list[list[Completion]] = [[] for _ in prompts]
         live = [i for i, (_, truncated_from) in enumerate(prepared) if truncated_from is None]
@@ -228,13 +195,13 @@ class TransformersRolloutEngine(RolloutEngine):
         """A conversation's prompt ids and, where it holds images, their tensors (the ids expanded to them)."""
         parts = media_parts(messages)
         if not parts:
-            return self.chat_prompt_ids(messages, tools), None
+            return self.chat_tokenizer.prompt_ids(messages, tools), None
         if self.vision is None:
             raise MediaError(
                 f"a prompt holds {len(parts)} image/video parts, but the rollout model "
                 f"{self.config.model_path or self.model_config.model_path} takes no images (no vision tower)"
             )
-        return self.vision.prepare(self.chat_prompt_ids(messages, tools), parts)
+        return self.vision.prepare(self.chat_tokenizer.prompt_ids(messages, tools), parts)
 
     def _empty(self, prompt: list[int], truncated_from: int) -> Completion:
         return Completion(prompt, [], [], "", "length", truncated_from=truncated_from, model_version=self.model_version)
@@ -324,22 +291,11 @@ class TransformersRolloutEngine(RolloutEngine):
             if hits:
                 at, stop = min(hits)
                 end = at + len(stop)
-                length = self._tokens_covering(body, end)
+                length = _tokens_covering(self.tokenizer, body, end)
                 return length, text[:at], "stop"
         if eos_at is not None:
             return eos_at + 1, self.tokenizer.decode(body, skip_special_tokens=True), "stop"
         return len(tokens), self.tokenizer.decode(tokens, skip_special_tokens=True), "length"
-
-    def _tokens_covering(self, tokens: list[int], chars: int) -> int:
-        """Fewest leading tokens whose text is at least ``chars`` characters (binary search)."""
-        low, high = 1, len(tokens)
-        while low < high:
-            mid = (low + high) // 2
-            if len(self.tokenizer.decode(tokens[:mid], skip_special_tokens=True)) >= chars:
-                high = mid
-            else:
-                low = mid + 1
-        return low
 
     def _logprobs(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, width: int) -> torch.Tensor:
         """Raw-model logprobs of the last ``width`` tokens, in row chunks bounded by ``_LOGIT_BUDGET``."""
@@ -357,23 +313,45 @@ class TransformersRolloutEngine(RolloutEngine):
         ]
         return torch.cat(chunks)
 
-    def _get_rng_state(self) -> tuple[torch.Tensor, torch.Tensor | None]:
-        cuda = self.device.type == "cuda"
-        return torch.get_rng_state(), torch.cuda.get_rng_state(self.device) if cuda else None
+
+def _tokens_covering(tokenizer: Any, tokens: list[int], chars: int) -> int:
+    """Fewest leading ``tokens`` whose text is at least ``chars`` characters (binary search)."""
+    low, high = 1, len(tokens)
+    while low < high:
+        mid = (low + high) // 2
+        if len(tokenizer.decode(tokens[:mid], skip_special_tokens=True)) >= chars:
+            high = mid
+        else:
+            low = mid + 1
+    return low
+
+
+class _RngStream:
+    """The engine's own RNG stream (seeded once), so the process's global RNG is left as it was."""
+
+    def __init__(self, device: torch.device, seed: int | None) -> None:
+        self.device = device
+        self.devices = [device] if device.type == "cuda" else []
+        with torch.random.fork_rng(devices=self.devices, device_type=device.type):
+            if seed is not None:
+                torch.manual_seed(seed)
+            self.state = self._get()
+
+    def _get(self) -> tuple[torch.Tensor, torch.Tensor | None]:
+        return torch.get_rng_state(), torch.cuda.get_rng_state(self.device) if self.devices else None
 
     @contextmanager
-    def _rng(self, seed: int | None) -> Iterator[None]:
-        """Sample from the engine's own RNG stream, or from ``seed`` for one call; the
-        process's global RNG state is restored afterwards either way."""
-        devices = [self.device] if self.device.type == "cuda" else []
-        with torch.random.fork_rng(devices=devices, device_type=self.device.type):
+    def __call__(self, seed: int | None) -> Iterator[None]:
+        """Sample from the stream, or from ``seed`` for one call; the global RNG state is restored
+        afterwards either way."""
+        with torch.random.fork_rng(devices=self.devices, device_type=self.device.type):
             if seed is not None:
                 torch.manual_seed(seed)
                 yield
                 return
-            cpu_state, cuda_state = self._rng_state
+            cpu_state, cuda_state = self.state
             torch.set_rng_state(cpu_state)
             if cuda_state is not None:
                 torch.cuda.set_rng_state(cuda_state, self.device)
             yield
-            self._rng_state = self._get_rng_state()
+            self.state = self._get()

@@ -24,8 +24,8 @@ from trinity.common.experience import EID, Experience, Task
 from trinity.config.schema import Config, InferenceModelConfig
 from trinity.engine.base import EngineCrashed, SamplingArgs
 from trinity.engine.client import EngineClient
+from trinity.engine.model_wrapper import ModelWrapper
 from trinity.engine.prompts import first as _first
-from trinity.explorer.model_wrapper import ModelWrapper
 from trinity.explorer.workflow import Workflow
 from trinity.plugins import Kind, resolve
 

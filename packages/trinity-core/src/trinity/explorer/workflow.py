@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, ClassVar
 
 from trinity.common.experience import Experience, Task
-from trinity.explorer.model_wrapper import ModelWrapper
+from trinity.engine.model_wrapper import ModelWrapper
 from trinity.plugins import Kind, resolve
 
 RewardFn = Callable[..., dict[str, float]]

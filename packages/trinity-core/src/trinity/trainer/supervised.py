@@ -23,7 +23,7 @@ import torch
 from trinity.buffer import EndOfBuffer, load_rows
 from trinity.common.experience import EID, Experience
 from trinity.config.schema import FormatConfig, ModelConfig, StorageConfig
-from trinity.engine.tokenization import ChatTokenizer
+from trinity.engine.tokenization import ChatTokenizer, load_tokenizer
 
 
 class SupervisedDataError(ValueError):
@@ -63,11 +63,6 @@ def _tools(row: dict[str, Any], fmt: FormatConfig) -> list[dict[str, Any]] | Non
     if tools is not None and not (isinstance(tools, list) and all(isinstance(t, dict) for t in tools)):
         raise ValueError(f"column {fmt.tools_key!r} (tools_key) must be a list of tool schemas, got {tools!r}")
     return tools or None
-
-
-def data_tokenizer(model: ModelConfig, fmt: FormatConfig) -> ChatTokenizer:
-    """The model's tokenizer with the chat settings of ``fmt`` (over the model's)."""
-    return ChatTokenizer.load(model.model_path, fmt.chat_template, fmt.enable_thinking, model)
 
 
 def row_to_experience(
@@ -117,7 +112,7 @@ class SupervisedReader:
         self.storage = storage
         self.schema = schema
         self.seed = seed
-        self.chat = data_tokenizer(model, storage.format)
+        self.chat = load_tokenizer(model, storage.format)
         self.max_len = model.max_model_len
         self.rows = load_rows(storage)
         self.epoch = 0

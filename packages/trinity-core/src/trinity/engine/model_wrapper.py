@@ -1,10 +1,9 @@
 """What a workflow sees of a model: sync and async chat/generate that return Experiences.
 
-``ModelWrapper`` turns engine completions into experiences (tokens, logprobs, model
-version, truncation status, messages). It sends each call as one request through the
-engine's ``EngineClient`` (``trinity.engine.client``), which batches or streams requests
-as the engine wants. The runner enters a workflow's wrapper before the workflow starts, so
-a batching client waits for its first request.
+``ModelWrapper`` turns engine completions into experiences (tokens, logprobs, model version,
+truncation status, messages). Each call is one request through the engine's ``EngineClient``,
+which batches or streams requests as the engine wants. The runner enters a workflow's wrapper
+before the workflow starts, so a batching client waits for its first request.
 """
 
 from __future__ import annotations
@@ -154,12 +153,8 @@ class ModelWrapper:
 
     @property
     def chat_tokenizer(self) -> ChatTokenizer:
-        """The engine's chat template and tokenizer, for workflows that build experiences token by
-        token (a multi-turn conversation, a response continued after a forced end of thinking)."""
-        prompts = self.client.engine.prompts
-        if prompts is None:
-            raise TypeError(f"the {type(self.client.engine).__name__} has no tokenizer: this workflow needs one")
-        return prompts.chat
+        """The engine's chat template and tokenizer (``EngineClient.chat_tokenizer``)."""
+        return self.client.chat_tokenizer
 
     def extract_experience_from_history(self) -> list[Experience]:
         """The experiences recorded since the last call (``enable_history``), clearing them."""
