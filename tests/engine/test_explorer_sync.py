@@ -153,6 +153,6 @@ def test_an_earlier_runs_end_does_not_stop_a_resumed_explorer(tmp_path, tiny_mod
     earlier.finish(0)
     time.sleep(0.05)
     resumed = explorer(tmp_path, tiny_model_dir, "fixed", timeout=1)
-    assert resumed.engines.sync.root == earlier.root  # the same job: its marker is there
+    assert resumed.engines.sync.method.root == earlier.root  # the same job: its marker is there
     with pytest.raises(SyncTimeout):
         synced_at(resumed, 2)

@@ -11,14 +11,14 @@ from pathlib import Path
 import pytest
 
 from trinity.config.schema import Config
-from trinity.trainer.trainer import save_guard
+from trinity.trainer.checkpointing import save_guard
 
 HOLD_SECONDS = 1.5
 HOLDER = textwrap.dedent(
     """
     import sys, time
     from trinity.config.schema import Config
-    from trinity.trainer.trainer import save_guard
+    from trinity.trainer.checkpointing import save_guard
 
     config = Config()
     config.checkpoint_root_dir, config.trainer.save_strategy, seconds = sys.argv[1], sys.argv[2], float(sys.argv[3])

@@ -49,7 +49,7 @@ def at_version(explorer: Explorer, model: Path, version: int) -> None:
     """The trainer publishes ``version`` (every weight + version) and the explorer loads it."""
     weights = load_file(str(model / "model.safetensors"))
     CheckpointSync(explorer.config).publish({k: v + version for k, v in weights.items()}, version)
-    explorer.engines.load(WeightUpdate(version, path=str(explorer.engines.sync.root / f"version_{version}")))
+    explorer.engines.load(WeightUpdate(version, path=str(explorer.engines.sync.method.root / f"version_{version}")))
 
 
 def explore_step(explorer: Explorer):

@@ -85,7 +85,7 @@ def test_unscored_responses_expire_after_their_time(proxy, monkeypatch):
 
 def test_a_finished_trainer_is_no_error_while_the_proxy_follows_weights(proxy, monkeypatch, caplog):
     """After the trainer's last version the proxy keeps serving it, and logs no failure every poll."""
-    sync = proxy.host.engines.sync
+    sync = proxy.host.engines.sync.method  # the checkpoint sync itself
     sync.finish(proxy.host.engines.version)  # the trainer's end marker, as a finished trainer writes it
     try:
         with pytest.raises(TrainerFinished):  # what every poll now meets

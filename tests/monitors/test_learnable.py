@@ -15,7 +15,7 @@ from trinity.explorer.rollout_metrics import rollout_metrics
 from trinity.explorer.runner import BatchOutcome
 from trinity.monitor.learnable import CauseWarnings, Streak, nothing_learnable, step_cause
 from trinity.progress import RoleProgress
-from trinity.trainer.trainer import Trainer
+from trinity.trainer.step_metrics import learning_signal
 
 
 def experience(response: list[int], task: str = "0", run: int = 0, advantage: float = 0.0, **fields) -> Experience:
@@ -56,17 +56,17 @@ def test_the_trainer_counts_learnable_tokens_and_zero_advantage_groups():
         experience([], task="truncated", run=0),  # no response token: not a zero-advantage group
         experience([], task="truncated", run=1),
     ]
-    signal = Trainer.learning_signal(Batch.from_experiences(rows))
+    signal = learning_signal(Batch.from_experiences(rows))
     assert signal == {
         "actor/learnable_tokens": 3.0,
         "critic/zero_advantage_groups": 1,
         "critic/zero_advantage_group_fraction": pytest.approx(1 / 3),
     }
     expert = Batch.from_experiences(rows[:2]).with_fields(is_expert=torch.tensor([True, False]))
-    assert Trainer.learning_signal(expert)["actor/learnable_tokens"] == 2.0  # an SFT row trains without advantage
-    assert Trainer.learning_signal(expert)["critic/zero_advantage_group_fraction"] == 1.0
+    assert learning_signal(expert)["actor/learnable_tokens"] == 2.0  # an SFT row trains without advantage
+    assert learning_signal(expert)["critic/zero_advantage_group_fraction"] == 1.0
     no_advantages = Batch.from_experiences(rows[:3]).with_fields(advantages=None)  # SFT, DPO: the loss mask only
-    assert Trainer.learning_signal(no_advantages) == {"actor/learnable_tokens": 6.0}
+    assert learning_signal(no_advantages) == {"actor/learnable_tokens": 6.0}
 
 
 def records(*causes: str | None) -> list[dict]:

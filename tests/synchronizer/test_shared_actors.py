@@ -54,7 +54,7 @@ def test_a_leftover_of_an_earlier_run_is_replaced_by_a_fresh_actor(ray_session) 
     try:
         assert MemorySync(config).fetch(1, timeout=0) is None  # version 5 went with the leftover
         with pytest.raises(ray_session.exceptions.RayActorError):
-            ray_session.get(earlier.awaited.remote())
+            ray_session.get(earlier.wait_for.remote(1, 0))
     finally:
         ray_session.kill(fresh)
 

@@ -28,9 +28,6 @@ class DroppedWeights(SyncMethod):
     def finish(self, version):
         self.inner.finish(version)
 
-    def awaited(self):
-        return self.inner.awaited()
-
     def fetch(self, min_version, timeout):
         update = self.inner.fetch(min_version, timeout)
         return update and WeightUpdate(update.version, loaded=True)

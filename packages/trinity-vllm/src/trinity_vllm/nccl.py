@@ -224,9 +224,6 @@ class NCCLSync(SyncMethod):
     def finish(self, version: int) -> None:
         self._ray.get(self.coordinator.finish.remote(version))
 
-    def awaited(self) -> int | None:
-        return self._ray.get(self.coordinator.awaited.remote())
-
     def _serve(self, device: int | None) -> None:
         """Answer the explorer's requests, each with the newest kept version, then broadcast it."""
         if device is not None:
@@ -301,8 +298,8 @@ class NCCLSync(SyncMethod):
 class NCCLCoordinator(WeightStore):
     """Hosts the group's TCPStore and hands the explorer's requests to the trainer (async actor).
 
-    Versions and waiting explorers as in memory sync (``WeightStore``); a request, once a
-    version is there, waits for the trainer's answer: its newest version and tensor metadata.
+    Versions as in memory sync (``WeightStore``); a request, once a version is there, waits
+    for the trainer's answer: its newest version and tensor metadata.
     """
 
     def __init__(self, address: dict[str, Any]) -> None:

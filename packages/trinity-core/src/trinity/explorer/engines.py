@@ -12,6 +12,7 @@ import logging
 import threading
 import time
 
+from trinity.buffer import ExperienceWriter
 from trinity.checkpoints import trainer_meta_path
 from trinity.common.errors import first_line
 from trinity.common.files import read_json
@@ -21,7 +22,8 @@ from trinity.engine.base import EngineCrashed, EngineStartError, RolloutEngine
 from trinity.engine.client import EngineClient
 from trinity.placement import cuda_device, first_devices
 from trinity.plugins import Kind, resolve
-from trinity.synchronizer.methods import SyncMethod, TrainerFinished, WeightUpdate
+from trinity.synchronizer.explorer_sync import ExplorerSync
+from trinity.synchronizer.methods import TrainerFinished, WeightUpdate
 
 logger = logging.getLogger(__name__)
 
@@ -34,7 +36,7 @@ class RolloutEngines:
     """The rollout model's engines (``clients``), the auxiliary models' (``auxiliary``), the
     sync method that feeds them and the weights ``version`` they hold."""
 
-    def __init__(self, config: Config, role: str):
+    def __init__(self, config: Config, role: str, writer: ExperienceWriter | None = None):
         self.config = config
         self.role = role
         models = config.explorer.inference_models()
@@ -44,7 +46,7 @@ class RolloutEngines:
             self._start(key, model, cls, first)
             for (key, model), cls, first in zip(models, classes, firsts, strict=True)
         ]
-        self.sync: SyncMethod = resolve(Kind.SYNC_METHOD, config.synchronizer.sync_method)(config)
+        self.sync = ExplorerSync(config, writer)  # the writer tells the trainer when a fetch waits
         self.sync.connect(self.clients)
         self.version = 0
         self._restart_lock = threading.Lock()

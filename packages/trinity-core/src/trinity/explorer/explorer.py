@@ -40,7 +40,7 @@ class Explorer:
         self.writer = StepWriter(config, self.name, self.monitor)  # first: opening fences off an older process
         position = self.writer.resume() if config.continue_from_checkpoint else {}
         import_task_plugins(config)
-        self.engines = RolloutEngines(config, self.name)
+        self.engines = RolloutEngines(config, self.name, self.writer.buffer)
         self.tasksets = Tasksets(config, position.get("tasksets", []))
         self.engines.resume()
         self.runner = TaskRunner(config, self.engines.clients, self.engines.auxiliary)

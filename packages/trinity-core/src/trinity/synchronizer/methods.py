@@ -94,21 +94,12 @@ class SyncMethod(ABC):
         """Explorer side: the newest version >= ``min_version``, waiting up to ``timeout``.
 
         ``timeout=0`` does not wait and returns None when nothing new enough exists.
-        While it waits, ``awaited()`` reports ``min_version``.
         """
 
     def finish(self, version: int) -> None:  # noqa: B027 (optional hook)
         """Trainer side, at its end: ``version`` was its last; an explorer's ``fetch`` for a later
         one raises ``TrainerFinished`` instead of waiting ``sync_timeout`` for nothing. A method
         without it leaves such an explorer waiting that long, then going on with its weights."""
-
-    @abstractmethod
-    def awaited(self) -> int | None:
-        """Trainer side: the version an explorer is blocked waiting for, if any.
-
-        A trainer short of a full batch trains on what it has when an explorer waits for
-        the very version that batch would produce (no more experiences can come before it).
-        """
 
 
 class CheckpointSync(SyncMethod):
@@ -147,33 +138,18 @@ class CheckpointSync(SyncMethod):
 
     def fetch(self, min_version: int, timeout: float) -> WeightUpdate | None:
         deadline = time.monotonic() + timeout
-        waiting = self.root / "waiting" / f"{self.config.explorer.name}.json"  # this explorer's own marker
-        try:
-            while True:
-                latest = read_json(self.root / "latest.json")
-                if latest and latest["version"] >= min_version:
-                    return WeightUpdate(latest["version"], path=latest["path"])
-                last = self._finished_before(min_version)
-                if last is not None:
-                    raise TrainerFinished(last, min_version)
-                if time.monotonic() >= deadline:
-                    if timeout > 0:
-                        raise SyncTimeout(
-                            f"no weights of version >= {min_version} in {self.root} after {timeout:.0f} s"
-                        )
-                    return None
-                if not waiting.exists():
-                    write_json(waiting, {"version": min_version})
-                time.sleep(0.05)
-        finally:
-            waiting.unlink(missing_ok=True)
-
-    def awaited(self) -> int | None:
-        """The lowest version any explorer waits for: each keeps its own marker under
-        ``sync/waiting/`` while it waits, so explorers never clear each other's."""
-        markers = (read_json(path) for path in (self.root / "waiting").glob("*.json"))
-        versions = [marker["version"] for marker in markers if marker]
-        return min(versions, default=None)
+        while True:
+            latest = read_json(self.root / "latest.json")
+            if latest and latest["version"] >= min_version:
+                return WeightUpdate(latest["version"], path=latest["path"])
+            last = self._finished_before(min_version)
+            if last is not None:
+                raise TrainerFinished(last, min_version)
+            if time.monotonic() >= deadline:
+                if timeout > 0:
+                    raise SyncTimeout(f"no weights of version >= {min_version} in {self.root} after {timeout:.0f} s")
+                return None
+            time.sleep(0.05)
 
 
 class MemorySync(SyncMethod):
@@ -198,9 +174,6 @@ class MemorySync(SyncMethod):
 
     def finish(self, version: int) -> None:
         self._ray.get(self.store.finish.remote(version))
-
-    def awaited(self) -> int | None:
-        return self._ray.get(self.store.awaited.remote())
 
     def fetch(self, min_version: int, timeout: float) -> WeightUpdate | None:
         try:
@@ -298,11 +271,7 @@ class WeightStore:
         self.version = -1
         self.payload: list = []
         self.changed = asyncio.Condition()
-        self.waiting: list[int] = []
         self.finished: int | None = None  # the trainer's last version, once it ended
-
-    async def awaited(self) -> int | None:
-        return min(self.waiting) if self.waiting else None
 
     async def publish(self, version: int, payload: list) -> None:
         async with self.changed:
@@ -319,7 +288,6 @@ class WeightStore:
         ``TrainerFinished`` when the trainer ended before it."""
         async with self.changed:
             if self.version < min_version:
-                self.waiting.append(min_version)
                 try:
                     await asyncio.wait_for(
                         self.changed.wait_for(lambda: self.version >= min_version or self.finished is not None),
@@ -327,8 +295,6 @@ class WeightStore:
                     )
                 except asyncio.TimeoutError:
                     return None
-                finally:
-                    self.waiting.remove(min_version)
             if self.version < min_version:
                 raise TrainerFinished(self.finished, min_version)
             return self.version, self.payload

@@ -1,13 +1,9 @@
 """Experiences from a supervised dataset: SFT (prompt/response), DPO (chosen/rejected) and CPT
-(plain text) rows.
+(plain text) rows, for algorithms whose ``data_schema`` is ``sft``, ``dpo`` or ``cpt``.
 
-Algorithms whose ``data_schema`` is ``sft``, ``dpo`` or ``cpt`` train on a dataset instead of
-the explorer's rollouts. ``SupervisedReader`` tokenizes its rows with the rollout engines'
-``ChatTokenizer`` (the format's chat template and ``enable_thinking`` over the model's), masked
-to the assistant turns. Rows follow Trinity-RFT's schemas: a
-message list (``messages_key``, or its JSON text) or plaintext columns, with the tool schemas of
-a tool-calling conversation in ``tools_key`` (a list, or its JSON text) rendered by the chat
-template. It serves them like an experience buffer: ``read`` batches, epochs or
+``SupervisedReader`` tokenizes Trinity-RFT's row schemas (a message list or plaintext columns,
+tool schemas in ``tools_key``) with the rollout engines' ``ChatTokenizer``, masked to the
+assistant turns, and serves them like an experience buffer: ``read`` batches, epochs or
 ``total_steps``, ``EndOfBuffer`` at the end, a position to save with the checkpoint.
 """
 
