@@ -12,6 +12,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+from trinity.buffer import open_experience_reader
 from trinity.config import load_config
 from trinity.explorer.explorer import Explorer
 from trinity.synchronizer.methods import CheckpointSync, SyncTimeout, TrainerFinished
@@ -88,9 +89,16 @@ def test_dynamic_by_explorer_waits_at_each_interval_for_newer_weights(tmp_path, 
     of the trainer and did not learn: tests/learning/test_async_learning.py)."""
     dynamic = explorer(tmp_path, tiny_model_dir, "dynamic_by_explorer", offset=1, timeout=60)
     assert synced_at(dynamic, 1) == 0  # not a multiple of sync_interval
-    later = threading.Timer(0.5, publish, (dynamic, tiny_model_dir, 1))
-    later.start()
+    reader = open_experience_reader(dynamic.config.buffer.trainer_input.experience_buffer)
+    seen = []  # the explorer's wait as the trainer's reader sees it, just before the trainer publishes
+
+    def trainer() -> None:
+        seen.append(reader.awaited_version())
+        publish(dynamic, tiny_model_dir, 1)
+
+    threading.Timer(0.5, trainer).start()
     assert synced_at(dynamic, 2) == 1  # one step ahead of version 0, more than offset 1: waits
+    assert seen == [1] and reader.awaited_version() is None
     publish(dynamic, tiny_model_dir, 3)
     assert synced_at(dynamic, 3) == 1  # between intervals
     assert synced_at(dynamic, 4) == 3  # the newest

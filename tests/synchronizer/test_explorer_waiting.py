@@ -47,6 +47,13 @@ def test_a_blocked_fetch_is_on_the_writer_until_its_version_comes(tmp_path: Path
     assert reader.awaited_version() is None  # the wait is over: so is its mark
 
 
+def test_an_explorer_without_a_writer_waits_all_the_same(tmp_path: Path) -> None:
+    """bench mode writes no experiences: its fetches wait for the version, telling no one."""
+    config = checkpoint_config(tmp_path)
+    threading.Timer(0.3, CheckpointSync(config).publish, ({"w": torch.zeros(1)}, 1)).start()
+    assert ExplorerSync(config, None).fetch(1, timeout=30).version == 1
+
+
 def read_seconds(config: Config, waiting_for: int) -> tuple[int, float]:
     """Rows a trainer at step 0 reads while an explorer waits for ``waiting_for``, and in how long."""
     storage = config.buffer.trainer_input.experience_buffer

@@ -41,8 +41,10 @@ class ExplorerSync:
 
     def fetch(self, min_version: int, timeout: float) -> WeightUpdate | None:
         """``SyncMethod.fetch``; a wait for ``min_version`` is on the writer while it lasts."""
+        if self.writer is None:
+            return self.method.fetch(min_version, timeout)
         update = self.method.fetch(min_version, 0)
-        if update is not None or timeout <= 0 or self.writer is None:
+        if update is not None or timeout <= 0:
             return update
         self._tell_waiting(min_version)
         try:
