@@ -1,14 +1,11 @@
 """The verl config of a trinity experiment (``trainer.trainer_type: verl``).
 
-Three layers, later ones winning: verl 0.9.1's own defaults (its flattened
-``_generated_ppo_trainer.yaml``, read from the installed verl without importing it), then
-``trainer.trainer_config`` (verl's own ``actor_rollout_ref``, ``critic``, ``trainer``, ...
-sections, so veRL users keep their knobs), then the trinity fields the veRL alignment guide
-maps (``trinity_fields``; e.g. ``algorithm.optimizer`` -> ``actor_rollout_ref.actor.optim``).
-
-``trinity_fields`` is pure Python: the mapping can be checked without verl installed.
-A ``trainer_config`` key verl does not have is reported with its dotted path and the nearest
-valid key; a few keys verl renamed are moved to their current place (``RENAMED``).
+Three layers, later ones winning: verl 0.9.1's own defaults (read from the installed verl without
+importing it), ``trainer.trainer_config`` (verl's own sections, so veRL users keep their knobs), then
+the trinity fields the veRL alignment guide maps (``trinity_fields``). An unknown ``trainer_config``
+key is an error naming its dotted path and the nearest valid key; keys verl renamed are moved
+(``RENAMED``). ``trinity_fields`` is pure Python, so the mapping is checked without verl installed.
+Details: the package README ("Configuration").
 """
 
 from __future__ import annotations

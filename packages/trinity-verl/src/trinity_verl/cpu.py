@@ -1,19 +1,11 @@
 """verl on a CPU, through verl's own extension points (no file of verl is changed).
 
-verl 0.9.1 knows nvidia/huawei/amd platforms and registers its FSDP engines for cuda/npu
-only. ``enable_cpu()`` supplies what is missing, before any verl engine module is imported
-(``verl.workers.engine.fsdp.transformer_impl`` reads the device name at import):
-
-- a ``cpu`` platform in verl's ``PlatformRegistry``, made current, whose device module adds
-  the calls verl makes that ``torch.cpu`` lacks (memory statistics, RNG state, caches);
-- verl's FSDP engines (``FSDPEngineWithLMHead``, ``FSDPEngineWithValueHead``) registered
-  for device ``cpu``, backend ``fsdp2``, in its ``EngineRegistry`` (FSDP1 needs an accelerator).
-
-The engine then joins a plain ``gloo`` process group (verl would ask for ``cpu:gloo,cpu:gloo``,
-which torch rejects).
-
-The config side (FSDP2, fp32, sdpa attention, no ``torch.compile``, a reference engine that
-is not forward-only) is ``trinity_verl.config.cpu_fields``.
+verl 0.9.1 registers its FSDP engines for cuda/npu only. ``enable_cpu()``, called before any verl
+engine module is imported (``verl.workers.engine.fsdp.transformer_impl`` reads the device name at
+import), adds a ``cpu`` platform to verl's ``PlatformRegistry`` (its device module supplies what
+``torch.cpu`` lacks) and registers verl's FSDP engines for device ``cpu``, backend ``fsdp2``; the
+engine then joins a plain ``gloo`` group. The config side is ``trinity_verl.config.cpu_fields``.
+Details: the package README ("On a CPU").
 """
 
 from __future__ import annotations

@@ -1,21 +1,11 @@
 """The verl FSDP training engine (``trainer.trainer_type: verl``).
 
-Trains with data parallelism over the trainer's devices: ``trainer_gpu_num`` of the config
-(``cluster.node_num x cluster.gpu_per_node`` less the explorer's GPUs; veRL's
-``trainer.nnodes x trainer.n_gpus_per_node``), at least one. Each rank is a
-``trinity_verl.rank.VerlRank`` holding verl 0.9.1's workers; a world of one runs in the trainer's
-own process, a larger one as Ray actors, one per GPU, joined in one torch.distributed group
-(``trinity_verl.distributed``). On a machine without CUDA each of those devices is a CPU process
-(gloo); ``cluster.gpu_per_node: 0`` trains in the trainer's process.
-
-Every call goes to all ranks with the whole batch; each rank works on its slice of the padded
-rows. The engine puts the data-parallel ranks' log-probs / values back in row order and adds up
-their loss metrics (each rank's are already weighted by their share of the batch).
-
-A step is one mini-batch (one optimizer step per ``ppo_epochs``), as in the torch engine.
-Checkpoints are verl's (``<dir>/actor``, ``<dir>/critic``: sharded model, optimizer, extra state,
-one file per rank) plus, when the trainer asks (``trainer.save_hf_checkpoint``), the actor's HF
-export in ``<dir>/actor/huggingface``.
+Data parallel over the trainer's devices (``trainer_gpu_num``, at least one): each rank is a
+``trinity_verl.rank.VerlRank``; a world of one runs in the trainer's own process, a larger one as Ray
+actors, one per device, in one torch.distributed group (``trinity_verl.distributed``; gloo processes
+without CUDA). Every call goes to all ranks with the whole batch; the engine puts the ranks'
+log-probs / values back in row order and adds up their loss metrics. A step is one mini-batch, as in
+the torch engine; checkpoints are verl's, plus the actor's HF export on request (the package README).
 """
 
 from __future__ import annotations

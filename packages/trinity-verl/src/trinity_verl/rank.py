@@ -1,21 +1,12 @@
 """One rank of the verl engine: verl 0.9.1's workers in one process of the data-parallel world.
 
-Each rank builds an ``ActorRolloutRefWorker`` with role ``actor`` and, when the algorithm needs
-one, another with role ``ref``; a ``TrainingWorker`` for a ``value_model`` critic. verl owns the
-model, FSDP, micro-batching (fixed size or ``use_dynamic_bsz`` token budgets), optimizer, LR
-schedule, gradient clipping and checkpoints; the losses are trinity's own
-(``trinity.engine.losses``, the functions the torch reference engine uses).
-
-Every rank gets the whole batch and pads it the same way: to a multiple of the data-parallel size
-(times the micro-batch sizes, without dynamic batching) with copies of its first row whose
-response mask is zero, which add nothing to any loss or share. A rank hands verl its own slice of
-the padded rows, numbered by their place in the whole batch; verl's loss callback sees a
-micro-batch of them and reads the trinity fields of those rows. Each micro-batch's loss is
-weighted by its share of the whole batch, so the gradients FSDP averages over the ranks are the
-whole batch's, and the loss metrics of the ranks add up to the batch's.
-
-Results come back per data-parallel rank (``None`` from the other ranks of a sequence-parallel
-group, which saw the same rows); the engine (``trinity_verl.engine``) merges them.
+An ``ActorRolloutRefWorker`` with role ``actor`` (another with role ``ref`` when the algorithm needs
+one) and a ``TrainingWorker`` for a ``value_model`` critic; verl owns the model, FSDP,
+micro-batching, optimizer and checkpoints, the losses are trinity's (``trinity.engine.losses``).
+Every rank pads the whole batch the same way with fully masked rows and hands verl its own slice;
+each micro-batch's loss is weighted by its share of the whole batch, so the gradients FSDP averages
+are the whole batch's. Results come back per data-parallel rank (``None`` from the other ranks of a
+sequence-parallel group); ``trinity_verl.engine`` merges them. Details: the package README.
 """
 
 from __future__ import annotations

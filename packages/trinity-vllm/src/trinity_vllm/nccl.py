@@ -1,30 +1,13 @@
 """``synchronizer.sync_method: nccl``: the trainer broadcasts its weights into the workers of
 the vLLM engines over a process group of their own (mode both, ``engine_type: vllm``).
 
-Ranks: the trainer is 0, worker ``r`` of engine ``i`` is ``1 + i * tensor_parallel_size + r``.
-The backend is NCCL on CUDA tensors where the cluster has GPUs and gloo on CPU tensors
-otherwise: one code path, tested on a CPU. The group is stateless (a TCPStore and the backend
-built directly), so it neither needs nor disturbs ``torch.distributed``'s default group, which
-verl's trainer and vLLM's workers each have.
-
-Rendezvous, through ``NCCLCoordinator``, a named actor of the run's namespace that the
-launcher creates: it hosts the group's TCPStore, and passes the explorer's requests to the
-trainer. The broadcast happens when the explorer asks, never when the trainer publishes:
-
-- ``publish`` (trainer) keeps the state dict (a copy the training engine no longer touches)
-  and announces its version; it does not wait, so a trainer whose explorer has finished, or
-  skips versions (dynamic sync styles), is never blocked. A thread of the trainer, started by
-  the first publish, serves the explorer's requests.
-- ``fetch`` (explorer) asks for a version >= ``min_version``, waiting for the trainer to
-  publish one as the other methods do. The trainer's thread answers with the newest version it
-  keeps (the version the explorer records is the one sent) and the tensors' names, dtypes and
-  shapes, then broadcasts them; the engines' workers receive them and load them into vLLM's
-  model in place. The first request also forms the group: both sides join it then, so a run
-  whose explorer never asks for weights never waits on a group.
-
-Any failure (a side that does not join or receive within ``sync_timeout``, an engine that dies
-mid-broadcast) reaches the coordinator: the explorer's fetch and the trainer's next publish
-raise ``NCCLSyncError`` with its message.
+The trainer is rank 0, worker ``r`` of engine ``i`` is ``1 + i * tensor_parallel_size + r``; NCCL on
+CUDA tensors where the cluster has GPUs, gloo on CPU tensors otherwise (one code path, tested on a
+CPU). The group is stateless (a TCPStore and the backend built directly), apart from
+``torch.distributed``'s default group. ``NCCLCoordinator``, a named actor the launcher creates, hosts
+the store and passes the explorer's requests to the trainer: ``publish`` never waits, the broadcast
+happens when the explorer's ``fetch`` asks, and a failure raises ``NCCLSyncError`` on both sides.
+How it meets: the package README.
 """
 
 from __future__ import annotations

@@ -1,16 +1,11 @@
 """The Ray actor that owns one vLLM engine (``AsyncLLM``): sampling, logprobs, new weights.
 
-An async actor: requests of every caller (the explorer's runners, the OpenAI endpoint) go to
-vLLM as they come and share its continuous batching. Prompts arrive as token ids, already
-templated and fitted by the explorer-side ``VLLMRolloutEngine``; sampling semantics follow
-the reference engine's (``trinity.engine.transformers_rollout``):
-
-- ``response_logprobs`` are the raw model's (``logprobs_mode=raw_logprobs``: temperature 1,
-  before penalties, top-p and top-k), the quantity the trainer recomputes.
-- Sampling settings come from ``SamplingArgs`` over ``ModelConfig`` only, never from the
-  checkpoint's ``generation_config.json`` (``generation_config="vllm"``).
-- A response ends at EOS (kept in the tokens, not the text), at a stop string (text up to
-  it), or at ``max_tokens`` bounded by ``max_model_len`` minus the prompt.
+An async actor: requests of every caller (the explorer's runners, the OpenAI endpoint) share vLLM's
+continuous batching. Prompts arrive as token ids, templated and fitted by the explorer-side
+``VLLMRolloutEngine``; semantics follow the reference engine (``trinity.engine.transformers_rollout``):
+the raw model's ``response_logprobs`` (``logprobs_mode=raw_logprobs``), sampling settings from
+``SamplingArgs`` only (``generation_config="vllm"``), a response ending at EOS (kept in the tokens),
+a stop string, or ``max_tokens`` bounded by ``max_model_len`` minus the prompt (the package README).
 """
 
 from __future__ import annotations

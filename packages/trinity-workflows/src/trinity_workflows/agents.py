@@ -1,14 +1,10 @@
 """Agent-framework workflows: an agent written for a framework, run against the rollout model.
 
-``agentscope_react_workflow`` (alias ``as_react_workflow``) runs an AgentScope ReAct agent
-whose chat model talks to the rollout model's OpenAI endpoint through the workflow's
-recording client, so every call the agent makes becomes an experience. The same shape
-serves any framework that takes an OpenAI client or base URL (LangGraph, the OpenAI Agents
-SDK, a plain ``openai`` loop): see docs/agents.md. On the same road: Trinity-RFT's math agent
-(a calculator tool), its search agent (a search tool, an auxiliary model as judge) and its
-adapter, which runs the user's own agent function.
-
-Needs ``pip install "trinity-workflows[agentscope]"`` and, on the rollout model,
+``agentscope_react_workflow`` (alias ``as_react_workflow``) runs an AgentScope ReAct agent whose chat
+model talks to the rollout model's OpenAI endpoint through the workflow's recording client, so every
+call the agent makes becomes an experience. Trinity-RFT's math agent, search agent and adapter take
+the same road; any framework that takes an OpenAI client or base URL fits the same shape
+(docs/agents.md). Needs ``pip install "trinity-workflows[agentscope]"`` and, on the rollout model,
 ``enable_openai_api: true`` and ``enable_history: true``.
 """
 

@@ -1,19 +1,12 @@
 """Multi-turn workflows: the model and an environment (follow-up turns, tools) take turns.
 
-``ConversationWorkflow`` runs the loop: the model replies, ``respond`` answers with the
-next messages (or ends the conversation), and so on for at most ``workflow_args.max_turns``
-model turns. The final reply is scored against the truth. What the loop becomes:
-
-- ``multi_turn_workflow``: one experience for the whole conversation; its ``action_mask``
-  is 1 on the model's turns only, so user and tool turns are context, not training signal.
-- ``step_wise_workflow``: one experience per model turn (``eid.step`` = turn index), each
-  carrying the final reward (the reward is propagated back to every step).
-- ``tool_call_workflow``: like ``multi_turn_workflow``, the environment executing the
-  model's tool calls (``trinity_workflows.tools``).
-
-To write an environment, subclass either and override ``respond`` (and ``tools`` to offer the
-model tools). Conversations are tokenised by the rollout engine's own chat template
-(``ModelWrapper.tokenize_conversation``), so the action mask is the engine's, whichever it is.
+``ConversationWorkflow`` runs the loop: the model replies, ``respond`` answers with the next messages
+(or ends the conversation), for at most ``workflow_args.max_turns`` model turns; the final reply is
+scored against the truth. ``multi_turn_workflow`` gives one experience masked to the model's turns,
+``step_wise_workflow`` one per model turn (each with the final reward), ``tool_call_workflow`` the
+first with the environment executing tool calls (``trinity_workflows.tools``). An environment
+subclasses one and overrides ``respond`` (and ``tools``). Conversations are tokenised by the rollout
+engine's own chat template (``ModelWrapper.tokenize_conversation``), so the mask is the engine's.
 """
 
 from __future__ import annotations

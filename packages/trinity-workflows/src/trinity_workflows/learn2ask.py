@@ -1,20 +1,11 @@
 """``learn2ask_workflow``: a doctor model learns to ask the next question of a medical inquiry, or to
 stop when enough is known (Trinity-RFT's Learn2Ask example).
 
-The row's prompt column is the dialogue so far (a list of messages, or one patient message); its
-``decision_truth`` is ``continue`` (default) or ``stop``, its ``info_truth`` what is still to be
-learnt. A reply that contains ``<stop />`` decides to stop. Per sample:
-
-- the decision matches (``action_score`` 1): to continue, the judge (``explorer.auxiliary_models[0]``)
-  grades the question for ``format_score`` (one question: 1, two: 0.5) and ``content_score`` (asks
-  about the missing information: 1, relevant: 0.5) in ``<format_score>``/``<content_score>`` tags
-  (a missing tag scores 0); to stop, ``content_score`` is 1 and ``format_score`` 1 for a bare
-  ``<stop />``;
-- otherwise all three are 0.
-
-The reward, by ``workflow_args.train_mode``: ``Ra+Rs`` (default) ``action * (1 + 2 * content) +
-format`` (``fusion_mode: sum``: ``action + content + format``); ``Ra`` ``2 * content + format``;
-``Rs`` ``3 * action + format``. The three scores are metrics.
+The row's prompt column is the dialogue so far; ``decision_truth`` (``continue`` or ``stop``) and
+``info_truth`` (what is still to be learnt) are the truth, and a reply containing ``<stop />``
+stops. The judge (``explorer.auxiliary_models[0]``) grades a continuing reply's question for format
+and content; the three scores (``action_score``, ``format_score``, ``content_score``) are metrics,
+and ``workflow_args.train_mode`` combines them into the reward (the package README).
 """
 
 from __future__ import annotations

@@ -2,13 +2,11 @@
 vision-language model (Trinity-RFT's workflow of that name; ``async_simple_mm_workflow`` is the
 same, every workflow here being async-native).
 
-The row's ``format.image_key`` column holds an image or a list of them (a file path, raw bytes, a
-``{"bytes", "path"}`` dict as parquet Image columns store them, a ``data:`` URL; a relative path is read
-from the working directory). The user turn is the images, then ``video_key``'s videos, then
-the ``prompt_key`` text; each image is read before the model is called, so an unreadable one
-fails the task naming its row, column and file. The reward function scores the response against
-``response_key`` as in ``simple_workflow``; without one set, ``math_boxed_reward`` with
-Trinity-RFT's boxed-answer system prompt.
+The user turn is the ``format.image_key`` images (their forms: docs/data.md), then ``video_key``'s
+videos, then the ``prompt_key`` text; each image is read before the model is called, so an
+unreadable one fails the task naming its row, column and file. The reward function scores the
+response against ``response_key``; without one, ``math_boxed_reward`` with Trinity-RFT's
+boxed-answer system prompt.
 """
 
 from __future__ import annotations

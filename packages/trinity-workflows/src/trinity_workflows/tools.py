@@ -1,19 +1,12 @@
 """Tool calling: OpenAI-style tool schemas in, Hermes-style ``<tool_call>`` blocks out.
 
-The model is offered the task's tool schemas by the rollout engine's chat template (or, for a
-template that renders no tools, in its system prompt: ``trinity.engine.tokenization``) and
-calls a tool by writing ``<tool_call>{"name": ..., "arguments": {...}}</tool_call>``
-(``parse_tool_calls``, the engines' Hermes parser). A call runs the Python
-function registered under that name, in a thread, with a timeout; its result (or the
-error: unknown tool, malformed call, bad arguments, timeout, exception) goes back to the
-model as a ``tool`` message, so a bad call is a turn the model learns from, never a crash.
-
-Register tools with ``@register_tool`` in a module the workflow imports, or point
-``workflow_args.tool_functions`` at them (``{"name": "package.module:function"}``).
-
-A tool that works on its task's own data (the task's database, its repository's files) takes a
-parameter named ``task``: it receives the current ``Task`` (its row is ``task.raw``), never an
-argument of the model's, which may not pass ``task`` (an unknown argument, like any other).
+The task's tool schemas reach the model through the rollout engine's chat template (or its system
+prompt: ``trinity.engine.tokenization``); it calls a tool by writing
+``<tool_call>{"name": ..., "arguments": {...}}</tool_call>`` (``parse_tool_calls``). A call runs the
+registered Python function in a thread with a timeout; its result or error goes back as a ``tool``
+message, so a bad call is a turn the model learns from, never a crash. Register tools with
+``@register_tool`` or ``workflow_args.tool_functions``; a parameter named ``task`` receives the
+current ``Task`` (its row is ``task.raw``), never an argument of the model's.
 """
 
 from __future__ import annotations

@@ -1,16 +1,11 @@
 """What the environment workflows share: an episode loop over a text environment.
 
-An environment is anything with ``reset() -> observation`` and
-``step(action) -> (observation, reward, done)`` (``Episode``); each workflow adapts its
-library (gymnasium, TextWorld, ScienceWorld, WebShop) to that shape. The loop shows the
-model the observation, parses an action out of its reply, steps the environment and
-repeats until the episode is done or ``max_env_steps`` replies were given; the episode's
-reward (each workflow's rule, from its step rewards) becomes the reward of every
-experience. The conversation becomes experiences through the multi-turn workflows'
-``experiences`` (one masked experience, or one per step).
-
-Environment libraries are imported when a run first needs them; a missing one is an
-``ImportError`` that says what to install.
+An environment is anything with ``reset() -> observation`` and ``step(action) -> (observation,
+reward, done)`` (``Episode``); each workflow adapts its library (gymnasium, TextWorld, ScienceWorld,
+WebShop) to that shape. The loop shows the model the observation, parses an action from its reply and
+steps the environment until done or ``max_env_steps`` replies; the episode's reward (each workflow's
+rule) goes on every experience the multi-turn workflows' ``experiences`` build. Environment
+libraries are imported on first use; a missing one is an ``ImportError`` saying what to install.
 """
 
 from __future__ import annotations

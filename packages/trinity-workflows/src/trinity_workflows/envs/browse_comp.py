@@ -1,19 +1,12 @@
 """``bcp_simple_react_workflow``: answer a BrowseComp-Plus question by searching its document corpus
 with tools (Trinity-RFT's ``envs/browse_comp_plus``).
 
-The model calls ``search`` (the ``top_k`` best documents for a query: id, score, a snippet of at
-most ``snippet_max_tokens`` words) and, with ``include_get_document``, ``get_document`` (a whole
-document); a tool result is cut at 2500 characters. The conversation ends at the first reply
-without a tool call, the final answer, or after ``max_iterations`` replies. One experience per
-model reply (replies longer than ``max_model_tokens`` tokens are left out), all with the reward:
-1 when the judge (``explorer.auxiliary_models[0]``) says the answer matches the row's reference
-(``is_correct`` in its JSON verdict), else 0 (no final answer, or a verdict that does not parse).
-Metrics: ``accuracy``, ``conversation_turns``, ``total_tool_calls``, ``search_calls``,
-``get_document_calls``.
-
-The searcher is BrowseComp-Plus's (``searcher.searchers.SearcherType``, e.g. BM25 over a Pyserini
-index at ``index_path``), imported from ``browsecomp_path`` or ``$BROWSECOMP_PATH`` (a checkout of
-https://github.com/texttron/BrowseComp-Plus); it is not on PyPI.
+The model calls ``search`` (and, with ``include_get_document``, ``get_document``) until a reply
+without a tool call, its final answer; one experience per reply, all rewarded 1 when the judge
+(``explorer.auxiliary_models[0]``) finds the answer matches the reference, else 0. The searcher is
+BrowseComp-Plus's (e.g. BM25 over a Pyserini index), imported from ``browsecomp_path`` or
+``$BROWSECOMP_PATH`` (a checkout of https://github.com/texttron/BrowseComp-Plus): it is not on PyPI.
+Rules and metrics: the package README.
 """
 
 from __future__ import annotations

@@ -1,26 +1,13 @@
 """``email_search_workflow``: find the answer to a question in the user's inbox with tools (ART-E,
 as Trinity-RFT's ``envs/email_searcher``).
 
-The model searches the inbox (``search_emails``: full-text keywords, emails sent up to the query
-date), reads emails (``read_email``) and ends by calling ``generate_response`` with its answer and
-the message ids it is based on. One experience per model turn, all with the episode's reward
-(ART-E's rubric, Trinity-RFT's components):
-
-- no final answer: ``accuracy`` 0, ``format`` -1;
-- a wrong answer: ``accuracy`` -1, ``format`` = partial credit (0.1 each for having found, read and
-  cited the right email);
-- "I don't know": ``accuracy`` 0, ``format`` = the partial credit;
-- a right answer: ``accuracy`` 1, ``format`` = 1 + 0.3 for citing the right email + 0.1 / number of
-  sources + 0.1 * (1 - turns / max_turns).
-
-Whether the answer is right is asked of the judge (``explorer.auxiliary_models[0]``) unless
-``reward_fn_args.llm_as_a_judge`` is false: then it is right when it appears in the reference
-answer (case-insensitive), and ``format`` is 0.
-
-Rows are ART-E queries: ``question`` (the prompt column), ``answer`` (the response column),
-``message_ids`` (the emails holding the answer), ``inbox_address``, ``query_date``. The inbox is a
-sqlite database with full-text search (``workflow_args.db_path``; ``write_inbox`` builds one from
-email records, in the layout of ART-E's Enron database, which is a download and not used here).
+The model searches the inbox (``search_emails``), reads emails (``read_email``) and ends with
+``generate_response`` (its answer and the message ids it rests on). One experience per model turn,
+all with the episode's reward: ART-E's rubric (``accuracy`` -1/0/1 plus ``format`` partial credit),
+the judge (``explorer.auxiliary_models[0]``) deciding whether the answer is right. Rows are ART-E
+queries; the inbox is a sqlite database with full-text search (``workflow_args.db_path``;
+``write_inbox`` builds one in the layout of ART-E's Enron database, a download not used here).
+The rubric: the package README.
 """
 
 from __future__ import annotations

@@ -1,14 +1,11 @@
 """``frozen_lake_workflow``: walk gymnasium's FrozenLake from the start to the goal.
 
-The map is the task's: ``workflow_args.desc`` (rows of ``S F H G``), or one generated from
-the row's ``size`` (4), ``p`` (probability of a frozen tile, 0.8) and ``seed`` (42), with a
-path from start to goal of at most ``env_max_steps`` moves. The model sees the grid
-(``P`` player, ``_`` frozen, ``O`` hole, ``G`` goal) and answers with its move in a code
-span, e.g. ```` ```Up``` ````; a reply without a valid move leaves the player where it is
-and the next observation says so. The reward is 1 when the player reaches the goal, else 0
-(falling in a hole ends the episode); with ``workflow_args.reward_fn_type`` a reward function
-grades the whole conversation instead (Trinity-RFT's OpenJudge example), the environment's
-reward kept as the ``env_reward`` metric. Needs gymnasium: ``pip install "trinity-workflows[envs]"``.
+The map is ``workflow_args.desc`` or one generated from the row's ``size``, ``p`` and ``seed`` with
+a path of at most ``env_max_steps`` moves. The model sees the grid and answers with its move in a
+code span (```` ```Up``` ````); a reply without a valid move leaves the player in place. The reward
+is 1 at the goal, else 0; with ``workflow_args.reward_fn_type`` a reward function grades the whole
+conversation instead (the environment's reward kept as ``env_reward``). Needs gymnasium:
+``pip install "trinity-workflows[envs]"``.
 """
 
 from __future__ import annotations

@@ -1,18 +1,11 @@
 """``intercode_sql_workflow``: answer a question about a database by running SQL (InterCode-SQL).
 
-The model writes one statement per turn in ``<action>...</action>`` and sees its result; it ends
-with ``<action>submit</action>``, and the last result is compared with the gold query's
-(InterCode's reward: the intersection over union of the two row multisets, scaled by the Kendall
-rank correlation of the shared rows, rounded to 2 places; 1 when both are empty; 0 when the last
-result is an error). An episode that uses up ``max_env_steps`` turns is submitted for the model
-when ``auto_submit`` (the default). A turn without an action tag counts, without running anything.
-
-InterCode runs MySQL in Docker; here every database is a sqlite file, opened read-only (a
-statement that writes fails like any other) with a time limit per statement. The records are
-InterCode's: ``query`` (the question), ``gold`` (the gold SQL), ``db`` (the database name), read
-from ``workflow_args.data_path`` (a JSON list or JSONL file, indexed by the row's prompt column,
-Trinity-RFT's ``query_idx``) or, without a ``data_path``, from the row itself. The database of
-``db`` is ``<db_dir>/<db>/<db>.sqlite`` (Spider's layout) or ``<db_dir>/<db>.sqlite``.
+The model writes one statement per turn in ``<action>...</action>``, sees its result and ends with
+``<action>submit</action>`` (submitted for it at ``max_env_steps`` with ``auto_submit``); the last
+result is scored against the gold query's by InterCode's reward (row-multiset IoU times the Kendall
+rank correlation). InterCode runs MySQL in Docker; here each database is a sqlite file opened
+read-only, with a time limit per statement. Records (``query``, ``gold``, ``db``) come from
+``workflow_args.data_path`` or the row itself. Rules and layout: the package README.
 """
 
 from __future__ import annotations

@@ -1,21 +1,12 @@
 """RAFT on ALFWorld (Trinity-RFT's ``RAFT_alfworld_workflow`` and ``RAFT_reflect_alfworld_workflow``):
 the workflows write fine-tuning data, the model's own successful games, for ``algorithm_type: raft``.
 
-Each reply must carry ``<experience>`` (general lessons for this kind of task), ``<think>`` and
-``<action>``, all non-empty; a game is at most ``max_env_steps`` (50) actions, and three identical
-actions in a row end it as lost (reward 0). A game that ends out of steps scores the last step's
-reward; a won game scores its final reward.
-
-- ``RAFT_alfworld_workflow``: a game with reward >= 1 whose every reply is well-formed becomes one
-  multi-turn experience; any other game gives none.
-- ``RAFT_reflect_alfworld_workflow``: the same for a game won at the first attempt; after a lost one
-  the model plays again, seeing its first game and a note on how it went; the second game (without
-  that context) is kept when its replies are well-formed and it scores more, or wins in fewer steps.
-  Metrics: ``reward``, ``steps``, ``second_reward``, ``second_steps``, ``improvement``.
-
-Evaluation tasks give the game's experience whatever its outcome (its reward and metrics are the
-evaluation). Trinity-RFT also writes every game as a JSON file under ``RAFT_reflect_alfworld_data/``
-of the working directory; here the experiences and metrics are the record.
+Each reply carries non-empty ``<experience>``, ``<think>`` and ``<action>``; a game is at most
+``max_env_steps`` actions, three identical ones in a row losing it. ``RAFT_alfworld_workflow`` keeps a
+won, well-formed game as one multi-turn experience; ``RAFT_reflect_alfworld_workflow`` also lets the
+model replay a lost game, seeing the first and a note on it, and keeps the second game (without that
+context) when it is well-formed and does better. Evaluation tasks give their game whatever its
+outcome. Rules and metrics: the package README.
 """
 
 from __future__ import annotations

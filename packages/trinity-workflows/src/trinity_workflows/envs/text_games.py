@@ -1,20 +1,11 @@
 """Text-game environments: ALFWorld, ScienceWorld, WebShop (Trinity-RFT's workflows and rules).
 
-The model thinks in ``<think>...</think>`` and acts with ``<action>...</action>``; the row's
-prompt column (``format.prompt_key``, Trinity-RFT's ``task_desc``) names the episode:
-
-- ``alfworld_workflow`` / ``step_wise_alfworld_workflow``: the path of an ALFWorld game file;
-  reward: the environment's reward when the game is won within ``max_env_steps`` (30), else -0.1.
-  The step-wise variant gives one experience per step, each with the episode's reward and,
-  for GiGPO, ``info["env_state_hash"]`` (the observation acted on) and ``info["step_reward"]``.
-- ``sciworld_workflow``: JSON ``{"task_name", "var_num", "jar_path"}``; reward: the best running
-  total of the environment's scores over the episode, / 100.
-- ``webshop_workflow``: a WebShop session id; an action that is not a search with a search bar
-  or a click of a button on the page is answered with what is allowed, without a step;
-  reward: the environment's at the purchase, else -0.1 (at most ``max_env_steps``, 15).
-
-Their libraries are not on PyPI in a usable form; each is imported on first use and a
-missing one says where to get it.
+The model thinks in ``<think>...</think>`` and acts with ``<action>...</action>``; the row's prompt
+column (``format.prompt_key``, Trinity-RFT's ``task_desc``) names the episode: an ALFWorld game file
+(``alfworld_workflow``, ``step_wise_alfworld_workflow``, whose steps carry GiGPO's
+``env_state_hash`` and ``step_reward``), a ScienceWorld task (``sciworld_workflow``) or a WebShop
+session (``webshop_workflow``). Their libraries are not on PyPI in a usable form; each is imported
+on first use and a missing one says where to get it. Rewards: the package README.
 """
 
 from __future__ import annotations
