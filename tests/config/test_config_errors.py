@@ -156,6 +156,14 @@ def test_a_sql_buffer_without_a_path_gets_a_sqlite_file_in_the_job_folder(tmp_pa
     )
 
 
+def test_critic_warmup_without_a_critic_says_the_actor_trains_from_the_first_step(tmp_path, caplog):
+    load_config(write(tmp_path), ["algorithm.algorithm_type=grpo", "trainer.critic_warmup=3"])
+    assert "trainer.critic_warmup: algorithm_type 'grpo' has no critic to warm up" in caplog.text
+    caplog.clear()
+    load_config(write(tmp_path), ["algorithm.algorithm_type=ppo", "trainer.critic_warmup=3"])
+    assert "critic_warmup" not in caplog.text
+
+
 def test_eval_interval_rounds_down_to_a_sync_multiple(tmp_path):
     """As Trinity-RFT: the nearest multiple below, at least one sync interval."""
     cfg = load_config(write(tmp_path), ["synchronizer.sync_interval=4", "explorer.eval_interval=10"])

@@ -254,6 +254,27 @@ def test_ppo_critic_learns_values(tiny_model_dir: Path, experiences: list[Experi
     assert losses == sorted(losses, reverse=True) and losses[-1] < 0.8 * losses[0]
 
 
+def test_critic_warmup_trains_the_critic_alone_until_its_step(
+    tiny_model_dir: Path, experiences: list[Experience]
+) -> None:
+    """``trainer.critic_warmup`` 3, as verl: steps 1 and 2 update the critic only (the actor's
+    weights and its LR schedule stay), step 3 updates both."""
+    config = make_config(tiny_model_dir, "ppo", algorithm__optimizer__lr=1e-4, trainer__critic_warmup=3)
+    engine = TorchTrainingEngine(config)
+    batch = with_advantages(engine, experiences)
+    start = weights(engine.actor)
+    for step in (1, 2):
+        critic_before = weights(engine.critic)
+        metrics = engine.train_step(batch)
+        assert "critic/vf_loss" in metrics and not any(key.startswith("actor/") for key in metrics), step
+        assert_same_weights(weights(engine.actor), start, atol=0)
+        assert weights(engine.critic).keys() == critic_before.keys()
+        assert any(not torch.equal(weights(engine.critic)[k], critic_before[k]) for k in critic_before)
+    metrics = engine.train_step(batch)
+    assert "actor/pg_loss" in metrics and metrics["actor/lr"] == 1e-4
+    assert any(not torch.equal(weights(engine.actor)[k], start[k]) for k in start)
+
+
 def test_grpo_without_a_kl_function_loads_no_reference(tiny_model_dir: Path, experiences: list[Experience]) -> None:
     engine = TorchTrainingEngine(make_config(tiny_model_dir, algorithm__kl_loss_fn="none"))
     assert engine.reference is None

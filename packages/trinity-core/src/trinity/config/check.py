@@ -536,6 +536,13 @@ def check_trainer(config: Config, issues: IssueCollector) -> None:
                 "or offload_policy (they move gradients with the parameters), or trainer_type torch",
             )
         _check_expert_buffer(config, issues)
+    algorithm = registered(Kind.ALGORITHM_TYPE, config.algorithm.algorithm_type)
+    if trainer.critic_warmup and algorithm is not None and not algorithm.use_critic:
+        issues.warn(
+            "trainer.critic_warmup",
+            f"algorithm_type '{config.algorithm.algorithm_type}' has no critic to warm up: the actor trains "
+            "from the first step",
+        )
     if trainer.trainer_strategy == "megatron":
         issues.add("trainer.trainer_strategy", "megatron is not available in trinity: use fsdp or fsdp2")
     max_len, parallel = config.model.max_model_len, trainer.ulysses_sequence_parallel_size

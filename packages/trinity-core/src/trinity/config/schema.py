@@ -1034,12 +1034,10 @@ class TrainerConfig(ConfigModel):
         reason="verl's own training loop (RayPPOTrainer) reorders rows so each data-parallel rank gets as many "
         "tokens; trinity runs verl's workers, whose ranks each take a contiguous slice, and the torch trainer runs one rank",
     )
-    critic_warmup: int = inert(
+    critic_warmup: int = Field(
         0,
-        "Steps that train only the critic (PPO).",
         ge=0,
-        reason="read by verl's own training loop (RayPPOTrainer), which trinity does not run: the torch and "
-        "verl engines update the critic and the actor at every step",
+        description="The actor trains from this step on (1-based, as verl); the critic at every step (PPO).",
     )
     max_token_len_per_gpu: int | None = Field(
         None,

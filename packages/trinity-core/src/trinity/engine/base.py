@@ -166,6 +166,8 @@ class TrainingEngine(ABC):
     """The engine's reference model, or None when the algorithm needs none."""
     critic: Any = None
     """The engine's critic, or None when the algorithm has none."""
+    global_step: int = 0
+    """Optimisation steps taken (restored with a checkpoint)."""
     takes_images: ClassVar[bool] = False
     """Whether the engine passes experiences' image tensors (``Batch.multi_modal_inputs``) to the model."""
     offloads_gradients: ClassVar[bool] = False
@@ -216,6 +218,12 @@ class TrainingEngine(ABC):
         if self.critic is not None and batch.values is None:
             changes["values"] = self.compute_values(batch)
         return batch.with_fields(**changes) if changes else batch
+
+    def trains_actor(self, critic_warmup: int) -> bool:
+        """Whether this step (``global_step + 1``) updates the actor: verl's critic warm-up
+        (``trainer.critic_warmup``) trains the critic alone while the step number is below it;
+        without a critic the actor trains at every step."""
+        return self.critic is None or self.global_step + 1 >= critic_warmup
 
     @abstractmethod
     def train_step(self, batch: Batch) -> Metrics:

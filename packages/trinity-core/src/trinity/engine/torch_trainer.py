@@ -295,10 +295,11 @@ class TorchTrainingEngine(TrainingEngine):
                 raise ValueError("the critic needs batch.returns: run the advantage function (e.g. ppo/GAE) first")
             critic = self._update(self.critic, self.critic_optimizer, batch, parts, self._critic_loss(totals))
             metrics.update({f"critic/{k}": v for k, v in critic.items()})
-        actor = self._update(self.actor, self.actor_optimizer, batch, parts, self._actor_loss(totals))
-        metrics.update(role_metrics("actor", actor))
-        metrics["actor/lr"] = self.actor_scheduler.get_last_lr()[0]
-        self.actor_scheduler.step()
+        if self.trains_actor(self.config.trainer.critic_warmup):
+            actor = self._update(self.actor, self.actor_optimizer, batch, parts, self._actor_loss(totals))
+            metrics.update(role_metrics("actor", actor))
+            metrics["actor/lr"] = self.actor_scheduler.get_last_lr()[0]
+            self.actor_scheduler.step()
         if self.critic is not None:
             metrics["critic/lr"] = self.critic_scheduler.get_last_lr()[0]
             self.critic_scheduler.step()
