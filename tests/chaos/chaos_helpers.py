@@ -86,15 +86,15 @@ def meta_step(tmp_path: Path, role: str) -> int:
 @dataclass
 class Chain:
     """The lives of one role, one after the other (an orphan overlaps its replacement).
-    ``name`` is the role's own (its meta file and log; the role by default); with ``after``
-    (a name and a step) the first life starts once that role has committed that step."""
+    ``name`` is the role's own (its meta file and log; the role by default); ``waits`` holds,
+    by life index, a name and a step: that life starts once that role has committed that step."""
 
     role: str
     config: Path
     lives: list[tuple[str, float | str]]
     tmp_path: Path
     name: str = ""
-    after: tuple[str, int] | None = None
+    waits: dict[int, tuple[str, int]] = field(default_factory=dict)
     index: int = 0
     process: BaseProcess | None = None
     started_at_step: int = 0
@@ -111,6 +111,12 @@ class Chain:
     def result(self) -> Path:
         return self.tmp_path / f"{self.name}{self.index}.json"
 
+    def start_when_due(self) -> None:
+        """Start the current life unless it waits for another role's step not yet committed."""
+        wait = self.waits.get(self.index)
+        if wait is None or meta_step(self.tmp_path, wait[0]) >= wait[1]:
+            self.start()
+
     def start(self) -> None:
         kind, arg = self.lives[self.index]
         crash_at = arg if kind in ("crash", "orphan") else None
@@ -118,13 +124,12 @@ class Chain:
         self.started_at_step, self.progressed = meta_step(self.tmp_path, self.name), None
 
     def poll(self) -> None:
-        """Start when ``after`` holds; kill, orphan or restart as the current life says; raise
-        on an unexpected ending."""
+        """Start a life when due; kill, orphan or restart as the current life says; raise on an
+        unexpected ending."""
         if self.done:
             return
         if self.process is None:
-            if meta_step(self.tmp_path, self.after[0]) >= self.after[1]:
-                self.start()
+            self.start_when_due()
             return
         kind, arg = self.lives[self.index]
         if self.progressed is None and meta_step(self.tmp_path, self.name) > self.started_at_step:
@@ -155,7 +160,8 @@ class Chain:
             raise AssertionError(f"{self.role} life {self.index} {kind} exited {code}: {self._error(self.result)}")
         self.ended.append(f"killed ({kind} {arg})")
         self.index += 1
-        self.start()
+        self.process = None
+        self.start_when_due()
 
     def orphan_errors(self) -> list[str]:
         errors = []
@@ -182,8 +188,7 @@ def _stopped(pid: int) -> bool:
 
 def supervise(*chains: Chain, timeout: float) -> None:
     for chain in chains:
-        if chain.after is None:
-            chain.start()
+        chain.start_when_due()
     deadline = time.monotonic() + timeout
     try:
         while not all(chain.done for chain in chains):

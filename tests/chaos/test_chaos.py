@@ -66,22 +66,25 @@ def test_a_second_explorer_joins_dies_and_leaves_while_the_trainer_trains_on_bot
 ):
     """Elastic explorers: ``explorer_2`` (mode explore, another ``explorer.name``) joins once the
     first explorer committed two steps, dies between its buffer append and its position, then
-    right after committing a step, comes back, finishes its steps and leaves, while the first
-    explorer keeps exploring; the trainer trains on both explorers' experiences, each once.
-    (Crash points, not a kill at a random moment: the joiner's steps are short enough to end
-    before one.)"""
+    right after committing a step, comes back, finishes its steps and leaves; the trainer
+    trains on both explorers' experiences, each once. (Crash points, not a kill at a random
+    moment: the joiner's steps are short enough to end before one. The first explorer dies
+    after its third step and comes back once the joiner committed one: had it finished before
+    the joiner registered, the trainer would end at the end of its data, as it should.)"""
     total = STEPS + JOINER_STEPS
     explore = write_experiment(tmp_path, tiny_model_dir, "explore")
     joiner = write_experiment(tmp_path, tiny_model_dir, "explore", explorer="explorer_2", steps=JOINER_STEPS)
     train = write_experiment(tmp_path, tiny_model_dir, "train", steps=total)
-    explorer = Chain("explorer", explore, [("run", 0)], tmp_path)
+    explorer = Chain(
+        "explorer", explore, [("crash", "explorer.after_meta:3"), ("run", 0)], tmp_path, waits={1: ("explorer_2", 1)}
+    )
     second = Chain(
         "explorer",
         joiner,
         [("crash", "explorer.after_append:2"), ("crash", "explorer.after_meta:1"), ("run", 0)],
         tmp_path,
         name="explorer_2",
-        after=("explorer", 2),
+        waits={0: ("explorer", 2)},
     )
     trainer = Chain("trainer", train, [("run", 0)], tmp_path)
     supervise(explorer, second, trainer, timeout=240)
