@@ -119,10 +119,18 @@ def test_logprobs_and_one_grpo_update_match_the_torch_engine(tiny_model_dir: Pat
 
 
 def test_ppo_critic_values_and_update_match_the_torch_engine(tiny_model_dir: Path, batch: Batch):
-    configs = {name: make_config(tiny_model_dir, "ppo", name, **SGD) for name in ("verl", "torch")}
+    """With ``trainer.critic_warmup`` 2 (verl's): step 1 updates the critic alone, step 2 both."""
+    fields = {**SGD, "trainer__critic_warmup": 2}
+    configs = {name: make_config(tiny_model_dir, "ppo", name, **fields) for name in ("verl", "torch")}
     verl, reference = VerlTrainingEngine(configs["verl"]), TorchTrainingEngine(configs["torch"])
     assert masked_diff(verl.compute_values(batch), reference.compute_values(batch), batch) < TOLERANCE
 
+    verl_batch, torch_batch = prepared(verl, configs["verl"], batch), prepared(reference, configs["torch"], batch)
+    before = actor_weights(verl)
+    warmup = verl.train_step(verl_batch)
+    assert_close_metrics(warmup, reference.train_step(torch_batch), "critic/")
+    assert warmup["critic/vf_loss"] > 0 and not any(key.startswith("actor/") for key in warmup)
+    assert_close_weights(actor_weights(verl), before)
     verl_batch, torch_batch = prepared(verl, configs["verl"], batch), prepared(reference, configs["torch"], batch)
     verl_metrics, torch_metrics = verl.train_step(verl_batch), reference.train_step(torch_batch)
     assert_close_metrics(verl_metrics, torch_metrics, "critic/")

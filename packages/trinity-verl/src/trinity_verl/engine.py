@@ -95,7 +95,8 @@ class VerlTrainingEngine(TrainingEngine):
         batch = self.prepare_batch(batch)
         if self.critic is not None and batch.returns is None:
             raise ValueError("the critic needs batch.returns: run the advantage function (e.g. ppo/GAE) first")
-        parts: list[StepPart] = [p for p in self.ranks.call("train_step", batch) if p]
+        actor = self.trains_actor(self.config.trainer.critic_warmup)
+        parts: list[StepPart] = [p for p in self.ranks.call("train_step", batch, actor) if p]
         metrics = dict(parts[0].shared)
         for part in parts:
             for key, value in part.sums.items():

@@ -232,8 +232,9 @@ class VerlRank:
 
     # -- updates --------------------------------------------------------------------------
 
-    def train_step(self, batch: Batch) -> StepPart | None:
-        """One update of the critic (when there is one) and the actor on ``batch`` (prepared)."""
+    def train_step(self, batch: Batch, actor: bool = True) -> StepPart | None:
+        """One update of the critic (when there is one) and, with ``actor``, the actor on
+        ``batch`` (prepared)."""
         from verl.utils import tensordict_utils as tu
 
         self._batch = self.padded(batch)
@@ -241,7 +242,8 @@ class VerlRank:
         size = self._batch.batch_size
         part = StepPart({}, {})
         models = [("critic", self.critic, "critic")] if self.critic is not None else []
-        models.append(("actor", self.actor, "actor_rollout_ref.actor"))
+        if actor:
+            models.append(("actor", self.actor, "actor_rollout_ref.actor"))
         for name, worker, section in models:
             epochs = int(OmegaConf.select(self.verl, f"{section}.ppo_epochs"))
             self._metrics = _Accumulator(epochs)
