@@ -477,13 +477,17 @@ def _lost_node(place: Any, exc: Exception) -> str | None:
         node_id = ray.get(place)["node_id"]
     except ray.exceptions.RayError:
         return None
-    deadline = time.monotonic() + NODE_DEATH_WAIT_S
-    while time.monotonic() < deadline:
+    # An actor that died on a live node (its own crash) is reported at once: only an actor
+    # that became unreachable, as its node's connection dropped, waits for Ray's verdict.
+    patience = NODE_DEATH_WAIT_S if isinstance(exc, ray.exceptions.ActorUnavailableError) else 0.0
+    deadline = time.monotonic() + patience
+    while True:
         node = next((n for n in ray.nodes() if n["NodeID"] == node_id), None)
         if node is not None and not node.get("Alive"):
             return node.get("NodeName") or node_id
+        if time.monotonic() >= deadline:
+            return None
         time.sleep(0.5)
-    return None
 
 
 def _where(places: dict[str, Any]) -> dict[str, dict[str, Any]]:
