@@ -13,6 +13,7 @@ the newest version at least ``min_version`` (waiting up to a timeout, or not at 
 from __future__ import annotations
 
 import asyncio
+import os
 import shutil
 import time
 from abc import ABC, abstractmethod
@@ -36,6 +37,9 @@ Fence = Callable[[], AbstractContextManager[None]]
 
 KEEP_SYNC_DIRS = 2
 """Checkpoint sync keeps this many newest weight directories."""
+
+SYNC_WEIGHTS = "model.safetensors"
+"""The one file of a checkpoint-sync version directory."""
 
 
 @dataclass
@@ -121,20 +125,25 @@ class CheckpointSync(SyncMethod):
         return None
 
     def publish(self, state_dict: dict[str, torch.Tensor], version: int, fence: Fence = nullcontext) -> None:
+        """A resumed trainer publishes versions again that an explorer may be reading: the file
+        is replaced atomically, so a reader has the old file or the new, never a gap."""
         from safetensors.torch import save_file
 
         target = self.root / f"version_{version}"
-        tmp = target.with_name(target.name + ".tmp")
-        shutil.rmtree(tmp, ignore_errors=True)
-        tmp.mkdir(parents=True)
-        save_file({k: v.contiguous() for k, v in state_dict.items()}, str(tmp / "model.safetensors"))
+        target.mkdir(parents=True, exist_ok=True)
+        staged = target / (SYNC_WEIGHTS + ".partial")  # not ``*.safetensors``: no reader takes it
+        save_file({k: v.contiguous() for k, v in state_dict.items()}, str(staged))
         with fence():  # the slow write above is outside: the fence holds the buffer's write lock
-            shutil.rmtree(target, ignore_errors=True)
-            tmp.rename(target)
+            os.replace(staged, target / SYNC_WEIGHTS)
             write_json(self.root / "latest.json", {"version": version, "path": str(target)})
-        for old in sorted(self.root.glob("version_*"), key=_version_of)[:-KEEP_SYNC_DIRS]:
-            if not old.name.endswith(".tmp"):
-                shutil.rmtree(old, ignore_errors=True)
+        self._prune(keep=target)
+
+    def _prune(self, keep: Path) -> None:
+        """Keep ``keep`` and the newest others, newest by publishing time: after a resume, the
+        crashed run's higher versions are the old ones."""
+        others = [d for d in self.root.glob("version_*") if d != keep]
+        for old in sorted(others, key=_mtime)[: max(len(others) - (KEEP_SYNC_DIRS - 1), 0)]:
+            shutil.rmtree(old, ignore_errors=True)
 
     def fetch(self, min_version: int, timeout: float) -> WeightUpdate | None:
         deadline = time.monotonic() + timeout
@@ -300,6 +309,8 @@ class WeightStore:
             return self.version, self.payload
 
 
-def _version_of(path: Path) -> int:
-    digits = path.name.removeprefix("version_").removesuffix(".tmp")
-    return int(digits) if digits.isdigit() else -1
+def _mtime(path: Path) -> float:
+    try:
+        return path.stat().st_mtime
+    except FileNotFoundError:
+        return 0.0
