@@ -223,10 +223,16 @@ class Audit:
         )
 
 
-def audit(tmp_path: Path, explorers: dict[str, int] | None = None, trainer: str = "trainer") -> Audit:
-    """Count from the buffer and the trainer's metadata and metrics log, for ``explorers``
-    (name: steps it ran, each reading the taskset from its start; the one explorer's
-    ``STEPS`` by default):
+def audit(
+    tmp_path: Path,
+    explorers: dict[str, int] | None = None,
+    trainer: str = "trainer",
+    database: str | None = None,
+    buffer_name: str = "experience_buffer",
+) -> Audit:
+    """Count from the buffer (the sqlite file of :func:`write_experiment`, or ``buffer_name``'s
+    tables in ``database``) and the trainer's metadata and metrics log, for ``explorers`` (name:
+    steps it ran, each reading the taskset from its start; the one explorer's ``STEPS`` by default):
 
     - lost: experiences a complete run must have written (every task of each explorer's
       steps, every run) that the buffer lacks;
@@ -238,7 +244,7 @@ def audit(tmp_path: Path, explorers: dict[str, int] | None = None, trainer: str 
     - unlogged_explorer_steps: committed steps without a metrics line in an explorer's log, or with several.
     """
     explorers = explorers or {"explorer": STEPS}
-    log = SqlLog(database_url(str(tmp_path / "buffer.db")), "experience_buffer")
+    log = SqlLog(database_url(database or str(tmp_path / "buffer.db")), buffer_name)
     rows, last = log.fetch(0, 10**6)
     uids = Counter(exp.eid.uid for exp in rows)
     duplicated = sum(n - 1 for n in uids.values() if n > 1)

@@ -11,6 +11,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 from chaos_helpers import STEPS, Chain, audit, job_dir, meta_step, supervise, write_experiment
@@ -104,7 +105,7 @@ def test_mode_both_killed_as_a_whole_group_resumes_without_loss(tmp_path, tiny_m
     moment after the first checkpoint, then run again to the end."""
     config = write_experiment(tmp_path, tiny_model_dir, "both")
     command = [sys.executable, "-m", "trinity.cli", "run", "--config", str(config)]
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", RUN_TAG: str(tmp_path)}
     first = subprocess.Popen(
         command, env=env, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
     )
@@ -113,7 +114,7 @@ def test_mode_both_killed_as_a_whole_group_resumes_without_loss(tmp_path, tiny_m
         assert first.poll() is None and time.monotonic() < deadline, "the first run never saved a checkpoint"
         time.sleep(0.05)
     time.sleep(random.Random(8).uniform(0, 1.5))
-    for pid in _actor_pids():  # Ray's workers have process groups of their own
+    for pid in _actor_pids(str(tmp_path)):  # Ray's workers have process groups of their own
         os.kill(pid, signal.SIGKILL)
     os.killpg(first.pid, signal.SIGKILL)
     first.wait()
@@ -178,6 +179,64 @@ def test_a_node_lost_mid_run_ends_the_run_naming_it_and_a_rerun_loses_nothing(tm
     assert result.clean(), result
 
 
+def test_an_explorer_joins_on_a_third_node_and_leaves_with_postgres_between_the_nodes(
+    tmp_path, tiny_model_dir, postgres_url, monkeypatch
+):
+    """Three nodes with two logical GPUs each, as docs/multinode.md starts them. ``mode: explore``
+    (two engines: a whole node) and ``mode: train`` (one GPU of another) run as separate jobs;
+    once the explorer committed two steps, ``explorer_2`` (two engines) joins on the third node,
+    explores its steps and leaves, while the first goes on. Experiences cross the nodes
+    through PostgreSQL, weights through the shared job folder; the trainer trains on both
+    explorers' experiences, each once. (The first explorer is paused, SIGSTOP, until the joiner
+    committed a step: had it finished before the joiner registered, the trainer would end at
+    the end of its data, as it should.)"""
+    from e2e.e2e_helpers import ray_head, ray_worker
+
+    buffer = {"storage_type": "sql", "path": postgres_url, "name": "three_nodes"}
+    explore = write_experiment(tmp_path, tiny_model_dir, "explore", **buffer)
+    joiner = write_experiment(tmp_path, tiny_model_dir, "explore", explorer="explorer_2", steps=JOINER_STEPS, **buffer)
+    train = write_experiment(tmp_path, tiny_model_dir, "train", steps=STEPS + JOINER_STEPS, **buffer)
+    whole_node = "explorer.rollout_model.engine_num=2"
+    monkeypatch.setenv(RUN_TAG, str(tmp_path))  # the nodes' processes, so their actors
+    with (
+        ray_head("--num-gpus=2", "--node-name=head") as address,
+        ray_worker(address, "worker1", "--num-gpus=2"),
+        ray_worker(address, "worker2", "--num-gpus=2"),
+    ):
+
+        def start(config: Path, *changes: str) -> subprocess.Popen:
+            command = [sys.executable, "-m", "trinity.cli", "run", "--config", str(config), *changes]
+            command += ["cluster.node_num=3", "cluster.gpu_per_node=2", f"cluster.ray_address={address}"]
+            return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+        def wait_for(role: str, step: int) -> None:
+            deadline = time.monotonic() + 180
+            while meta_step(tmp_path, role) < step:
+                assert all(run.poll() is None for run in runs.values()), f"a job ended before {role} step {step}"
+                assert time.monotonic() < deadline, f"{role} never committed step {step}"
+                time.sleep(0.05)
+
+        runs = {"explorer": start(explore, whole_node), "trainer": start(train)}
+        wait_for("explorer", 2)
+        (first,) = _actor_pids(str(tmp_path), "ExplorerRole")
+        os.kill(first, signal.SIGSTOP)
+        try:
+            runs["explorer_2"] = start(joiner, whole_node)
+            wait_for("explorer_2", 1)
+        finally:
+            os.kill(first, signal.SIGCONT)
+        outputs = {name: run.communicate(timeout=300)[0] for name, run in runs.items()}
+    for name, run in runs.items():
+        assert run.returncode == 0, f"{name}:\n{outputs[name][-3000:]}"
+    nodes = {name: re.search(r"    on node (\S+),", out).group(1) for name, out in outputs.items()}
+    assert sorted(nodes.values()) == ["head", "worker1", "worker2"], nodes
+    assert meta_step(tmp_path, "explorer") == STEPS and meta_step(tmp_path, "explorer_2") == JOINER_STEPS
+    assert meta_step(tmp_path, "trainer") == STEPS + JOINER_STEPS
+    explorers = {"explorer": STEPS, "explorer_2": JOINER_STEPS}
+    result = audit(tmp_path, explorers, database=postgres_url, buffer_name="three_nodes")
+    assert result.clean(), result
+
+
 @pytest.mark.parametrize(("writer_timeout", "max_read_timeout"), [(3, 600), (6, 1)])
 def test_a_trainer_whose_explorer_died_for_good_exits_non_zero_naming_it(
     tmp_path, tiny_model_dir, writer_timeout, max_read_timeout
@@ -218,7 +277,10 @@ def test_a_stop_signal_saves_at_the_next_step_boundary_and_exits_0(tmp_path, tin
     # 100 epochs: on an idle machine the 8 steps of one would end within the driver's 1-s wait
     long_run = ["trainer.save_interval=1000", "buffer.total_epochs=100", f"buffer.total_steps={LONG_RUN}"]
     command = [sys.executable, "-m", "trinity.cli", "run", "--config", str(config), *long_run]
-    run = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    env = {**os.environ, RUN_TAG: str(tmp_path)}
+    run = subprocess.Popen(
+        command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True
+    )
     trained = job_dir(tmp_path) / "monitor" / "trainer.jsonl"
     deadline = time.monotonic() + 180
     while not (trained.is_file() and trained.read_text().strip()):
@@ -236,18 +298,28 @@ def test_a_stop_signal_saves_at_the_next_step_boundary_and_exits_0(tmp_path, tin
     assert 1 <= saved < LONG_RUN
     assert (job_dir(tmp_path) / f"global_step_{saved}").is_dir()
     deadline = time.monotonic() + 10
-    while _actor_pids() and time.monotonic() < deadline:
+    while _actor_pids(str(tmp_path)) and time.monotonic() < deadline:
         time.sleep(0.2)
-    assert not _actor_pids(), "a role outlived the run"
+    assert not _actor_pids(str(tmp_path)), "a role outlived the run"
 
 
-def _actor_pids() -> list[int]:
+RUN_TAG = "TRINITY_CHAOS_RUN"
+"""Set in the environment of the processes a test starts Ray from: its actors inherit it."""
+
+
+def _actor_pids(tag: str, roles: str = "ExplorerRole|TrainerRole") -> list[int]:
+    """The role actors of the Ray a test started with ``RUN_TAG=tag``: not those of a suite
+    running beside it (CI runs the engine suites alongside)."""
     pids = []
     for pid in filter(str.isdigit, os.listdir("/proc")):
         try:
             cmdline = open(f"/proc/{pid}/cmdline", "rb").read()
+            if re.match(rb"ray::(%s)\b" % roles.encode(), cmdline):
+                environ = open(f"/proc/{pid}/environ", "rb").read().split(b"\0")
+            else:
+                continue
         except OSError:
             continue
-        if re.match(rb"ray::(ExplorerRole|TrainerRole)\b", cmdline):
+        if f"{RUN_TAG}={tag}".encode() in environ:
             pids.append(int(pid))
     return pids

@@ -30,6 +30,9 @@ def print_summary(summaries: list[dict[str, Any]]) -> None:
         for role, result in summary["roles"].items():
             steps = result.get("steps")
             click.echo(f"  {role}: {steps} steps" if steps is not None else f"  {role}: done")
+            place = summary.get("placement", {}).get(role)
+            if place and place["gpu_ids"]:  # where GPUs were placed (a CPU run's one node goes unsaid)
+                click.echo(f"    on node {place['node'] or place['node_id']}, GPUs {','.join(place['gpu_ids'])}")
             if result.get("stopped_early"):  # also logged by the role, but a role's last log lines can miss the console
                 click.echo(f"    {result['stopped_early']}")
             trend = reward_trend(job_dir / "monitor" / f"{role}.jsonl")
