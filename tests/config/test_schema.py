@@ -338,10 +338,10 @@ def test_experience_operators_are_checked_by_name_and_args(tmp_path):
     assert cfg.data_processor.experience_pipeline.operators[0].args["max_refill_rounds"] == 10  # defaults filled
 
 
-INERT_NOW = 21
-"""Keys accepted without effect today. Issue 33 bounds them at 20; issue 35 found two more that were inert without
-saying so (trainer.balance_batch, trainer.critic_warmup, which now takes effect): lower this as keys take effect,
-never raise it."""
+INERT_NOW = 20
+"""Keys accepted without effect today, issue 33's bound (issue 35 found two more that were inert without saying
+so: trainer.critic_warmup and trainer.balance_batch, both now taking effect in the verl engine): lower this as
+keys take effect, never raise it."""
 
 
 def _inert_declarations() -> list[str]:

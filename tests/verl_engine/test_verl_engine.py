@@ -159,6 +159,29 @@ def test_two_ranks_train_an_odd_batch_as_one_rank_does(tiny_model_dir: Path, bat
     assert_close_metrics(double_metrics, single_metrics, "actor/")
     assert single_metrics["actor/pg_loss"] != 0 and single_metrics["actor/grad_norm"] > 0
     assert_close_weights(actor_weights(double), actor_weights(single))
+    # trainer.balance_batch (on by default): the ranks' rows were verl's balanced partition, not halves
+    assert double_metrics["global_seqlen/balanced_max"] < double_metrics["global_seqlen/max"]
+    assert "global_seqlen/max" not in single_metrics
+
+
+def test_balanced_ranks_take_equal_shares_of_about_equal_work(batch: Batch):
+    """``trainer.balance_batch``: each rank gets as many rows, all rows once, and the ranks' tokens
+    differ less than in contiguous halves; without it, contiguous halves. (The rows sorted by
+    length, so that the halves are the short and the long ones.)"""
+    from trinity_verl.rank import rank_rows
+
+    skewed = batch.select(sorted(range(12), key=lambda row: int(batch.attention_mask[row].sum())))
+    lengths = skewed.attention_mask.sum(-1)
+    halves = rank_rows(skewed, 2, balance=False)
+    assert halves == [list(range(6)), list(range(6, 12))]
+    parts = rank_rows(skewed, 2, balance=True)
+    assert [len(p) for p in parts] == [6, 6] and sorted(parts[0] + parts[1]) == list(range(12))
+
+    def spread(split: list[list[int]]) -> int:
+        tokens = [int(lengths[rows].sum()) for rows in split]
+        return max(tokens) - min(tokens)
+
+    assert spread(parts) < spread(halves)
 
 
 def test_two_ranks_save_and_resume_without_hf_weights(tiny_model_dir: Path, batch: Batch, tmp_path: Path, ray_session):

@@ -70,11 +70,12 @@ class VerlTrainingEngine(TrainingEngine):
     # -- forward passes -------------------------------------------------------------------
 
     def _per_token(self, model: str, batch: Batch) -> torch.Tensor:
-        """``[B, R]`` log-probs or values of ``batch``: the DP ranks' rows in order."""
-        parts: list[Part] = sorted(
-            (p for p in self.ranks.call("per_token", model, batch) if p), key=lambda p: p.dp_rank
-        )
-        return torch.cat([p.value for p in parts])[: batch.batch_size]
+        """``[B, R]`` log-probs or values of ``batch``: the DP ranks' rows put back in place."""
+        parts: list[Part] = [p for p in self.ranks.call("per_token", model, batch) if p]
+        rows = torch.cat([p.rows for p in parts])
+        merged = torch.empty(len(rows), *parts[0].value.shape[1:], dtype=parts[0].value.dtype)
+        merged[rows] = torch.cat([p.value for p in parts])
+        return merged[: batch.batch_size]  # the padding rows come last
 
     def compute_logprobs(self, batch: Batch) -> torch.Tensor:
         return self._per_token("actor", batch)

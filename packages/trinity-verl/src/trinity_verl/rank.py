@@ -3,7 +3,7 @@
 An ``ActorRolloutRefWorker`` with role ``actor`` (another with role ``ref`` when the algorithm needs
 one) and a ``TrainingWorker`` for a ``value_model`` critic; verl owns the model, FSDP,
 micro-batching, optimizer and checkpoints, the losses are trinity's (``trinity.engine.losses``).
-Every rank pads the whole batch the same way with fully masked rows and hands verl its own slice;
+Every rank pads the whole batch the same way with fully masked rows and hands verl its own share;
 each micro-batch's loss is weighted by its share of the whole batch, so the gradients FSDP averages
 are the whole batch's. Results come back per data-parallel rank (``None`` from the other ranks of a
 sequence-parallel group); ``trinity_verl.engine`` merges them. Details: the package README.
@@ -88,8 +88,23 @@ class _Accumulator:
 class Part:
     """What one data-parallel rank returns: its rows' share of a result."""
 
-    dp_rank: int
+    rows: torch.Tensor
+    """The rows of the (padded) batch that ``value`` holds, in its order."""
     value: Any
+
+
+def rank_rows(padded: Batch, dp_size: int, balance: bool) -> list[list[int]]:
+    """Each data-parallel rank's rows of ``padded``: contiguous shares, or with
+    ``trainer.balance_batch`` verl's trainer's equal-size partitions of about equal work (by
+    ``calculate_workload`` of each row's length), so no rank waits on one given the longest rows.
+    Every rank computes the same partitions from the same batch."""
+    share = padded.batch_size // dp_size
+    if not balance or dp_size == 1:
+        return [list(range(rank * share, (rank + 1) * share)) for rank in range(dp_size)]
+    from verl.utils.seqlen_balancing import calculate_workload, get_seqlen_balanced_partitions
+
+    workload = calculate_workload(padded.attention_mask.sum(-1)).tolist()
+    return [sorted(part) for part in get_seqlen_balanced_partitions(workload, dp_size, equal_size=True)]
 
 
 @dataclass
@@ -186,14 +201,17 @@ class VerlRank:
         fields = {name: getattr(batch, name) for name in batch.__dataclass_fields__}
         return Batch(**{k: (torch.cat([v, getattr(filler, k)]) if v is not None else None) for k, v in fields.items()})
 
+    def rows(self, padded: Batch) -> torch.Tensor:
+        """This rank's rows of ``padded`` (:func:`rank_rows`)."""
+        return torch.tensor(rank_rows(padded, self.dp_size, self.config.trainer.balance_batch)[self.dp_rank])
+
     def _tensordict(self, padded: Batch, **meta: Any) -> Any:
         """verl's no-padding TensorDict of this rank's rows of ``padded`` (numbered by their place
         in it), temperature 1 (raw logprobs)."""
         from verl.utils import tensordict_utils as tu
         from verl.workers.utils.padding import left_right_2_no_padding
 
-        share = padded.batch_size // self.dp_size
-        rows = torch.arange(self.dp_rank * share, (self.dp_rank + 1) * share)
+        rows = self.rows(padded)
         mine = padded.select(rows)
         td = tu.get_tensordict(
             {
@@ -216,7 +234,8 @@ class VerlRank:
         from verl.utils import tensordict_utils as tu
         from verl.workers.utils.padding import no_padding_2_padding
 
-        td = self._tensordict(self.padded(batch), calculate_entropy=False, compute_loss=False)
+        padded = self.padded(batch)
+        td = self._tensordict(padded, calculate_entropy=False, compute_loss=False)
         if model == "critic":
             out, key = self.critic.infer_batch(td), "values"
         elif model == "ref" and self.reference is not None:
@@ -228,7 +247,7 @@ class VerlRank:
             out, key = self.actor.compute_log_prob(td), "log_probs"
         if not self.collects:
             return None
-        return Part(self.dp_rank, no_padding_2_padding(tu.get(out, key), td).float().cpu())
+        return Part(self.rows(padded), no_padding_2_padding(tu.get(out, key), td).float().cpu())
 
     # -- updates --------------------------------------------------------------------------
 
@@ -240,7 +259,7 @@ class VerlRank:
         self._batch = self.padded(batch)
         self._totals = batch_totals(batch)
         size = self._batch.batch_size
-        part = StepPart({}, {})
+        part = StepPart({}, self._balance_metrics())
         models = [("critic", self.critic, "critic")] if self.critic is not None else []
         if actor:
             models.append(("actor", self.actor, "actor_rollout_ref.actor"))
@@ -273,6 +292,17 @@ class VerlRank:
                 part.shared[f"{name}/lr"] = float(lrs[-1])
         self._batch = self._totals = None
         return part if self.collects else None
+
+    def _balance_metrics(self) -> Metrics:
+        """verl's ``global_seqlen/*`` of the batch under way: the ranks' tokens in contiguous
+        shares (min, max, minmax_diff) and as balanced (balanced_min, balanced_max)."""
+        if not self.config.trainer.balance_batch or self.dp_size == 1:
+            return {}
+        from verl.utils.seqlen_balancing import log_seqlen_unbalance
+
+        lengths = self._batch.attention_mask.sum(-1).tolist()
+        partitions = rank_rows(self._batch, self.dp_size, balance=True)
+        return {k: float(v) for k, v in log_seqlen_unbalance(lengths, partitions, "global_seqlen").items()}
 
     def _micro(self, data: Any) -> Batch:
         return self._batch.select(data["rows"].cpu()).to(data["rows"].device)

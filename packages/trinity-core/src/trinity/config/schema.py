@@ -1028,11 +1028,10 @@ class TrainerConfig(ConfigModel):
     grad_clip: float = Field(1.0, ge=0.0, description="Gradient-norm clipping; 0 disables it.")
     use_dynamic_bsz: bool = Field(True, description="Micro-batches by token budget (max_token_len_per_gpu).")
     use_remove_padding: bool = Field(True, description="Pack sequences without padding (verl).")
-    balance_batch: bool = inert(
+    balance_batch: bool = Field(
         True,
-        "Balance tokens across data-parallel ranks (verl).",
-        reason="verl's own training loop (RayPPOTrainer) reorders rows so each data-parallel rank gets as many "
-        "tokens; trinity runs verl's workers, whose ranks each take a contiguous slice, and the torch trainer runs one rank",
+        description="verl: give each data-parallel rank rows of about equal work (verl's seqlen-balanced "
+        "partitions; metrics global_seqlen/*). One rank (the torch trainer) has nothing to balance.",
     )
     critic_warmup: int = Field(
         0,
