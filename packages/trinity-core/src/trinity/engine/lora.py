@@ -116,6 +116,21 @@ def write_adapter_folder(folder: Path, state: dict[str, torch.Tensor], lora: LoR
     save_file({name: tensor.contiguous() for name, tensor in state.items()}, str(folder / ADAPTER_WEIGHTS))
 
 
+def synced_adapter_tensors(folder: str | Path) -> dict[str, torch.Tensor] | None:
+    """The tensors of a folder of adapter tensors alone (a checkpoint-sync version of a LoRA run:
+    ``adapter_state``'s names in ``model.safetensors``, no ``adapter_config.json``); None for a
+    folder of other weights."""
+    from safetensors import safe_open
+    from safetensors.torch import load_file
+
+    files = sorted(Path(folder).glob("*.safetensors"))
+    for file in files:
+        with safe_open(str(file), "pt") as weights:
+            if not all(".lora_" in name for name in weights.keys()):  # noqa: SIM118 (safe_open has no __iter__)
+                return None
+    return {name: tensor for file in files for name, tensor in load_file(str(file)).items()} or None
+
+
 def is_adapter_folder(path: str | Path) -> bool:
     return (Path(path) / ADAPTER_CONFIG).is_file()
 
