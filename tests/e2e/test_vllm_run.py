@@ -12,9 +12,12 @@ import time
 from pathlib import Path
 
 import pytest
-from e2e_helpers import EXPLORE_ONLY, trinity_run, trinity_start, write_experiment
+from e2e_helpers import EXPLORE_ONLY, ray_head, ray_worker, trinity_run, trinity_start, write_experiment
 from test_run import JOB, assert_ok, job_log, metrics
 from test_tool_call_run import check_tool_call_run, tool_call_experiment
+
+from trinity.common.files import read_json
+from trinity.report import SUMMARY_FILE
 
 pytest.importorskip("vllm")
 
@@ -85,6 +88,31 @@ def test_quickstart_grpo_with_vllm_engine(tmp_path, tiny_model_dir, arithmetic_d
     assert "weights of version 2 loaded" in output
     if sync_method == "nccl":  # version 3 is published after the explorer's last step: never asked for
         assert "nccl sync: version 2 broadcast" in output and "nccl sync: version 2 received" in output
+
+
+@pytest.mark.slow
+def test_nccl_sync_reaches_a_vllm_engine_on_another_node(tmp_path, tiny_model_dir, arithmetic_data):
+    """Two nodes of one logical GPU each, started as docs/multinode.md says: the trainer's GPU is
+    on one, so the vLLM engine's (a Ray actor asking for one GPU) is the other node's; every
+    step's weights cross by broadcast into vLLM's worker (nccl's process group, gloo on a CPU)."""
+    config = write_experiment(
+        tmp_path,
+        tiny_model_dir,
+        arithmetic_data,
+        *VLLM,
+        *SMALL,
+        "synchronizer.sync_method=nccl",
+        "buffer.total_steps=3",
+    )
+    with ray_head("--num-gpus=1", "--node-name=head") as address, ray_worker(address, "worker1", "--num-gpus=1"):
+        result = trinity_run(config, "cluster.node_num=2", "cluster.gpu_per_node=1", f"cluster.ray_address={address}")
+    assert_ok(result)
+    trainer = read_json(tmp_path / JOB / SUMMARY_FILE)["placement"]["trainer"]
+    assert trainer["node"] in ("head", "worker1") and len(trainer["gpu_ids"]) == 1
+    assert [r["step"] for r in metrics(tmp_path, "trainer")] == [1, 2, 3]
+    output = job_log(tmp_path)
+    assert "nccl sync: version 2 broadcast" in output and "nccl sync: version 2 received" in output
+    assert "weights of version 2 loaded" in output
 
 
 @pytest.mark.slow

@@ -2,8 +2,8 @@
 the vLLM engines over a process group of their own (mode both, ``engine_type: vllm``).
 
 The trainer is rank 0, worker ``r`` of engine ``i`` is ``1 + i * tensor_parallel_size + r``; NCCL on
-CUDA tensors where the cluster has GPUs, gloo on CPU tensors otherwise (one code path, tested on a
-CPU). The group is stateless (a TCPStore and the backend built directly), apart from
+CUDA tensors where the cluster has GPUs (and the members see CUDA), gloo on CPU tensors otherwise
+(one code path, tested on a CPU, across two nodes too). The group is stateless (a TCPStore and the backend built directly), apart from
 ``torch.distributed``'s default group. ``NCCLCoordinator``, a named actor the launcher creates, hosts
 the store and passes the explorer's requests to the trainer: ``publish`` never waits, the broadcast
 happens when the explorer's ``fetch`` asks, and a failure raises ``NCCLSyncError`` on both sides.
@@ -71,6 +71,13 @@ class GroupAddress:
     together in flat buckets up to it (fewer collectives; a tensor larger goes alone)."""
 
 
+def uses_cuda(address: GroupAddress) -> bool:
+    """Whether this member broadcasts with NCCL: the cluster has GPUs and this process sees CUDA.
+    Every member decides alike; a cluster of logical GPUs on CPUs (Ray's ``--num-gpus`` without
+    devices: the multi-node tests) takes gloo."""
+    return address.backend == "nccl" and torch.cuda.is_available()
+
+
 class WeightGroup:
     """This process's membership of the weight group, rank 0 sending and the others receiving."""
 
@@ -90,7 +97,7 @@ class WeightGroup:
         timeout = timedelta(seconds=address.timeout)
         store = PrefixStore(address.name, TCPStore(address.host, address.port, is_master=False, timeout=timeout))
         self.bucket_bytes = address.bucket_bytes
-        if address.backend == "nccl":
+        if uses_cuda(address):
             from torch.distributed import ProcessGroupNCCL
 
             options = ProcessGroupNCCL.Options()
@@ -196,7 +203,7 @@ class NCCLSync(SyncMethod):
             self._latest = (version, state_dict)
         if self._server is None:
             # CUDA's current device is per thread: the sender uses the training engine's.
-            device = torch.cuda.current_device() if self.address.backend == "nccl" else None
+            device = torch.cuda.current_device() if uses_cuda(self.address) else None
             self._server = threading.Thread(target=self._serve, args=(device,), name="nccl-weight-sync", daemon=True)
             self._server.start()
         try:
