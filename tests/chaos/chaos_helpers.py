@@ -35,8 +35,8 @@ ORPHAN_PAUSE = 10.0
 def write_experiment(
     tmp_path: Path, model: Path, mode: str, explorer: str = "explorer", steps: int = STEPS, **buffer: object
 ) -> Path:
-    """An arithmetic GRPO experiment on the tiny model: sqlite buffer, checkpoint sync, a
-    checkpoint every step; ``steps`` steps of the role(s), the explorer named ``explorer``.
+    """An arithmetic GRPO experiment on the tiny model (short prompts: it generates, the trainer
+    trains on its answers): sqlite buffer, checkpoint sync, a checkpoint every step; ``steps`` steps of the role(s), the explorer named ``explorer``.
     ``buffer`` sets keys of the experience buffer."""
     tasks = tmp_path / "tasks.jsonl"
     tasks.write_text(
@@ -51,7 +51,7 @@ def write_experiment(
             project: chaos
             name: run
             checkpoint_root_dir: {tmp_path / "ckpt"}
-            model: {{model_path: {model}, max_prompt_tokens: 16, max_response_tokens: 4}}
+            model: {{model_path: {model}, max_prompt_tokens: 32, max_response_tokens: 4}}
             cluster: {{node_num: 1, gpu_per_node: 0}}
             algorithm: {{algorithm_type: grpo, repeat_times: {REPEATS}}}
             explorer: {{name: {explorer}, runner_per_model: 4, rollout_model: {{engine_type: transformers}}}}
@@ -64,7 +64,8 @@ def write_experiment(
               total_steps: {steps}
               explorer_input:
                 taskset: {{name: sums, storage_type: file, path: {tasks},
-                           format: {{prompt_type: plaintext, prompt_key: q, response_key: a}}}}
+                           format: {{prompt_type: plaintext, prompt_key: q, response_key: a,
+                                     system_prompt: Answer with the sum.}}}}
                 default_workflow_type: math_workflow
                 default_reward_fn_type: math_reward
               trainer_input:
