@@ -16,6 +16,15 @@ pytest.importorskip("vllm")
 from safetensors.torch import load_file  # noqa: E402
 
 os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")  # GiB, for the run's engine
+VERL_WITH_VLLM = (
+    "trainer.trainer_type=verl",
+    "explorer.rollout_model.engine_type=vllm",
+    "explorer.rollout_model.enforce_eager=true",
+    "buffer.batch_size=4",
+    "algorithm.repeat_times=4",
+    "buffer.total_steps=3",
+)
+"""Three GRPO steps of 4 tasks x 4 runs, verl training, vLLM sampling."""
 
 
 def test_grpo_with_verl_trainer_and_vllm_explorer(tmp_path, tiny_model_dir, arithmetic_data):
@@ -23,12 +32,7 @@ def test_grpo_with_verl_trainer_and_vllm_explorer(tmp_path, tiny_model_dir, arit
         tmp_path,
         tiny_model_dir,
         arithmetic_data,
-        "trainer.trainer_type=verl",
-        "explorer.rollout_model.engine_type=vllm",
-        "explorer.rollout_model.enforce_eager=true",
-        "buffer.batch_size=4",
-        "algorithm.repeat_times=4",
-        "buffer.total_steps=3",
+        *VERL_WITH_VLLM,
     )
     result = trinity_run(config)
     assert_ok(result)
@@ -48,14 +52,9 @@ def test_a_lora_adapter_goes_from_verl_to_vllm_by_checkpoint_sync(tmp_path, tiny
         tmp_path,
         tiny_model_dir,
         arithmetic_data,
-        "trainer.trainer_type=verl",
-        "explorer.rollout_model.engine_type=vllm",
-        "explorer.rollout_model.enforce_eager=true",
+        *VERL_WITH_VLLM,
         "model.lora_configs=[{name: lora, lora_rank: 8, lora_alpha: 16}]",
         "synchronizer.sync_method=checkpoint",
-        "buffer.batch_size=4",
-        "algorithm.repeat_times=4",
-        "buffer.total_steps=3",
     )
     result = trinity_run(config)
     assert_ok(result)
