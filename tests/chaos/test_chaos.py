@@ -310,16 +310,13 @@ RUN_TAG = "TRINITY_CHAOS_RUN"
 def _actor_pids(tag: str, roles: str = "ExplorerRole|TrainerRole") -> list[int]:
     """The role actors of the Ray a test started with ``RUN_TAG=tag``: not those of a suite
     running beside it (CI runs the engine suites alongside)."""
+    actor, tagged = re.compile(rb"ray::(%s)\b" % roles.encode()), f"{RUN_TAG}={tag}".encode()
     pids = []
     for pid in filter(str.isdigit, os.listdir("/proc")):
         try:
-            cmdline = open(f"/proc/{pid}/cmdline", "rb").read()
-            if re.match(rb"ray::(%s)\b" % roles.encode(), cmdline):
-                environ = open(f"/proc/{pid}/environ", "rb").read().split(b"\0")
-            else:
-                continue
-        except OSError:
+            if actor.match(open(f"/proc/{pid}/cmdline", "rb").read()):
+                if tagged in open(f"/proc/{pid}/environ", "rb").read().split(b"\0"):
+                    pids.append(int(pid))
+        except OSError:  # gone meanwhile
             continue
-        if f"{RUN_TAG}={tag}".encode() in environ:
-            pids.append(int(pid))
     return pids

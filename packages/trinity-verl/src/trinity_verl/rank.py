@@ -201,17 +201,16 @@ class VerlRank:
         fields = {name: getattr(batch, name) for name in batch.__dataclass_fields__}
         return Batch(**{k: (torch.cat([v, getattr(filler, k)]) if v is not None else None) for k, v in fields.items()})
 
-    def rows(self, padded: Batch) -> torch.Tensor:
-        """This rank's rows of ``padded`` (:func:`rank_rows`)."""
-        return torch.tensor(rank_rows(padded, self.dp_size, self.config.trainer.balance_batch)[self.dp_rank])
+    def partitions(self, padded: Batch) -> list[list[int]]:
+        """Every rank's rows of ``padded`` (:func:`rank_rows`), computed once per batch."""
+        return rank_rows(padded, self.dp_size, self.config.trainer.balance_batch)
 
-    def _tensordict(self, padded: Batch, **meta: Any) -> Any:
-        """verl's no-padding TensorDict of this rank's rows of ``padded`` (numbered by their place
-        in it), temperature 1 (raw logprobs)."""
+    def _tensordict(self, padded: Batch, rows: torch.Tensor, **meta: Any) -> Any:
+        """verl's no-padding TensorDict of this rank's ``rows`` of ``padded`` (numbered by their
+        place in it), temperature 1 (raw logprobs)."""
         from verl.utils import tensordict_utils as tu
         from verl.workers.utils.padding import left_right_2_no_padding
 
-        rows = self.rows(padded)
         mine = padded.select(rows)
         td = tu.get_tensordict(
             {
@@ -235,7 +234,8 @@ class VerlRank:
         from verl.workers.utils.padding import no_padding_2_padding
 
         padded = self.padded(batch)
-        td = self._tensordict(padded, calculate_entropy=False, compute_loss=False)
+        rows = torch.tensor(self.partitions(padded)[self.dp_rank])
+        td = self._tensordict(padded, rows, calculate_entropy=False, compute_loss=False)
         if model == "critic":
             out, key = self.critic.infer_batch(td), "values"
         elif model == "ref" and self.reference is not None:
@@ -247,7 +247,7 @@ class VerlRank:
             out, key = self.actor.compute_log_prob(td), "log_probs"
         if not self.collects:
             return None
-        return Part(self.rows(padded), no_padding_2_padding(tu.get(out, key), td).float().cpu())
+        return Part(rows, no_padding_2_padding(tu.get(out, key), td).float().cpu())
 
     # -- updates --------------------------------------------------------------------------
 
@@ -259,7 +259,9 @@ class VerlRank:
         self._batch = self.padded(batch)
         self._totals = batch_totals(batch)
         size = self._batch.batch_size
-        part = StepPart({}, self._balance_metrics())
+        partitions = self.partitions(self._batch)
+        rows = torch.tensor(partitions[self.dp_rank])
+        part = StepPart({}, self._balance_metrics(partitions))
         models = [("critic", self.critic, "critic")] if self.critic is not None else []
         if actor:
             models.append(("actor", self.actor, "actor_rollout_ref.actor"))
@@ -268,6 +270,7 @@ class VerlRank:
             self._metrics = _Accumulator(epochs)
             td = self._tensordict(
                 self._batch,
+                rows,
                 calculate_entropy=name == "actor",
                 compute_loss=True,
                 global_batch_size=size,
@@ -293,15 +296,14 @@ class VerlRank:
         self._batch = self._totals = None
         return part if self.collects else None
 
-    def _balance_metrics(self) -> Metrics:
+    def _balance_metrics(self, partitions: list[list[int]]) -> Metrics:
         """verl's ``global_seqlen/*`` of the batch under way: the ranks' tokens in contiguous
-        shares (min, max, minmax_diff) and as balanced (balanced_min, balanced_max)."""
+        shares (min, max, minmax_diff) and as ``partitions`` gives them (balanced_min, balanced_max)."""
         if not self.config.trainer.balance_batch or self.dp_size == 1:
             return {}
         from verl.utils.seqlen_balancing import log_seqlen_unbalance
 
         lengths = self._batch.attention_mask.sum(-1).tolist()
-        partitions = rank_rows(self._batch, self.dp_size, balance=True)
         return {k: float(v) for k, v in log_seqlen_unbalance(lengths, partitions, "global_seqlen").items()}
 
     def _micro(self, data: Any) -> Batch:

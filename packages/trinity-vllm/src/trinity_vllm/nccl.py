@@ -3,10 +3,11 @@ the vLLM engines over a process group of their own (mode both, ``engine_type: vl
 
 The trainer is rank 0, worker ``r`` of engine ``i`` is ``1 + i * tensor_parallel_size + r``; NCCL on
 CUDA tensors where the cluster has GPUs (and the members see CUDA), gloo on CPU tensors otherwise
-(one code path, tested on a CPU, across two nodes too). The group is stateless (a TCPStore and the backend built directly), apart from
-``torch.distributed``'s default group. ``NCCLCoordinator``, a named actor the launcher creates, hosts
-the store and passes the explorer's requests to the trainer: ``publish`` never waits, the broadcast
-happens when the explorer's ``fetch`` asks, and a failure raises ``NCCLSyncError`` on both sides.
+(one code path, tested on a CPU, across two nodes too). The group is stateless (a TCPStore and the
+backend built directly), apart from ``torch.distributed``'s default group. ``NCCLCoordinator``, a
+named actor the launcher creates, hosts the store and passes the explorer's requests to the
+trainer: ``publish`` never waits, the broadcast happens when the explorer's ``fetch`` asks, and a
+failure raises ``NCCLSyncError`` on both sides.
 How it meets: the package README.
 """
 
