@@ -7,8 +7,7 @@ CUDA tensors where the cluster has GPUs (and the members see CUDA), gloo on CPU 
 backend built directly), apart from ``torch.distributed``'s default group. ``NCCLCoordinator``, a
 named actor the launcher creates, hosts the store and passes the explorer's requests to the
 trainer: ``publish`` never waits, the broadcast happens when the explorer's ``fetch`` asks, and a
-failure raises ``NCCLSyncError`` on both sides.
-How it meets: the package README.
+failure raises ``NCCLSyncError`` on both sides (how it meets: the package README).
 """
 
 from __future__ import annotations
