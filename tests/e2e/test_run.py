@@ -37,8 +37,9 @@ def assert_ok(result: subprocess.CompletedProcess) -> None:
 
 @pytest.mark.slow
 def test_quickstart_stages_learn_arithmetic(tmp_path, tiny_model_dir, arithmetic_data):
-    """SFT warm-up then GRPO in mode both: the rollout reward rises by a clear margin."""
-    config = write_experiment(tmp_path, tiny_model_dir, arithmetic_data, stages=True)
+    """SFT warm-up then GRPO in mode both: the rollout reward rises by a clear margin. The GRPO
+    stage takes 75 of the quickstart's 200 steps (its reward is past 0.85 by then; CI's time)."""
+    config = write_experiment(tmp_path, tiny_model_dir, arithmetic_data, "buffer.total_epochs=48", stages=True)
     result = trinity_run(config)
     assert_ok(result)
     sft_job, grpo_job = JOB / "sft_warmup", JOB / "grpo"
@@ -50,10 +51,10 @@ def test_quickstart_stages_learn_arithmetic(tmp_path, tiny_model_dir, arithmetic
     # Progress, not walls: a line per role every console_interval, no per-step log lines.
     output = (result.stdout + result.stderr).splitlines()
     assert len(output) < 60, "\n".join(output)
-    assert any(re.match(r"\[explorer\] step \d+/200 \(\d+%\)", line) for line in output), result.stdout
+    assert any(re.match(r"\[explorer\] step \d+/75 \(\d+%\)", line) for line in output), result.stdout
     assert any(re.match(r"\[trainer\] step 60/60 \(100%\)", line) for line in output), result.stdout
     # GRPO's trainer takes one step per explorer step (one run, train batch = a step's experiences)
-    assert any(re.match(r"\[trainer\] step \d+/200 \(\d+%\)", line) for line in output), result.stdout
+    assert any(re.match(r"\[trainer\] step \d+/75 \(\d+%\)", line) for line in output), result.stdout
     assert "trinity.console" not in result.stdout + result.stderr
     # The GRPO stage started from the SFT stage's final weights.
     sft_final = read_json(tmp_path / sft_job / "meta" / "stage_done.json")["model_path"]
