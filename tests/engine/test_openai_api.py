@@ -245,3 +245,23 @@ def test_base_port_places_each_engine_s_endpoint_and_requests_are_logged_on_requ
     assert logged == [
         '/v1/chat/completions: {"model":"tiny","max_tokens":2,"messages":[{"role":"user","content":"What is 1+1?"}]}'
     ]
+
+
+def test_an_idle_connection_outlives_the_clients_pool(endpoint):
+    """The endpoint keeps an idle connection longer than httpx pools one (5 s), so a client never
+    sends on a connection the server is closing (uvicorn's default of 5 s reset such requests)."""
+    import http.client
+    import time
+    from urllib.parse import urlsplit
+
+    from trinity.common.http_guard import KEEP_ALIVE_SECONDS
+
+    assert KEEP_ALIVE_SECONDS > httpx.Limits().keepalive_expiry
+    url = urlsplit(endpoint.api_url)
+    connection = http.client.HTTPConnection(url.hostname, url.port, timeout=10)
+    connection.request("GET", "/health")
+    assert connection.getresponse().read() == b'{"status":"ok"}'
+    time.sleep(6)  # past uvicorn's default keep-alive
+    connection.request("GET", "/health")  # the same socket: a closed one fails here or at the read
+    assert connection.getresponse().read() == b'{"status":"ok"}'
+    connection.close()

@@ -22,6 +22,7 @@ from typing import Any
 import torch
 
 from trinity.plugin_api import (
+    KEEP_ALIVE_SECONDS,
     Completion,
     EngineStartError,
     InferenceModelConfig,
@@ -107,7 +108,9 @@ class VLLMServer:
         app = guarded(app, host, self.config.endpoint_key())
         # uvicorn directly: vLLM's serve_http installs signal handlers, which only the main
         # thread may (a Ray actor's event loop runs on another).
-        server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False))
+        server = uvicorn.Server(
+            uvicorn.Config(app, log_level="warning", access_log=False, timeout_keep_alive=KEEP_ALIVE_SECONDS)
+        )
         self._api_server = asyncio.create_task(server.serve(sockets=[sock]))
         while not server.started:  # the socket listens from here: no request meets a refused connection
             if self._api_server.done():

@@ -27,6 +27,11 @@ ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 BODY_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 LOOPBACK_HOSTS = frozenset({"localhost", "127.0.0.1", "[::1]"})
 DEFAULT_MAX_BODY_BYTES = 8 * 1024 * 1024
+KEEP_ALIVE_SECONDS = 75
+"""How long every door (uvicorn's ``timeout_keep_alive``) keeps an idle connection open: longer
+than clients keep theirs pooled (httpx, inside the openai client, 5 s). At uvicorn's default of
+5 s too, a loaded machine let the server close a connection just as the client sent on it: the
+request failed with "connection reset by peer" (the serve-mode learning test, 2026-12-01)."""
 
 
 def is_loopback(host: str) -> bool:

@@ -152,13 +152,16 @@ class EngineClient:
 
         import uvicorn
 
+        from trinity.common.http_guard import KEEP_ALIVE_SECONDS
         from trinity.engine.openai_api import endpoint_port, guarded, openai_app
 
         sock = socket.create_server((config.openai_api_host, endpoint_port(config)))
         host, port = sock.getsockname()[:2]
         self.api_key = config.endpoint_key()
         app = guarded(openai_app(self, config), config.openai_api_host, self.api_key)
-        server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False))
+        server = uvicorn.Server(
+            uvicorn.Config(app, log_level="warning", access_log=False, timeout_keep_alive=KEEP_ALIVE_SECONDS)
+        )
         self._api_server = server
 
         async def start() -> None:

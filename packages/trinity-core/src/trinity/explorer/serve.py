@@ -29,7 +29,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from trinity.buffer.errors import BufferUnavailable
 from trinity.buffer.storage.sql import create_tables, database_url, shared_engine, write_transaction
 from trinity.common.experience import EID, Experience
-from trinity.common.http_guard import error_body
+from trinity.common.http_guard import KEEP_ALIVE_SECONDS, error_body
 from trinity.common.lazy_import import lazy_module
 from trinity.engine.openai_api import MAX_N, guarded, json_body
 from trinity.synchronizer.methods import TrainerFinished, WeightUpdate
@@ -262,7 +262,9 @@ class ServeProxy:
         import uvicorn
 
         app = guarded(self.app, host, self.key)
-        server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning"))
+        server = uvicorn.Server(
+            uvicorn.Config(app, host=host, port=port, log_level="warning", timeout_keep_alive=KEEP_ALIVE_SECONDS)
+        )
         watcher = asyncio.ensure_future(self._follow_weights())
         logger.warning(
             "serving the rollout model at http://%s:%d/v1 (feedback: /feedback, commit: /commit%s)",

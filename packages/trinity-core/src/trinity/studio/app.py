@@ -30,7 +30,7 @@ from omegaconf.errors import OmegaConfBaseException
 from pydantic import BaseModel
 
 from trinity.common.errors import first_line
-from trinity.common.http_guard import LOOPBACK_HOSTS, RequestGuard
+from trinity.common.http_guard import KEEP_ALIVE_SECONDS, LOOPBACK_HOSTS, RequestGuard
 from trinity.config import Config, check_tree
 from trinity.config.load import IssueCollector, children
 from trinity.config.reference import json_schema
@@ -418,4 +418,6 @@ def serve(app: FastAPI, port: int) -> None:
     request carries the token)."""
     import uvicorn
 
-    uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning", access_log=False)
+    uvicorn.run(
+        app, host="127.0.0.1", port=port, log_level="warning", access_log=False, timeout_keep_alive=KEEP_ALIVE_SECONDS
+    )
