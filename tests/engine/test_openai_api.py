@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import http.client
+import time
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import httpx
 import openai
 import pytest
 
 from tool_model import CALCULATOR, QUESTIONS, answer, tool_call_text
+from trinity.common.http_guard import KEEP_ALIVE_SECONDS
 from trinity.config.schema import InferenceModelConfig, ModelConfig
 from trinity.engine.base import EngineStartError, SamplingArgs
 from trinity.engine.client import EngineClient
@@ -250,12 +254,6 @@ def test_base_port_places_each_engine_s_endpoint_and_requests_are_logged_on_requ
 def test_an_idle_connection_outlives_the_clients_pool(endpoint):
     """The endpoint keeps an idle connection longer than httpx pools one (5 s), so a client never
     sends on a connection the server is closing (uvicorn's default of 5 s reset such requests)."""
-    import http.client
-    import time
-    from urllib.parse import urlsplit
-
-    from trinity.common.http_guard import KEEP_ALIVE_SECONDS
-
     assert KEEP_ALIVE_SECONDS > httpx.Limits().keepalive_expiry
     url = urlsplit(endpoint.api_url)
     connection = http.client.HTTPConnection(url.hostname, url.port, timeout=10)

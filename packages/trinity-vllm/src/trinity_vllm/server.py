@@ -22,12 +22,12 @@ from typing import Any
 import torch
 
 from trinity.plugin_api import (
-    KEEP_ALIVE_SECONDS,
     Completion,
     EngineStartError,
     InferenceModelConfig,
     ModelConfig,
     SamplingArgs,
+    door_server,
     endpoint_port,
     first,
     guarded,
@@ -91,7 +91,6 @@ class VLLMServer:
         this actor's event loop: its requests join the explorer's in one scheduler. It sits
         behind trinity's request guard too: vLLM's ``--api-key`` leaves paths outside ``/v1``
         (``/invocations``) open and its CORS answers any page's preflight."""
-        import uvicorn
         from vllm.entrypoints.launchers.api_server.app_state import init_app_state
         from vllm.entrypoints.launchers.app import build_app
         from vllm.entrypoints.launchers.cli_args import make_arg_parser
@@ -108,9 +107,7 @@ class VLLMServer:
         app = guarded(app, host, self.config.endpoint_key())
         # uvicorn directly: vLLM's serve_http installs signal handlers, which only the main
         # thread may (a Ray actor's event loop runs on another).
-        server = uvicorn.Server(
-            uvicorn.Config(app, log_level="warning", access_log=False, timeout_keep_alive=KEEP_ALIVE_SECONDS)
-        )
+        server = door_server(app, log_level="warning", access_log=False)
         self._api_server = asyncio.create_task(server.serve(sockets=[sock]))
         while not server.started:  # the socket listens from here: no request meets a refused connection
             if self._api_server.done():

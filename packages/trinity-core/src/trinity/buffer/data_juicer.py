@@ -398,9 +398,7 @@ def serve(host: str, port: int, parent: int | None = None, token: str | None = N
     import sys
     import time
 
-    import uvicorn
-
-    from trinity.common.http_guard import KEEP_ALIVE_SECONDS, is_loopback
+    from trinity.common.http_guard import door_server, is_loopback
 
     if not token and not is_loopback(host):
         raise SystemExit(
@@ -410,11 +408,7 @@ def serve(host: str, port: int, parent: int | None = None, token: str | None = N
     if not token:
         print(f"no ${TOKEN_ENV}: every user of this machine may send recipes", file=sys.stderr, flush=True)
     app = create_app(host, token, **limits)
-    server = uvicorn.Server(
-        uvicorn.Config(
-            app, host=host, port=port, log_level="warning", lifespan="off", timeout_keep_alive=KEEP_ALIVE_SECONDS
-        )
-    )
+    server = door_server(app, host=host, port=port, log_level="warning", lifespan="off")
 
     def watch_parent() -> None:
         while parent is None or _alive(parent):

@@ -34,6 +34,14 @@ than clients keep theirs pooled (httpx, inside the openai client, 5 s). At uvico
 request failed with "connection reset by peer" (the serve-mode learning test, 2026-12-01)."""
 
 
+def door_server(app: ASGIApp, **settings: Any) -> Any:
+    """The ``uvicorn.Server`` of a door, with the settings every door shares (``KEEP_ALIVE_SECONDS``);
+    ``settings`` are ``uvicorn.Config``'s (host, port, log_level, ...)."""
+    import uvicorn
+
+    return uvicorn.Server(uvicorn.Config(app, timeout_keep_alive=KEEP_ALIVE_SECONDS, **settings))
+
+
 def is_loopback(host: str) -> bool:
     """Whether binding to ``host`` keeps a door on this machine (``localhost``, 127.0.0.0/8, ``::1``)."""
     if host == "localhost":

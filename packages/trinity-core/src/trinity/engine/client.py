@@ -150,18 +150,14 @@ class EngineClient:
         returns its base URL."""
         import socket
 
-        import uvicorn
-
-        from trinity.common.http_guard import KEEP_ALIVE_SECONDS
+        from trinity.common.http_guard import door_server
         from trinity.engine.openai_api import endpoint_port, guarded, openai_app
 
         sock = socket.create_server((config.openai_api_host, endpoint_port(config)))
         host, port = sock.getsockname()[:2]
         self.api_key = config.endpoint_key()
         app = guarded(openai_app(self, config), config.openai_api_host, self.api_key)
-        server = uvicorn.Server(
-            uvicorn.Config(app, log_level="warning", access_log=False, timeout_keep_alive=KEEP_ALIVE_SECONDS)
-        )
+        server = door_server(app, log_level="warning", access_log=False)
         self._api_server = server
 
         async def start() -> None:

@@ -29,7 +29,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from trinity.buffer.errors import BufferUnavailable
 from trinity.buffer.storage.sql import create_tables, database_url, shared_engine, write_transaction
 from trinity.common.experience import EID, Experience
-from trinity.common.http_guard import KEEP_ALIVE_SECONDS, error_body
+from trinity.common.http_guard import door_server, error_body
 from trinity.common.lazy_import import lazy_module
 from trinity.engine.openai_api import MAX_N, guarded, json_body
 from trinity.synchronizer.methods import TrainerFinished, WeightUpdate
@@ -259,12 +259,9 @@ class ServeProxy:
 
     async def serve(self, host: str, port: int) -> None:
         """Serve until the process ends, loading the trainer's newer weights as they appear."""
-        import uvicorn
 
         app = guarded(self.app, host, self.key)
-        server = uvicorn.Server(
-            uvicorn.Config(app, host=host, port=port, log_level="warning", timeout_keep_alive=KEEP_ALIVE_SECONDS)
-        )
+        server = door_server(app, host=host, port=port, log_level="warning")
         watcher = asyncio.ensure_future(self._follow_weights())
         logger.warning(
             "serving the rollout model at http://%s:%d/v1 (feedback: /feedback, commit: /commit%s)",

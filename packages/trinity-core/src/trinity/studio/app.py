@@ -30,7 +30,7 @@ from omegaconf.errors import OmegaConfBaseException
 from pydantic import BaseModel
 
 from trinity.common.errors import first_line
-from trinity.common.http_guard import KEEP_ALIVE_SECONDS, LOOPBACK_HOSTS, RequestGuard
+from trinity.common.http_guard import LOOPBACK_HOSTS, RequestGuard, door_server
 from trinity.config import Config, check_tree
 from trinity.config.load import IssueCollector, children
 from trinity.config.reference import json_schema
@@ -416,8 +416,4 @@ def create_app(config_path: Path | None = None, *, root: Path, token: str) -> Fa
 def serve(app: FastAPI, port: int) -> None:
     """Serve the studio on 127.0.0.1 until interrupted, with no access log (the page's first
     request carries the token)."""
-    import uvicorn
-
-    uvicorn.run(
-        app, host="127.0.0.1", port=port, log_level="warning", access_log=False, timeout_keep_alive=KEEP_ALIVE_SECONDS
-    )
+    door_server(app, host="127.0.0.1", port=port, log_level="warning", access_log=False).run()
