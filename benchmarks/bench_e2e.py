@@ -11,7 +11,9 @@ interleaved, and printed as median (min-max).
   quickstart's tiny model, 16 prompts x 8 samples of at most 6 tokens, memory sync after every
   step) through ``trinity run`` over the same generate + update written directly against
   transformers/torch in one process. Both start from the untrained tiny model (the SFT warm-up
-  is left out: it would change neither side's step). Target <= 1.15.
+  is left out: it would change neither side's step). Each run also prints trinity's step split
+  by the roles' timers (explore, write, train, publish) and the rest, the hand-offs between
+  them. Target <= 1.15.
 - overhead: seconds per GRPO step through trinity (mode both, memory sync, explorer and
   trainer taking turns) over the same generate + update written directly against
   transformers/torch in one process, on the same prompts (the quickstart's tasks with its
@@ -246,6 +248,14 @@ def direct_step_seconds(
 
 QUICKSTART_STEPS, QUICKSTART_WARMUP = 40, 5
 """The quickstart figure's run: its steps are short (a quarter second), so more of them."""
+QUICKSTART_PARTS = (
+    ("explore", "explorer", "explore_step"),
+    ("write", "explorer", "write_experiences"),
+    ("train", "trainer", "train_step"),
+    ("publish", "trainer", "sync_weights"),
+)
+"""Where a trinity step goes, by the roles' own timers (means over the measured steps); the
+rest of the step (``hand-offs``) is reading the batch, loading the weights and the waits between."""
 
 
 def quickstart(root: Path, model: Path, data: Path) -> None:
@@ -264,9 +274,15 @@ def quickstart(root: Path, model: Path, data: Path) -> None:
         stamps = [record["timestamp"] for record in metrics(root, name, "trainer")]
         through = (stamps[-1] - stamps[QUICKSTART_WARMUP - 1]) / (len(stamps) - QUICKSTART_WARMUP)
         ratios.append(through / (explore + train))
+        parts = {
+            part: role_step_seconds(root, name, role, f"time/{timer}", QUICKSTART_WARMUP)
+            for part, role, timer in QUICKSTART_PARTS
+        }
+        handoffs = through - sum(parts.values())
         print(
             f"quickstart: direct {explore + train:.3f} s/step (explore {explore:.3f} s, train {train:.3f} s), "
-            f"trinity {through:.3f} s/step, ratio {ratios[-1]:.3f}"
+            f"trinity {through:.3f} s/step ({', '.join(f'{part} {t:.3f} s' for part, t in parts.items())}, "
+            f"hand-offs {handoffs:.3f} s), ratio {ratios[-1]:.3f}"
         )
     print(f"quickstart: ratio {spread(ratios, '.3f')} over {OVERHEAD_REPEATS} runs (target <= 1.15)")
 
@@ -345,9 +361,9 @@ def skewed(root: Path, model: Path, data: Path) -> None:
 ROLE_TIMERS = (("explorer", "time/explore_step"), ("trainer", "time/train_step"))
 
 
-def role_step_seconds(root: Path, name: str, role: str, key: str) -> float:
-    """Mean of a role's per-step timer in a finished run, its warm-up steps left out."""
-    values = [record[key] for record in metrics(root, name, role)][WARMUP:]
+def role_step_seconds(root: Path, name: str, role: str, key: str, warmup: int = WARMUP) -> float:
+    """Mean of a role's per-step timer in a finished run, its ``warmup`` steps left out."""
+    values = [record[key] for record in metrics(root, name, role)][warmup:]
     return sum(values) / len(values)
 
 
