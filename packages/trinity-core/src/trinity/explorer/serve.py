@@ -259,7 +259,6 @@ class ServeProxy:
 
     async def serve(self, host: str, port: int) -> None:
         """Serve until the process ends, loading the trainer's newer weights as they appear."""
-
         app = guarded(self.app, host, self.key)
         server = door_server(app, host=host, port=port, log_level="warning")
         watcher = asyncio.ensure_future(self._follow_weights())
