@@ -1,4 +1,6 @@
-"""One Ray session and one vLLM engine on the tiny model, shared by the vLLM tests (start-up dominates)."""
+"""One Ray session and one vLLM engine on the tiny model, shared by the vLLM tests (start-up dominates)
+and released after this folder's last test (package scope): the engine holds about 3 GB that the
+engine suites' later runs, beside the main suite in CI, need."""
 
 from __future__ import annotations
 
@@ -12,7 +14,7 @@ API_KEY = "vllm-sesame"
 """The shared engine's endpoint requires it (``api_key``): trinity's own clients must send it."""
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def ray_session():
     import ray
 
@@ -21,7 +23,7 @@ def ray_session():
     ray.shutdown()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def shared_vllm_engine(ray_session, tiny_model_dir: Path):
     """The shared engine, started on first use and again after a test killed it (the crash
     test does), so no test depends on running before another."""

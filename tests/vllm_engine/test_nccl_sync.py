@@ -9,7 +9,8 @@ from dataclasses import asdict
 from pathlib import Path
 
 import pytest
-from nccl_member import member
+
+from .nccl_member import member
 
 pytest.importorskip("vllm")
 

@@ -1,0 +1,1 @@
+"""A package, so that its conftest's package-scoped engine ends with the folder's tests."""
