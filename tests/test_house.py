@@ -128,3 +128,16 @@ def test_a_run_that_leaves_an_artefact_in_the_checkout_fails(pytester: pytest.Py
     dirty = pytester.runpytest("-k", "checkout")
     dirty.assert_outcomes(passed=1, errors=1)
     dirty.stdout.fnmatch_lines(["*the test run changed `git status`*", "?? sync/latest.json"])
+
+
+def test_only_role_processes_finds_ray_actors_by_their_process_title():
+    """A test that picks Ray actors from ``/proc`` by title alone would take those of the engine
+    suites CI runs beside the main one (a verl trainer was SIGKILLed so): it goes through
+    ``role_processes.role_pids``, which also asks for the test's own tag."""
+    tests = Path(__file__).resolve().parent
+    by_title = [
+        path.relative_to(tests)
+        for path in tests.rglob("*.py")
+        if "ray::" in path.read_text() and path.name not in {"role_processes.py", "test_house.py"}
+    ]
+    assert not by_title, by_title

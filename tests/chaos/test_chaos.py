@@ -17,6 +17,8 @@ import pytest
 from chaos_helpers import STEPS, Chain, audit, job_dir, meta_step, supervise, write_experiment
 from chaos_roles import start_role
 
+from role_processes import RUN_TAG, role_pids
+
 EXPLORER_POINTS = ["explorer.after_append:2", "explorer.after_meta:2"]
 TRAINER_POINTS = ["trainer.after_save", "trainer.after_rename", "trainer.after_meta", "trainer.after_commit"]
 
@@ -114,7 +116,7 @@ def test_mode_both_killed_as_a_whole_group_resumes_without_loss(tmp_path, tiny_m
         assert first.poll() is None and time.monotonic() < deadline, "the first run never saved a checkpoint"
         time.sleep(0.05)
     time.sleep(random.Random(8).uniform(0, 1.5))
-    for pid in _actor_pids(str(tmp_path)):  # Ray's workers have process groups of their own
+    for pid in role_pids(str(tmp_path)):  # Ray's workers have process groups of their own
         os.kill(pid, signal.SIGKILL)
     os.killpg(first.pid, signal.SIGKILL)
     first.wait()
@@ -218,7 +220,7 @@ def test_an_explorer_joins_on_a_third_node_and_leaves_with_postgres_between_the_
 
         runs = {"explorer": start(explore, whole_node), "trainer": start(train)}
         wait_for("explorer", 2)
-        (first,) = _actor_pids(str(tmp_path), "ExplorerRole")
+        (first,) = role_pids(str(tmp_path), "ExplorerRole")
         os.kill(first, signal.SIGSTOP)
         try:
             runs["explorer_2"] = start(joiner, whole_node)
@@ -298,25 +300,6 @@ def test_a_stop_signal_saves_at_the_next_step_boundary_and_exits_0(tmp_path, tin
     assert 1 <= saved < LONG_RUN
     assert (job_dir(tmp_path) / f"global_step_{saved}").is_dir()
     deadline = time.monotonic() + 10
-    while _actor_pids(str(tmp_path)) and time.monotonic() < deadline:
+    while role_pids(str(tmp_path)) and time.monotonic() < deadline:
         time.sleep(0.2)
-    assert not _actor_pids(str(tmp_path)), "a role outlived the run"
-
-
-RUN_TAG = "TRINITY_CHAOS_RUN"
-"""Set in the environment of the processes a test starts Ray from: its actors inherit it."""
-
-
-def _actor_pids(tag: str, roles: str = "ExplorerRole|TrainerRole") -> list[int]:
-    """The role actors of the Ray a test started with ``RUN_TAG=tag``: not those of a suite
-    running beside it (CI runs the engine suites alongside)."""
-    actor, tagged = re.compile(rb"ray::(%s)\b" % roles.encode()), f"{RUN_TAG}={tag}".encode()
-    pids = []
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            if actor.match(open(f"/proc/{pid}/cmdline", "rb").read()):
-                if tagged in open(f"/proc/{pid}/environ", "rb").read().split(b"\0"):
-                    pids.append(int(pid))
-        except OSError:  # gone meanwhile
-            continue
-    return pids
+    assert not role_pids(str(tmp_path)), "a role outlived the run"

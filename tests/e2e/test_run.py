@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 from e2e_helpers import EXPLORE_ONLY, ray_head, trinity_run, trinity_start, write_experiment
 
+from role_processes import RUN_TAG, role_pids
 from trinity.common.files import read_json
 from trinity.monitor.console import read_jsonl
 from trinity.summary import reward_trend
@@ -201,20 +202,6 @@ def test_a_second_explorer_joins_a_running_async_pair(tmp_path, tiny_model_dir, 
     assert [r["step"] for r in metrics(tmp_path, "trainer")] == list(range(1, first_steps + second_steps + 1))
 
 
-def actor_pids(actor_class: str) -> list[int]:
-    """The processes of Ray actors of ``actor_class`` (Ray titles them ``ray::<Class>`` when
-    idle, ``ray::<Class>.<method>`` while busy)."""
-    pattern = re.compile(rf"ray::{actor_class}\b".encode())
-    pids = []
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            if pattern.match(Path(f"/proc/{pid}/cmdline").read_bytes()):
-                pids.append(int(pid))
-        except OSError:  # gone meanwhile
-            pass
-    return pids
-
-
 def test_runs_join_the_ray_cluster_that_ray_address_names_and_leave_it_clean(tmp_path, tiny_model_dir, arithmetic_data):
     """``cluster.ray_address``: the run connects to that cluster instead of starting one, and
     removes its actors at the end, so the next run of the same experiment there starts clean."""
@@ -236,7 +223,7 @@ def test_runs_join_the_ray_cluster_that_ray_address_names_and_leave_it_clean(tmp
     assert [r["step"] for r in metrics(tmp_path, "trainer")] == [1, 2]
 
 
-def test_trainer_killed_mid_run_resumes_from_its_checkpoint(tmp_path, tiny_model_dir, arithmetic_data):
+def test_trainer_killed_mid_run_resumes_from_its_checkpoint(tmp_path, tiny_model_dir, arithmetic_data, monkeypatch):
     common = (
         "synchronizer.sync_method=checkpoint",
         "buffer.batch_size=4",
@@ -250,6 +237,7 @@ def test_trainer_killed_mid_run_resumes_from_its_checkpoint(tmp_path, tiny_model
         tmp_path, tiny_model_dir, arithmetic_data, "mode=train", "trainer.save_interval=2", *common
     )
     meta = tmp_path / JOB / "meta" / "trainer.json"
+    monkeypatch.setenv(RUN_TAG, str(tmp_path))  # its actors, apart from a suite's beside it
     first = trinity_start(train, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 240
     while not (meta.is_file() and read_json(meta)["step"] >= 2):
@@ -257,7 +245,7 @@ def test_trainer_killed_mid_run_resumes_from_its_checkpoint(tmp_path, tiny_model
         time.sleep(0.1)
     # The trainer actor first: Ray's workers have process groups of their own, and a trainer that
     # outlived its raylet would go on training (and saving) until it noticed.
-    trainers = actor_pids("TrainerRole")
+    trainers = role_pids(str(tmp_path), "TrainerRole")
     assert trainers, "no trainer actor process to kill"
     for pid in trainers:
         os.kill(pid, signal.SIGKILL)
