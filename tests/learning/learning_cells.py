@@ -263,7 +263,7 @@ def run_cell(
 
 
 def plugin_env() -> dict[str, str]:
-    """The environment that loads :data:`PLUGINS` (for Ray's ``runtime_env`` and subprocesses)."""
+    """The environment that loads :data:`PLUGINS` (for this process's Ray and subprocesses)."""
     dirs = [str(PLUGINS), *filter(None, os.environ.get("TRINITY_PLUGIN_DIRS", "").split(os.pathsep))]
     return {"TRINITY_PLUGIN_DIRS": os.pathsep.join(dict.fromkeys(dirs))}
 
