@@ -7,18 +7,24 @@ field, and runs no code from a recipe unless started with ``--allow-code-ops``."
 from __future__ import annotations
 
 import http.client
+import http.server
+import inspect
 import json
 import os
 import socket
 import subprocess
 import sys
+import threading
 import time
+from pathlib import Path
 
 import pytest
+from pydantic import TypeAdapter, ValidationError
 
 from ports import free_port
 from trinity.algorithm.experience_ops import DataJuicer
-from trinity.buffer.data_juicer import MAX_RECIPES, TOKEN_ENV, DataJuicerError, RecipeClient, recipe
+from trinity.buffer.data_juicer import MAX_RECIPES, TOKEN_ENV, DataJuicerError, RecipeClient, RecipeRunner, recipe
+from trinity.buffer.data_juicer_allowlist import ALLOWED, FILTER_ARGS, OPERATOR_ARGS
 from trinity.config.schema import DataJuicerServiceConfig
 
 RECIPE = recipe("test", [{"text_length_filter": {"min_len": 5}}], num_process=1)
@@ -43,12 +49,90 @@ def post(port: int, body: bytes | dict, token: str | None = TOKEN, **headers: st
     return request(port, "POST", "/process", body, **headers, **({"Authorization": f"Bearer {token}"} if token else {}))
 
 
+PROBE = "trinity_data_juicer_probe"
+"""A string the server must treat as data: its ``sitecustomize`` (on the server's path) audits the
+process and writes ``probe_marker`` when it is compiled (``eval``, ``exec``), imported, opened as a
+file or handed to a subprocess."""
+
+AUDIT = f"""import os
+import sys
+
+def _probe(event, args, _seen=[]):
+    if _seen or event not in ("compile", "import", "open", "subprocess.Popen", "os.system"):
+        return
+    if {PROBE!r} in repr(args[:2]):
+        _seen.append(event)
+        with open(os.environ.get("TRINITY_PROBE_MARKER", {{marker!r}}), "a") as f:
+            f.write(event + " " + repr(args[:2])[:300] + "\\n")
+
+sys.addaudithook(_probe)
+"""
+
+
 @pytest.fixture(scope="module")
-def server():
-    """A server on a free port with its token, a 1 MiB body limit and at most ``MAX_ROWS`` rows."""
+def probe_marker(tmp_path_factory) -> Path:
+    """The file the server's audit hook writes when it sees ``PROBE`` used as code, a module or a file."""
+    folder = tmp_path_factory.mktemp("probe")
+    marker = folder / "seen"
+    (folder / "sitecustomize.py").write_text(AUDIT.format(marker=str(marker)))
+    return marker
+
+
+LLM_REPLY = '{"dimension_scores": {"clarity": 4, "relevance": 4, "usefulness": 4, "fluency": 4}, "tags": {}}'
+
+
+@pytest.fixture(scope="module")
+def chat_api():
+    """A stand-in for the hosted chat API the LLM filters call: every completion says ``LLM_REPLY``;
+    ``chat_api.prompts`` holds what it was sent."""
+
+    class Chat(http.server.BaseHTTPRequestHandler):
+        def do_POST(self):
+            prompts.append(self.rfile.read(int(self.headers["Content-Length"])).decode())
+            message = {"role": "assistant", "content": LLM_REPLY}
+            body = json.dumps(
+                {
+                    "id": "c",
+                    "object": "chat.completion",
+                    "created": 0,
+                    "model": "m",
+                    "choices": [{"index": 0, "message": message, "finish_reason": "stop"}],
+                }
+            ).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    prompts: list[str] = []
+    api = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Chat)
+    threading.Thread(target=api.serve_forever, daemon=True).start()
+    api.prompts = prompts
+    yield api
+    api.shutdown()
+
+
+def probe_environment(folder: Path, api_port: int) -> dict[str, str]:
+    """This process's environment with the probe's ``sitecustomize`` on the path, and the chat API
+    (for the LLM operators) at ``api_port``."""
+    paths = os.pathsep.join(filter(None, [str(folder), os.environ.get("PYTHONPATH")]))
+    return {**os.environ, "PYTHONPATH": paths, "OPENAI_API_KEY": "unused"} | {
+        "OPENAI_BASE_URL": f"http://127.0.0.1:{api_port}/v1"
+    }
+
+
+@pytest.fixture(scope="module")
+def server(probe_marker, chat_api):
+    """A server on a free port with its token, a 1 MiB body limit and at most ``MAX_ROWS`` rows;
+    ``PROBE`` is watched for there, and its LLM operators call ``chat_api``."""
     port = free_port()
     command = [sys.executable, "-m", "trinity.buffer.data_juicer", "--port", str(port), "--max-request-mb", "1"]
-    process = subprocess.Popen(command + ["--max-rows", str(MAX_ROWS)], env={**os.environ, TOKEN_ENV: TOKEN})
+    environment = probe_environment(probe_marker.parent, chat_api.server_port) | {TOKEN_ENV: TOKEN}
+    process = subprocess.Popen(command + ["--max-rows", str(MAX_ROWS)], env=environment)
     deadline = time.monotonic() + 120
     while True:
         try:
@@ -73,7 +157,7 @@ def test_an_auto_started_server_runs_the_recipe_and_stops_with_its_client(monkey
         monkeypatch.setenv(TOKEN_ENV, client.token)  # a second client of the same server
         other = RecipeClient("other", RECIPE, DataJuicerServiceConfig(server_url=f"http://127.0.0.1:{port}/"))
         assert [row["i"] for row in other.run(ROWS)] == [0]
-        with pytest.raises(DataJuicerError, match="^bad: Data-Juicer rejects the recipe"):
+        with pytest.raises(DataJuicerError, match="^bad: process.0.no_such_op: not an allowed operator"):
             RecipeClient("bad", {"process": [{"no_such_op": {}}]}, DataJuicerServiceConfig(server_url=client.url))
     finally:
         process = client.process
@@ -127,6 +211,12 @@ def test_the_server_needs_its_token(server, monkeypatch):
     RecipeClient("test", RECIPE, DataJuicerServiceConfig(server_url=f"http://127.0.0.1:{server}"))
 
 
+def test_a_recipe_that_data_juicers_parser_cannot_read_names_why():
+    """Its config parser (jsonargparse) exits on what it cannot read: a DataJuicerError, not an exit."""
+    with pytest.raises(DataJuicerError, match='^recipe: Data-Juicer rejects the recipe \\(Parser key "process"'):
+        RecipeRunner("recipe", {"process": [{"\x7f": None}]})
+
+
 def test_the_server_takes_json_only(server):
     """A web page may post text/plain anywhere without the browser asking first."""
     status, reply = post(server, json.dumps({"recipe": RECIPE, "rows": ROWS}).encode(), Content_Type="text/plain")
@@ -164,12 +254,8 @@ def test_a_refused_request_leaves_the_recipe_cache_as_it_was(server):
             "recipe.temp_dir: Extra inputs are not permitted",
         ),
         ({"recipe": {"process": [{"a_filter": {}, "b_filter": {}}]}, "rows": []}, 422, "recipe.process.0: "),
-        ({"recipe": {"process": [{"no_such_op": {}}]}, "rows": []}, 400, "Data-Juicer rejects the recipe"),
-        (  # its config parser exits (SystemExit) on what it cannot read: a 500 before
-            {"recipe": {"process": [{"\x7f": None}]}, "rows": []},
-            400,
-            'Data-Juicer rejects the recipe (Parser key "process"',
-        ),
+        ({"recipe": {"process": [{"no_such_op": {}}]}, "rows": []}, 400, "process.0.no_such_op: not an allowed"),
+        ({"recipe": {"process": [{"\x7f": None}]}, "rows": []}, 400, "process.0.\x7f: not an allowed operator"),
     ],
 )
 def test_a_malformed_request_is_a_4xx_naming_the_field(server, body, status, message):
@@ -178,22 +264,28 @@ def test_a_malformed_request_is_a_4xx_naming_the_field(server, body, status, mes
 
 
 CODE = {  # what names the refusal: the recipe's operators, given the file that running them writes
-    "python_lambda_mapper": lambda marker: [
+    "process.0.python_lambda_mapper: not an allowed operator": lambda marker: [
         {"python_lambda_mapper": {"lambda_str": f"lambda s: (open({str(marker)!r}, 'w').close(), s)[1]"}}
     ],
-    "python_file_mapper": lambda marker: [
+    "process.0.general_fused_op: not an allowed operator": lambda marker: [
         {"general_fused_op": {"fused_op_list": [{"python_file_mapper": {"file_path": str(marker)}}]}}
     ],
-    "text_chunk_mapper.trust_remote_code": lambda marker: [{"text_chunk_mapper": {"trust_remote_code": True}}],
+    "process.0.text_chunk_mapper.trust_remote_code: not an allowed argument": lambda marker: [
+        {"text_chunk_mapper": {"trust_remote_code": True}}
+    ],
+    "process.1.remove_repeat_sentences_mapper.tokenizer: not an allowed argument": lambda marker: [
+        {"text_length_filter": {"min_len": 1}},
+        {"remove_repeat_sentences_mapper": {"tokenizer": f"lambda t: (open({str(marker)!r}, 'w').close(), [t])[1]"}},
+    ],
 }
 
 
 @pytest.mark.parametrize("named", CODE)
 def test_operators_that_execute_code_are_refused(server, tmp_path, named):
     marker = tmp_path / "ran"
-    body = {"recipe": {"process": CODE[named](marker)}, "rows": [{"text": "some text"}]}
+    body = {"recipe": {"process": CODE[named](marker)}, "rows": [{"text": "some text. some text."}]}
     status, reply = post(server, body)
-    assert status == 400 and reply["error"]["message"].startswith(f"{named}: executes code")
+    assert status == 400 and reply["error"]["message"].startswith(named)
     assert "--allow-code-ops" in reply["error"]["message"] and not marker.exists()
 
 
@@ -202,7 +294,7 @@ def test_custom_operator_files_are_not_imported(server, tmp_path):
     module.write_text(f"open({str(marker)!r}, 'w').close()\n")
     recipe_ = {**RECIPE, "custom_operator_paths": [str(module)]}
     status, reply = post(server, {"recipe": recipe_, "rows": []})
-    assert status == 400 and reply["error"]["message"].startswith("custom_operator_paths: executes code")
+    assert status == 400 and reply["error"]["message"].startswith("custom_operator_paths: Python files")
     assert not marker.exists()
 
 
@@ -270,3 +362,106 @@ def test_a_body_without_its_length_is_bounded_as_it_arrives(server):
         pass
     response = connection.getresponse()
     assert response.status == 413 and "limit of 1048576 bytes" in json.loads(response.read())["error"]["message"]
+
+
+def installed_operators() -> dict[str, type]:
+    """Every operator of the installed Data-Juicer, by name."""
+    from data_juicer.ops import OPERATORS
+
+    return OPERATORS.modules
+
+
+def declared_arguments(operator: type) -> set[str]:
+    """The named arguments of an operator's constructor."""
+    parameters = inspect.signature(operator.__init__).parameters.values()
+    return {p.name for p in parameters if p.name != "self" and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)}
+
+
+def test_the_allowlist_names_installed_operators_and_arguments_they_declare():
+    operators = installed_operators()
+    for name, arguments in ALLOWED.items():
+        assert name in operators, f"{name} is not an operator of the installed Data-Juicer"
+        own = set(arguments.model_fields) - set(OPERATOR_ARGS) - set(FILTER_ARGS)
+        assert own <= declared_arguments(operators[name]), (name, own - declared_arguments(operators[name]))
+
+
+def test_every_other_installed_operator_is_refused_and_nothing_loads(server):
+    before = request(server, "GET", "/health")[1]["recipes"]
+    others = sorted(set(installed_operators()) - set(ALLOWED))
+    assert len(others) > 150  # Data-Juicer 1.6 has 228 operators
+    for name in others:
+        status, reply = post(server, {"recipe": {"process": [{"text_length_filter": {}}, {name: {}}]}, "rows": ROWS})
+        assert status == 400, name
+        assert reply["error"]["message"].startswith(f"process.1.{name}: not an allowed operator"), reply
+    assert request(server, "GET", "/health")[1]["recipes"] == before
+
+
+def test_every_argument_outside_the_allowlist_is_refused(server):
+    operators = installed_operators()
+    refused = 0
+    for name, arguments in ALLOWED.items():
+        others = declared_arguments(operators[name]) - set(arguments.model_fields)
+        for argument in sorted(others | {"trust_remote_code", "stats_export_path", "work_dir"}):
+            status, reply = post(server, {"recipe": {"process": [{name: {argument: "x"}}]}, "rows": ROWS})
+            message = f"process.0.{name}.{argument}: not an allowed argument of {name}"
+            assert status == 400 and reply["error"]["message"].startswith(message), reply
+            refused += 1
+    assert refused > 3 * len(ALLOWED)
+
+
+def string_arguments(arguments: type) -> list[tuple[str, object]]:
+    """Each argument of an operator that takes a string (alone, in a list or as a dict's value),
+    with the way to wrap a string as its value."""
+    shapes = (lambda text: text, lambda text: [text], lambda text: {"key": text})
+    found = []
+    for argument, field in arguments.model_fields.items():
+        adapter = TypeAdapter(field.annotation)
+        for shape in shapes:
+            try:
+                adapter.validate_python(shape("text"))
+            except ValidationError:
+                continue
+            found.append((argument, shape))
+            break
+    return found
+
+
+PROBE_ROWS = [
+    {"text": "One line. One line. Mail a@b.io at http://a.io 1.2.3.4", "score": 1.0, "tag": "a"},
+    {"text": "Another, longer line of text\nwith two lines.", "score": 2.0, "tag": "b"},
+]
+
+
+def test_no_string_argument_of_an_allowed_operator_is_evaluated_imported_or_opened(server, probe_marker, chat_api):
+    """Each string any allowed operator takes, set to ``PROBE`` while the operator runs on rows:
+    the server's audit hook never sees it compiled, imported, opened or run."""
+    ran = probed = 0
+    for name, arguments in ALLOWED.items():
+        for argument, shape in string_arguments(arguments):
+            operator = {name: {"num_proc": 1, argument: shape(PROBE)}}
+            status, reply = post(server, {"recipe": {"process": [operator], "np": 1}, "rows": PROBE_ROWS})
+            assert status in (200, 400), reply
+            assert not probe_marker.exists(), f"{name}.{argument}: {probe_marker.read_text()}"
+            probed, ran = probed + 1, ran + (status == 200)
+    assert probed >= 90 and ran > probed // 3, (probed, ran)
+    assert sum(PROBE in prompt for prompt in chat_api.prompts) >= 10  # the LLM filters' prompts were sent
+
+
+def test_the_probe_sees_the_string_an_operator_evaluates(probe_marker):
+    """The audit hook the test above relies on, in a process set up as the server's: the operator
+    whose argument let a recipe run a shell command (run in process, where any recipe may)."""
+    seen = probe_marker.with_name("seen_in_process")
+    code = (
+        "from trinity.buffer.data_juicer import RecipeRunner\n"
+        f"op = {{'remove_repeat_sentences_mapper': {{'tokenizer': 'lambda text: [{PROBE}]'}}}}\n"
+        "RecipeRunner('own', {'process': [op], 'np': 1}).run([{'text': 'a. b.'}])\n"
+    )
+    environment = probe_environment(probe_marker.parent, free_port()) | {"TRINITY_PROBE_MARKER": str(seen)}
+    subprocess.run([sys.executable, "-c", code], env=environment, capture_output=True, timeout=300)
+    assert seen.read_text().startswith("compile")
+
+
+def test_docs_security_lists_the_allowlist():
+    listed = (Path(__file__).parents[2] / "docs" / "security.md").read_text()
+    assert all(f"`{name}`" in listed for name in ALLOWED)
+    assert f"only\n  these {len(ALLOWED)}" in listed or f"only these {len(ALLOWED)}" in " ".join(listed.split())

@@ -5,8 +5,8 @@ or a ``config_path`` file, which wins): its filters drop rows, its mappers rewri
 filters' statistics land in each row's ``__dj__stats__``; the operators load once per recipe.
 Recipes run in the process that needs them, or in trinity's Data-Juicer server
 (``service.data_juicer``; ``python -m trinity.buffer.data_juicer --port P``: JSON rows over HTTP),
-which takes a token, bounds requests and refuses code-running operators unless
-``--allow-code-ops`` (``docs/data.md``, ``docs/security.md``). Needs the ``data-juicer`` extra.
+which takes a token, bounds requests and runs only the operators and arguments of its allowlist
+(``data_juicer_allowlist``) unless ``--allow-code-ops`` (``docs/data.md``, ``docs/security.md``). Needs the ``data-juicer`` extra.
 """
 
 # No ``from __future__ import annotations``: FastAPI reads ``create_app``'s local models from its
@@ -21,6 +21,7 @@ from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Annotated, Any
 
+from trinity.buffer import data_juicer_allowlist as allowlist
 from trinity.common.errors import PicklableError
 from trinity.config.schema import DataJuicerServiceConfig
 
@@ -90,7 +91,9 @@ class RecipeRunner:
         from data_juicer.core.data import NestedDataset
         from datasets import Dataset
 
-        return NestedDataset(Dataset.from_list(rows)).process(self.ops).to_list()
+        # open_monitor: Data-Juicer's resource monitor forks a sampler process per call, which
+        # only logs; it was two thirds of a small batch's time.
+        return NestedDataset(Dataset.from_list(rows)).process(self.ops, open_monitor=False).to_list()
 
     def close(self) -> None:
         """Nothing to stop in this process."""
@@ -229,34 +232,6 @@ def _call(
 MAX_RECIPES = 8
 """Loaded recipes the server keeps (least recently used first out): each may hold models."""
 
-CODE_WORDS = ("python", "exec")
-"""An operator whose name holds one of these executes code it is given (Data-Juicer 1.6:
-``python_lambda_mapper``, ``python_file_mapper``); the server refuses it without ``--allow-code-ops``,
-as it refuses ``custom_operator_paths`` (Python files to import) and ``trust_remote_code`` (a
-model repository's code)."""
-
-
-def code_in(recipe: dict[str, Any]) -> list[str]:
-    """What in ``recipe`` executes code: its ``custom_operator_paths``, operators named for code
-    (``CODE_WORDS``, nested ones such as ``general_fused_op``'s included) and ``trust_remote_code``."""
-    found = ["custom_operator_paths"] if recipe.get("custom_operator_paths") else []
-    stack: list[tuple[Any, str]] = [(recipe.get("process"), "process")]
-    while stack:
-        node, owner = stack.pop()
-        if isinstance(node, list):
-            for item in reversed(node):
-                if isinstance(item, dict):  # an operator: {name: args}
-                    found += [name for name in item if any(word in name for word in CODE_WORDS)]
-                    stack.extend((args, name) for name, args in item.items())
-                else:
-                    stack.append((item, owner))
-        elif isinstance(node, dict):
-            if node.get("trust_remote_code") not in (None, False):
-                found.append(f"{owner}.trust_remote_code")
-            stack.extend((value, owner) for value in reversed(node.values()))
-    return found
-
-
 RECIPE_FILE_KEYS = {
     "project_name": "a recipe file's name for its job; unused",
     "dataset_path": "a recipe file's input; unused: the rows are sent",
@@ -365,11 +340,12 @@ def create_app(
     def process(request: Process) -> Reply:
         """Run ``recipe`` on ``rows``: the rows it keeps, as it leaves them."""
         config = request.recipe.model_dump(exclude_unset=True, exclude=set(RECIPE_FILE_KEYS))
-        code = [] if allow_code_ops else code_in(config)
-        if code:
+        refused = None if allow_code_ops else allowlist.refusal(config)
+        if refused:
             return error(
                 400,
-                f"{', '.join(code)}: executes code, which this server runs only when started with --allow-code-ops",
+                f"{refused}; this server runs the operators and arguments of its allowlist "
+                "(docs/security.md), and any other only when started with --allow-code-ops, which runs code",
                 "recipe",
             )
         name = json.dumps(config, sort_keys=True)
@@ -445,7 +421,11 @@ if __name__ == "__main__":
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--parent", type=int, default=None, help="stop when this process ends")
-    parser.add_argument("--allow-code-ops", action="store_true", help="run operators that execute code")
+    parser.add_argument(
+        "--allow-code-ops",
+        action="store_true",
+        help="run any operator and argument, not only the allowlist's: runs code",
+    )
     parser.add_argument("--max-request-mb", type=_positive, default=64, help="largest request body, in MiB")
     parser.add_argument("--max-rows", type=_positive, default=100_000, help="most rows per request")
     arguments = parser.parse_args()

@@ -420,8 +420,9 @@ class DataJuicerServiceConfig(ConfigModel):
     port: int | None = Field(None, ge=1, le=65535, description="Port of the auto-started server; unset: a free one.")
     allow_code_ops: bool = Field(
         False,
-        description="Let the auto-started server run operators that execute code (python_lambda_mapper, "
-        "python_file_mapper, custom_operator_paths, trust_remote_code); a server at server_url decides itself.",
+        description="Let the auto-started server run any operator and argument, not only its allowlist's "
+        "(python_lambda_mapper, custom_operator_paths, trust_remote_code: runs code); a server at server_url "
+        "decides itself.",
     )
     max_request_mb: int = Field(64, ge=1, description="Largest request body the auto-started server accepts, in MiB.")
     max_rows: int = Field(100_000, ge=1, description="Most rows per request the auto-started server accepts.")
