@@ -424,7 +424,9 @@ def test_workflow_args_without_a_required_key_is_an_error_naming_it(tmp_path):
         f"{taskset}.default_workflow_type=required_args_workflow.RequiredArgsWorkflow",
         f"{taskset}.workflow_args={{turns: 3}}",
     ]
-    found = issues_of(write(tmp_path), overrides)  # a ConfigError, not pydantic's (a traceback in the CLI)
+    with pytest.raises(ConfigError) as err:  # a ConfigError, not pydantic's (a traceback in the CLI)
+        load_config(write(tmp_path), overrides, run=True)  # a run imports the dotted path and checks its args
+    found = {issue.path: issue.message for issue in err.value.issues}
     assert found == {f"{taskset}.workflow_args.env_url": "required: the environment's address"}, found
 
 

@@ -9,7 +9,10 @@ cores, and the first rollout came about 0.5 s later; only the actors need torch.
 from __future__ import annotations
 
 import importlib
+import sys
+from importlib.machinery import ModuleSpec
 from types import ModuleType
+from typing import Any
 
 
 class LazyModule(ModuleType):
@@ -29,3 +32,47 @@ class LazyModule(ModuleType):
 def lazy_module(name: str) -> ModuleType:
     """``name``, imported when an attribute of it is first read (``torch = lazy_module("torch")``)."""
     return LazyModule(name)
+
+
+def module_exists(name: str) -> bool:
+    """Whether the module ``name`` (``"pkg.sub.mod"``) can be found, executing no code of it or of
+    its parent packages (``importlib.util.find_spec("pkg.sub")`` imports ``pkg``).
+
+    Each level is asked of the finders of ``sys.meta_path`` (installed code, what ``import``
+    itself asks) with the search locations of the level above: a package's ``__init__`` is
+    located, never run. Modules already imported are taken from ``sys.modules``.
+    """
+    parts = name.split(".")
+    if not all(part.isidentifier() for part in parts):
+        return False
+    if name in sys.modules:  # imported already (``os.path`` too, which no package holds)
+        return True
+    locations = None
+    for depth in range(1, len(parts) + 1):
+        qualified = ".".join(parts[:depth])
+        module = sys.modules.get(qualified)
+        if module is not None:
+            found = getattr(module, "__path__", None)
+        else:
+            spec = _find_spec(qualified, locations)
+            if spec is None:
+                return False
+            found = spec.submodule_search_locations
+        if depth < len(parts) and found is None:  # not a package: it has no submodules
+            return False
+        locations = found
+    return True
+
+
+def _find_spec(name: str, locations: Any) -> ModuleSpec | None:
+    for finder in sys.meta_path:
+        find_spec = getattr(finder, "find_spec", None)
+        if find_spec is None:
+            continue
+        try:
+            spec = find_spec(name, locations)
+        except (ImportError, ValueError, TypeError, AttributeError):
+            continue
+        if spec is not None:
+            return spec
+    return None

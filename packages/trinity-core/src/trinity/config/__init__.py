@@ -9,7 +9,7 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from trinity.common.errors import first_line
-from trinity.config.check import check_config
+from trinity.config.check import check_config, importing_dotted_paths
 from trinity.config.derive import derive_config
 from trinity.config.load import ConfigError, ConfigIssue, IssueCollector, parse_config, read_yaml
 from trinity.config.schema import Config
@@ -21,10 +21,12 @@ def load_config(
     """Read, type, validate and derive a config; raises ConfigError listing every problem.
 
     Warnings (deprecated keys, adjusted values, keys with no effect) are logged once. ``run``
-    (a config about to run) makes what only a run refuses an error; ``strict`` makes that and
-    the keys with no effect errors.
+    (a config about to run) makes what only a run refuses an error and imports the dotted paths
+    the config names to check their arguments (without it, nothing the config names is
+    imported); ``strict`` makes what only a run refuses and the keys with no effect errors.
     """
-    config, issues = check_tree(read_yaml(path, overrides))
+    with importing_dotted_paths(run):
+        config, issues = check_tree(read_yaml(path, overrides))
     issues.raise_if_any(str(path), strict, run)
     issues.emit_warnings()
     return config
@@ -65,7 +67,11 @@ def load_stage_configs(
     Every issue of every stage is reported at once, and each warning once (``warn=False``:
     none, for a config loaded again); ``run`` and ``strict`` as in ``load_config``.
     """
-    raw = read_yaml(path, overrides)
+    with importing_dotted_paths(run):
+        return _stage_configs(read_yaml(path, overrides), str(path), strict, warn, run)
+
+
+def _stage_configs(raw: DictConfig, source: str, strict: bool, warn: bool, run: bool) -> list[Config]:
     issues = IssueCollector()
     config = derive_and_check(parse_config(raw, issues), issues)
     configs = [config]
@@ -91,7 +97,7 @@ def load_stage_configs(
             stage_issues = IssueCollector()
             configs.append(derive_and_check(parse_config(merged, stage_issues), stage_issues))
             issues.merge(stage_issues, f" (in stage {stage.stage_name})")
-    issues.raise_if_any(str(path), strict, run)
+    issues.raise_if_any(source, strict, run)
     if warn:
         issues.emit_warnings()
     return configs

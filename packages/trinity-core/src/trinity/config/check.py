@@ -8,8 +8,10 @@ rule stricter than Trinity-RFT's is a warning (see docs/config.md).
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextvars import ContextVar
 from pathlib import Path
 from typing import Any
 
@@ -84,9 +86,33 @@ def plugin_ok(issues: IssueCollector, kind: Kind, name: str, path: str) -> bool:
     return True
 
 
+_IMPORTS_DOTTED_PATHS: ContextVar[bool] = ContextVar("trinity_check_imports_dotted_paths", default=False)
+
+
+@contextlib.contextmanager
+def importing_dotted_paths(allowed: bool = True) -> Iterator[None]:
+    """Within it (a config about to run: ``trinity run`` imports them anyway), the check imports the
+    dotted ``module.Class`` paths a config names, to validate their arguments. Outside it, a check
+    imports nothing a config names: only registered plugins, which are installed code."""
+    token = _IMPORTS_DOTTED_PATHS.set(allowed)
+    try:
+        yield
+    finally:
+        _IMPORTS_DOTTED_PATHS.reset(token)
+
+
+def may_import(kind: Kind, name: str) -> bool:
+    """Whether the check may import ``name``: a registered plugin, or any name within ``importing_dotted_paths``."""
+    return _IMPORTS_DOTTED_PATHS.get() or name in get_registry().names(kind)
+
+
 def resolved_plugin(issues: IssueCollector, kind: Kind, name: str, path: str) -> Any:
-    """The implementation of ``name`` (imported), or None with the issue recorded."""
+    """The implementation of ``name`` (imported), or None with the issue recorded; None with a
+    warning for a dotted path that the check may not import (``may_import``)."""
     if not plugin_ok(issues, kind, name, path):
+        return None
+    if not may_import(kind, name):
+        issues.warn(path, f"'{name}' is a dotted path: not imported by the check; trinity run imports and checks it")
         return None
     try:
         return resolve(kind, name)
@@ -528,7 +554,8 @@ def check_trainer(config: Config, issues: IssueCollector) -> None:
     trainer = config.trainer
     if trainer_runs(config) and trainer.trainer_type != TINKER:  # refused by check_tinker
         known = plugin_ok(issues, Kind.TRAINER_ENGINE, trainer.trainer_type, "trainer.trainer_type")
-        engine = resolve(Kind.TRAINER_ENGINE, trainer.trainer_type) if known and trainer.grad_offload else None
+        importable = known and may_import(Kind.TRAINER_ENGINE, trainer.trainer_type)
+        engine = resolve(Kind.TRAINER_ENGINE, trainer.trainer_type) if importable and trainer.grad_offload else None
         if engine is not None and not getattr(engine, "offloads_gradients", False):
             issues.add(
                 "trainer.grad_offload",

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import difflib
 import importlib
-import importlib.util
 import logging
 import os
 import sys
@@ -25,6 +24,7 @@ from typing import Any
 import pluggy
 
 from trinity.common.errors import PicklableError
+from trinity.common.lazy_import import module_exists
 from trinity.plugins import hookspecs
 from trinity.plugins.kinds import KNOWN_PROVIDERS, Kind, sibling_distribution
 
@@ -104,13 +104,6 @@ class LoadFailure:
     error: str
 
 
-def _module_exists(module: str) -> bool:
-    try:
-        return importlib.util.find_spec(module) is not None
-    except (ImportError, ValueError):  # a parent package that is missing or not a package
-        return False
-
-
 def _split_env(var: str) -> set[str]:
     return {item.strip() for item in os.environ.get(var, "").split(",") if item.strip()}
 
@@ -159,7 +152,7 @@ class PluginRegistry:
         if name in self.entries[kind]:
             return self.entries[kind][name]
         module = name.rpartition(".")[0] if "." in name and ":" not in name else ""
-        if module and _module_exists(module):
+        if module and module_exists(module):
             return PluginEntry(kind, name, name, plugin="dotted path", distribution="(import path)")
         raise UnknownPluginError(kind, name, self.names(kind), config_key)
 
