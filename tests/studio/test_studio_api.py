@@ -80,7 +80,8 @@ def test_a_body_of_the_wrong_shape_is_a_422_naming_the_field(tmp_path):
 def test_save_writes_the_users_keys_in_schema_order_and_gives_the_command(tmp_path):
     target = tmp_path / "sub" / "run.yaml"
     tree = {"buffer": {"batch_size": 8}, "project": "p", "name": "n"}
-    saved = client(root=tmp_path).post("/api/save", json={"config": tree, "path": str(target)}).json()
+    body = {"config": tree, "path": str(target), "save_anyway": True}
+    saved = client(root=tmp_path).post("/api/save", json=body).json()
     assert list(yaml.safe_load(target.read_text())) == ["project", "name", "buffer"]
     assert saved["command"] == f"trinity run --config {target}"
     folder = client(root=tmp_path).post("/api/save", json={"config": tree, "path": str(tmp_path / "sub")})

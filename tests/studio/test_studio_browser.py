@@ -137,10 +137,16 @@ def test_example_configs_round_trip_through_the_form(studio, page, tmp_path, see
     open_every_section(page)
     assert retype_every_field(page) > 5
     asked = []
-    page.once("dialog", lambda dialog: (asked.append(dialog.message), dialog.accept()))
+    page.on("dialog", lambda dialog: (asked.append(dialog.message), dialog.accept()))
     page.click("#save")
     page.wait_for_function("document.getElementById('saved').textContent.startsWith('saved')")
-    assert asked == [f"{copy} exists. Replace it?"]  # the file it opened: replaced once the user says so
+    assert asked[0] == f"{copy} exists. Replace it?"  # the file it opened: replaced once the user says so
+    errors = checked(example)[1]  # a fragment has errors: saved once the user says "save anyway"
+    assert asked[1:] == (
+        [f"The config has {len(errors)} error(s): trinity run refuses it until they are fixed. Save anyway?"]
+        if errors
+        else []
+    )
     assert copy.read_text() != example.read_text()  # written by the studio
     assert checked(copy) == checked(example)
 

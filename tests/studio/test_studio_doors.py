@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 
 import pytest
 from fastapi.testclient import TestClient
@@ -21,8 +22,9 @@ def client(root, config_path=None, token: str | None = TOKEN) -> TestClient:
     return TestClient(create_app(config_path, root=root, token=TOKEN), base_url="http://127.0.0.1", headers=headers)
 
 
-def save(studio: TestClient, path, overwrite: bool | None = None, project: str = "p"):
-    body = {"config": {"project": project}, "path": str(path)}
+def save(studio: TestClient, path, overwrite: bool | None = None, project: str = "p", anyway: bool = True):
+    """Save ``{"project": project}`` (a config with errors: saved only ``anyway``) to ``path``."""
+    body = {"config": {"project": project}, "path": str(path), "save_anyway": anyway}
     if overwrite is not None:
         body["overwrite"] = overwrite
     return studio.post("/api/save", json=body)
@@ -235,3 +237,121 @@ def test_the_token_is_never_in_a_reply(tmp_path):
     studio = client(tmp_path)
     for answer in (studio.get("/api/schema"), studio.get("/api/initial"), save(studio, "t.yaml")):
         assert TOKEN not in answer.text
+
+
+# --- the studio writes trinity configs only (issue 46) -------------------------------------
+
+VALID = {
+    "project": "p",
+    "model": {"model_path": "m", "max_prompt_tokens": 8, "max_response_tokens": 8},
+    "buffer": {"explorer_input": {"taskset": {"path": "tasks.jsonl"}}},
+}
+
+
+@pytest.mark.parametrize(
+    "given",
+    [".github/workflows/ci.yml", ".pre-commit-config.yaml", "sub/.hidden/run.yaml", ".run.yaml", "via_link.yaml"],
+)
+def test_no_dot_file_or_dot_folder_is_written_whatever_the_request_says(tmp_path, given):
+    (tmp_path / ".github").mkdir()
+    (tmp_path / "via_link.yaml").symlink_to(tmp_path / ".github" / "x.yaml")  # the resolved file counts
+    before = sorted(str(p) for p in tmp_path.rglob("*"))
+    body = {"config": VALID, "path": given, "overwrite": True, "save_anyway": True}
+    answer = client(tmp_path).post("/api/save", json=body)
+    assert answer.status_code == 403, answer.text
+    assert "dot" in answer.json()["detail"] and given in answer.json()["detail"]
+    assert sorted(str(p) for p in tmp_path.rglob("*")) == before
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "name: ci\non: [push]\njobs: {test: {runs-on: ubuntu-latest}}\n",  # one key (name) is trinity's
+        "services: {db: {image: postgres}}\nvolumes: {}\n",
+        "- hosts: all\n  tasks: []\n",
+        "just text\n",
+        "key: [unclosed\n",
+    ],
+)
+def test_a_file_that_is_not_a_trinity_config_is_never_replaced(tmp_path, text):
+    target = tmp_path / "other.yaml"
+    target.write_text(text)
+    body = {"config": VALID, "path": "other.yaml", "overwrite": True, "save_anyway": True}
+    answer = client(tmp_path).post("/api/save", json=body)
+    assert answer.status_code == 409 and "trinity configs only" in answer.json()["detail"], answer.text
+    assert target.read_text() == text
+
+
+def test_a_trinity_config_with_a_misspelt_key_or_an_empty_file_is_replaced(tmp_path):
+    for name, text in (("mine.yaml", "project: p\nnme: typo\nmodel: {model_path: m}\n"), ("empty.yaml", "")):
+        (tmp_path / name).write_text(text)
+        body = {"config": VALID, "path": name, "overwrite": True}
+        assert client(tmp_path).post("/api/save", json=body).status_code == 200
+        assert yaml_of(tmp_path / name)["model"]["model_path"] == "m"
+
+
+def test_a_config_with_errors_is_saved_only_when_asked_and_the_reply_says_so(tmp_path):
+    studio = client(tmp_path)
+    broken = {**VALID, "algorithm": {"repeat_times": -1}}
+    refused = studio.post("/api/save", json={"config": broken, "path": "run.yaml"})
+    assert refused.status_code == 422, refused.text
+    assert "algorithm.repeat_times" in refused.json()["detail"] and "save_anyway" in refused.json()["detail"]
+    assert [e["path"] for e in refused.json()["errors"]] == ["algorithm.repeat_times"]
+    assert not (tmp_path / "run.yaml").exists()
+    anyway = studio.post("/api/save", json={"config": broken, "path": "run.yaml", "save_anyway": True})
+    assert anyway.status_code == 200 and anyway.json()["saved_with_errors"] is True
+    assert "1 error" in anyway.json()["note"]
+    assert yaml_of(tmp_path / "run.yaml")["algorithm"] == {"repeat_times": -1}
+    valid = studio.post("/api/save", json={"config": VALID, "path": "ok.yaml"})
+    assert valid.status_code == 200 and valid.json()["saved_with_errors"] is False and "note" not in valid.json()
+
+
+def yaml_of(path):
+    import yaml
+
+    return yaml.safe_load(path.read_text())
+
+
+# --- hostile YAML and JSON: a 400 naming the limit, in well under a second (issue 46) ------
+
+LAUGHS = "a: &a [x, x, x, x, x, x, x, x, x, x]\n" + "".join(
+    f"{chr(98 + i)}: &{chr(98 + i)} [{', '.join([f'*{chr(97 + i)}'] * 10)}]\n" for i in range(8)
+)
+"""A "billion laughs": 81 aliases, 10**9 nodes once expanded (about 400 bytes)."""
+
+
+@pytest.mark.parametrize(
+    ("text", "limit"),
+    [
+        (LAUGHS, "nodes"),
+        ("a: &a x\nb: [" + ", ".join(["*a"] * 101) + "]\n", "aliases"),
+        ("a: " + "[" * 40 + "]" * 40 + "\n", "nested deeper than 32"),
+        ("a: " + "[" * 100_000 + "\n", "nested deeper than 32"),  # the composer would recurse out
+        ("a: " + "{b: " * 50 + "1" + "}" * 50 + "\n", "nested deeper than 32"),
+    ],
+    ids=["billion-laughs", "101-aliases", "40-deep", "100000-deep-unclosed", "50-deep-mappings"],
+)
+def test_yaml_beyond_the_limits_is_a_400_naming_the_limit_in_load_and_check(tmp_path, text, limit):
+    studio = client(tmp_path)
+    started = time.monotonic()
+    loaded = studio.post("/api/load", json={"text": text})
+    checked = studio.post("/api/check", json={"config": {"trainer": {"x": {"__yaml__": text}}}})
+    assert time.monotonic() - started < 5
+    assert loaded.status_code == 400 and limit in loaded.json()["detail"], loaded.text
+    assert checked.status_code == 400 and limit in checked.json()["detail"], checked.text
+    assert checked.json()["detail"].startswith("trainer.x")
+
+
+def test_yaml_within_the_limits_loads_aliases_and_all(tmp_path):
+    text = "model: &m {model_path: m}\nexplorer: {auxiliary_models: [" + ", ".join(["*m"] * 50) + "]}\n"
+    loaded = client(tmp_path).post("/api/load", json={"text": text})
+    assert loaded.status_code == 200 and len(loaded.json()["config"]["explorer"]["auxiliary_models"]) == 50
+
+
+def test_deep_json_is_a_400_naming_the_limit_not_a_500(tmp_path):
+    studio = client(tmp_path)
+    for path in ("/api/check", "/api/save", "/api/load"):
+        body = '{"config": ' + '{"a": ' * 10_000 + "1" + "}" * 10_000 + ', "path": "x.yaml", "text": ""}'
+        answer = studio.post(path, content=body, headers={"Content-Type": "application/json"})
+        assert answer.status_code == 400 and "limit of 64 levels" in answer.json()["error"]["message"]
+    assert not list(tmp_path.iterdir())

@@ -5,9 +5,11 @@ loaded file keeps every key it had) and sends it here on each edit. A leaf the f
 type itself (a YAML textarea) arrives as ``{"__yaml__": text}`` and is parsed here.
 
 It is a door on the user's machine (``docs/security.md``): every route needs the launch's token
-(``RequestGuard``: bearer or cookie, same-site, loopback names, JSON bodies), saves stay inside
-its root folder, and a check runs no code and reads no environment variable or file that the page
-did not send.
+(``RequestGuard``: bearer or cookie, same-site, loopback names, JSON bodies nested 64 deep at
+most), YAML is read within ``YAML_LIMITS`` (no alias bombs), saves write trinity configs only
+(inside its root folder, no dot-file or dot-folder, over no file that is not a trinity config,
+and a config with errors only when the user says "save anyway"), and a check runs no code and
+reads no environment variable or file that the page did not send.
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ from omegaconf.errors import OmegaConfBaseException
 from pydantic import BaseModel
 
 from trinity.common.errors import first_line
-from trinity.common.http_guard import LOOPBACK_HOSTS, RequestGuard, door_server
+from trinity.common.http_guard import LOOPBACK_HOSTS, RequestGuard, door_server, refuse_exhaustion
 from trinity.config import Config, check_tree
 from trinity.config.load import IssueCollector, children
 from trinity.config.reference import json_schema
@@ -112,18 +114,75 @@ class SaveRequest(TreeRequest):
     path: str
     overwrite: bool = False
     """Replace an existing file (the page asks the user first)."""
+    save_anyway: bool = False
+    """Save a config that has errors (the page asks the user first; the reply says it has them)."""
 
 
 class LoadRequest(BaseModel):
     text: str
 
 
+YAML_LIMITS = {"aliases": 100, "depth": 32, "nodes": 100_000}
+"""What one YAML text may hold: aliases (``*name``), collections inside one another, and nodes once
+every alias is expanded. A config has a few aliases, ~8 levels and ~1,000 nodes; a "billion laughs"
+text of 270 bytes expands to billions of nodes, and a deep one recurses out of the composer."""
+_YAML_EVENTS = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+class YamlTooLarge(ValueError):
+    """A YAML text beyond ``YAML_LIMITS``."""
+
+
+def within_yaml_limits(text: str) -> None:
+    """Raise ``YamlTooLarge`` naming the limit when ``text`` goes beyond ``YAML_LIMITS``, read off its
+    parse events (no tree is built, nothing recurses); a YAML error goes up as it is."""
+    aliases, nodes, sizes = 0, 0, {}
+    open_: list[list[Any]] = []  # [anchor, expanded size] of each collection open now
+    for event in yaml.parse(text, Loader=_YAML_EVENTS):
+        if isinstance(event, (yaml.ScalarEvent, yaml.AliasEvent, yaml.CollectionStartEvent)):
+            if isinstance(event, yaml.AliasEvent):
+                aliases += 1
+                if aliases > YAML_LIMITS["aliases"]:
+                    raise YamlTooLarge(f"more than {YAML_LIMITS['aliases']} aliases (*name), the studio's limit")
+                size = sizes.get(event.anchor, 1)
+            else:
+                size = 1
+                if isinstance(event, yaml.ScalarEvent) and event.anchor:
+                    sizes[event.anchor] = 1
+            nodes += size
+            if nodes > YAML_LIMITS["nodes"]:
+                raise YamlTooLarge(
+                    f"more than {YAML_LIMITS['nodes']} nodes with its aliases expanded, the studio's limit"
+                )
+            if open_:
+                open_[-1][1] += size
+            if isinstance(event, yaml.CollectionStartEvent):
+                open_.append([event.anchor, 0])
+                if len(open_) > YAML_LIMITS["depth"]:
+                    raise YamlTooLarge(f"collections nested deeper than {YAML_LIMITS['depth']}, the studio's limit")
+        elif isinstance(event, yaml.CollectionEndEvent):
+            anchor, size = open_.pop()
+            if anchor:
+                sizes[anchor] = size + 1
+            if open_:
+                open_[-1][1] += size
+
+
+def safe_yaml(text: str) -> Any:
+    """``yaml.safe_load`` of a text within ``YAML_LIMITS``."""
+    within_yaml_limits(text)
+    return yaml.safe_load(text)
+
+
 def parse_leaves(node: Any, path: str, issues: IssueCollector) -> Any:
-    """The tree with every ``{"__yaml__": text}`` leaf parsed (a YAML error is an issue at its key)."""
+    """The tree with every ``{"__yaml__": text}`` leaf parsed (a YAML error is an issue at its key;
+    one beyond ``YAML_LIMITS`` is a 400 naming the key and the limit)."""
     if isinstance(node, dict):
         if set(node) == {YAML_LEAF}:
             try:
-                return yaml.safe_load(node[YAML_LEAF])
+                return safe_yaml(node[YAML_LEAF])
+            except YamlTooLarge as exc:
+                raise HTTPException(400, f"{path or 'config'}: not loaded: {exc}") from None
             except yaml.YAMLError as exc:
                 issues.add(path, f"not valid YAML: {getattr(exc, 'problem', None) or exc}")
                 return None
@@ -269,7 +328,10 @@ def read_tree(text: str) -> dict[str, Any]:
     """A YAML file's tree as written: interpolations kept, OmegaConf's reading of numbers, and
     ``.nan`` or ``.inf`` (which JSON cannot carry to the page) as YAML leaves."""
     try:
+        within_yaml_limits(text)
         raw = OmegaConf.create(text or "{}")
+    except YamlTooLarge as exc:
+        raise HTTPException(400, f"not loaded: {exc}") from None
     except (yaml.YAMLError, OmegaConfBaseException) as exc:
         raise HTTPException(400, f"not valid YAML: {first_line(exc)}") from None
     except AssertionError:  # OmegaConf's answer to a lone scalar ("1", "false")
@@ -293,7 +355,9 @@ def _finite(node: Any) -> Any:
 
 def save_target(root: Path, given: str) -> Path:
     """The file a save to ``given`` writes (a relative path is from ``root``), symlinks followed:
-    a .yaml or .yml file inside ``root``, else a 4xx that names the path and the rule."""
+    a .yaml or .yml file inside ``root`` and in no dot-folder of it, not a dot-file itself (those
+    are other tools' configs: ``.github/workflows/ci.yml``, ``.pre-commit-config.yaml``), else a
+    4xx that names the path and the rule."""
     if not given.strip():
         raise HTTPException(400, f"give the file to save to: a .yaml file inside {root}")
     try:
@@ -314,7 +378,33 @@ def save_target(root: Path, given: str) -> Path:
         raise HTTPException(400, f"save to a file, not a folder: {given!r}")
     if target.suffix.lower() not in SAVED_SUFFIXES:
         raise HTTPException(400, f"{given!r}: the studio saves {' or '.join(SAVED_SUFFIXES)} files only")
+    hidden = [part for part in target.relative_to(root).parts if part.startswith(".")]
+    if hidden:
+        raise HTTPException(
+            403, f"{given!r} is {target}: the studio writes no dot-file and nothing in a dot-folder ({hidden[0]})"
+        )
     return target
+
+
+def not_a_config(target: Path) -> str | None:
+    """Why the existing file ``target`` is not a trinity config, which a save must not replace:
+    YAML that is not a mapping, or a mapping most of whose top-level keys are no section or field
+    of trinity's (a CI workflow's ``on`` and ``jobs``); None for a config, an empty file or none."""
+    try:
+        if not target.is_file():
+            return None
+        text = target.read_text(encoding="utf-8")
+        tree = safe_yaml(text)
+    except (OSError, UnicodeDecodeError, yaml.YAMLError, YamlTooLarge) as exc:
+        return f"it is not YAML the studio reads ({first_line(exc)})"
+    if tree is None:
+        return None
+    if not isinstance(tree, dict):
+        return f"its YAML is a {type(tree).__name__}, not a mapping of sections"
+    foreign = [str(k) for k in tree if k not in Config.model_fields]
+    if len(foreign) * 2 > len(tree):
+        return f"most of its top-level keys are not trinity's ({', '.join(foreign[:5])})"
+    return None
 
 
 def write_config(target: Path, text: str, overwrite: bool) -> None:
@@ -358,6 +448,7 @@ def create_app(config_path: Path | None = None, *, root: Path, token: str) -> Fa
     # Every route but the page needs the token (the page takes it from ?token= or the cookie);
     # another site's page gets 403, a text/plain or form body 415, a name that is not loopback 403.
     app.add_middleware(RequestGuard, token=token, cookie=cookie, hosts=LOOPBACK_HOSTS, open_paths=("/",))
+    refuse_exhaustion(app)  # a RecursionError or MemoryError in a handler: a 400
     app.mount("/static", StaticFiles(directory=STATIC), name="static")
 
     @app.exception_handler(RequestValidationError)
@@ -402,13 +493,34 @@ def create_app(config_path: Path | None = None, *, root: Path, token: str) -> Fa
     def load(request: LoadRequest) -> dict[str, Any]:
         return {"config": read_tree(request.text)}
 
-    @app.post("/api/save")
-    def save(request: SaveRequest) -> dict[str, Any]:
+    @app.post("/api/save", response_model=None)
+    def save(request: SaveRequest) -> dict[str, Any] | JSONResponse:
+        """Write the config: refused (4xx naming the rule) for a path ``save_target`` refuses, an
+        existing file unless ``overwrite`` (409) or when it is not a trinity config (409), and a
+        config with errors unless ``save_anyway`` (422 with the errors); the reply says whether
+        the saved config has errors (``saved_with_errors``)."""
         target = save_target(root, request.path)
+        if target.exists() and not request.overwrite:
+            raise HTTPException(409, f'{target} exists: confirm to replace it ("overwrite": true)')
+        foreign = not_a_config(target)
+        if foreign:
+            raise HTTPException(409, f"{target} is not replaced: {foreign}; the studio writes trinity configs only")
         result = check(request.config)
+        errors = result["errors"]
+        if errors and not request.save_anyway:
+            listed = "; ".join(f"{e['path'] or 'config'}: {e['message']}" for e in errors[:3])
+            detail = (
+                f"not saved: the config has {len(errors)} error(s) ({listed}{'; ...' if len(errors) > 3 else ''}); "
+                'to save it as it is, ask to save anyway ("save_anyway": true)'
+            )
+            return JSONResponse(status_code=422, content={"detail": detail, "errors": errors})
         write_config(target, result["yaml"], request.overwrite)
         quoted = shlex.quote(str(target))
-        return {**result, "path": str(target), "quoted": quoted, "command": f"trinity run --config {quoted}"}
+        saved = {**result, "path": str(target), "quoted": quoted, "command": f"trinity run --config {quoted}"}
+        saved["saved_with_errors"] = bool(errors)
+        if errors:
+            saved["note"] = f"saved as asked, with {len(errors)} error(s): trinity run refuses it until they are fixed"
+        return saved
 
     return app
 

@@ -263,6 +263,7 @@ async function post(url, body) {
   if (!response.ok) {
     const error = new Error(data.detail || (data.error && data.error.message) || response.statusText);
     error.status = response.status;
+    error.data = data;
     throw error;
   }
   return data;
@@ -338,12 +339,22 @@ async function loadText(text) {
   }
 }
 async function saveTo(path) {
-  // An existing file is replaced only once the user says so (the server answers 409 until then).
-  try {
-    return await post("/api/save", { config: state.doc, path });
-  } catch (err) {
-    if (err.status !== 409 || !window.confirm(`${path} exists. Replace it?`)) throw err;
-    return post("/api/save", { config: state.doc, path, overwrite: true });
+  // An existing file is replaced only once the user says so (the server answers 409 until then),
+  // and a config with errors is saved only once the user says "save anyway" (422 until then).
+  const body = { config: state.doc, path };
+  for (;;) {
+    try {
+      return await post("/api/save", body);
+    } catch (err) {
+      if (err.status === 409 && !body.overwrite && err.message.includes("exists") && window.confirm(`${path} exists. Replace it?`)) {
+        body.overwrite = true;
+      } else if (err.status === 422 && err.data.errors && !body.save_anyway &&
+                 window.confirm(`The config has ${err.data.errors.length} error(s): trinity run refuses it until they are fixed. Save anyway?`)) {
+        body.save_anyway = true;
+      } else {
+        throw err;
+      }
+    }
   }
 }
 async function save(showCommand) {
@@ -351,7 +362,7 @@ async function save(showCommand) {
   try {
     const data = await saveTo(path);
     document.getElementById("saved").textContent =
-      `saved ${data.path}` + (data.errors.length ? ` with ${data.errors.length} error(s) still to fix` : "");
+      `saved ${data.path}` + (data.saved_with_errors ? ` with ${data.errors.length} error(s) still to fix` : "");
     document.getElementById("command").textContent = showCommand
       ? `trinity config check ${data.quoted}\n${data.command}`
       : data.command;
