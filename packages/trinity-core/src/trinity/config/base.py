@@ -9,8 +9,10 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer
 from pydantic_core import PydanticUndefined
+
+from trinity.config.secrets import mask_secrets
 
 
 class ConfigModel(BaseModel):
@@ -23,6 +25,12 @@ class ConfigModel(BaseModel):
     renamed: ClassVar[dict[str, str]] = {}
 
     model_config = ConfigDict(extra="forbid", coerce_numbers_to_str=True, validate_default=False)
+
+    @model_serializer(mode="wrap", when_used="json")
+    def _masked(self, handler: SerializerFunctionWrapHandler) -> Any:
+        """The JSON form, what every record of a config is made of (``config.yaml``, ``trinity
+        config check``, the trackers' copy): its credentials masked (``trinity.config.secrets``)."""
+        return mask_secrets(handler(self))
 
 
 class PluginArgs(ConfigModel):

@@ -27,6 +27,7 @@ from pydantic import BaseModel, ValidationError
 from trinity.common.errors import PicklableError, first_line
 from trinity.config.base import EFFECT, ConfigModel, inert_message, inert_reason
 from trinity.config.schema import Config
+from trinity.config.secrets import mask_text
 
 logger = logging.getLogger(__name__)
 
@@ -37,6 +38,9 @@ class ConfigIssue:
 
     path: str
     message: str
+
+    def __post_init__(self) -> None:  # a value quoted in a message is printed and logged: masked
+        object.__setattr__(self, "message", mask_text(self.message))
 
     def __str__(self) -> str:
         return f"{self.path}: {self.message}" if self.path else self.message

@@ -12,14 +12,12 @@ from __future__ import annotations
 
 from pathlib import Path
 from typing import Annotated, Any, ClassVar, Literal
-from urllib.parse import urlsplit, urlunsplit
 
 from pydantic import (
     BeforeValidator,
     Field,
     PrivateAttr,
     StringConstraints,
-    field_serializer,
     field_validator,
     model_validator,
 )
@@ -156,17 +154,6 @@ class ReplayBufferConfig(ConfigModel):
     )
 
 
-def hide_url_password(path: str | None) -> str | None:
-    """What a run's records (``config.yaml``, ``trinity config check``, the trackers' copy of the
-    config) show of a database URL: its password as ``***``."""
-    if not path or "://" not in path:
-        return path
-    parts = urlsplit(path)
-    if parts.password is None:
-        return path
-    return urlunsplit(parts._replace(netloc=parts.netloc.replace(f":{parts.password}@", ":***@", 1)))
-
-
 class StorageConfig(ConfigModel):
     """What tasksets and experience buffers share: where the data lives and how rows are read."""
 
@@ -215,10 +202,6 @@ class StorageConfig(ConfigModel):
     def jsonl_file(self) -> bool:
         """``path`` names one JSON-lines file (``.jsonl``/``.json``), not a folder or a database."""
         return (self.path or "").endswith((".jsonl", ".json"))
-
-    @field_serializer("path", when_used="json")
-    def _hide_password(self, path: str | None) -> str | None:
-        return hide_url_password(path)
 
 
 class TasksetConfig(StorageConfig):
@@ -333,10 +316,6 @@ class BufferConfig(ConfigModel):
         "safe: every commit and metadata file is on disk when written (synchronous=FULL, fsync).",
     )
     explorer_output: dict[str, Any] | None = derived(None, "The explorer's output buffer: the experience buffer.")
-
-    @field_serializer("explorer_output", when_used="json")
-    def _hide_output_password(self, output: dict[str, Any] | None) -> dict[str, Any] | None:
-        return output and {**output, "path": hide_url_password(output.get("path"))}
 
     tokenizer_path: str | None = derived(None, "Tokenizer of the buffers: model.model_path.")
     cache_dir: str | None = derived(None, "Folder of the run's buffer files: <job dir>/buffer.")
@@ -695,12 +674,6 @@ class InferenceModelConfig(ConfigModel):
         OpenAI clients send when a server takes no key) and an empty string mean no key."""
         return None if self.api_key in ("", "EMPTY") else self.api_key
 
-    @field_serializer("api_key", when_used="json")
-    def _hide_key(self, key: str) -> str:
-        """What a run's records (``config.yaml``, ``trinity config check``, the trackers' copy of
-        the config) show of the key: whether one is set, never its value."""
-        return key if self.endpoint_key() is None else "<hidden>"
-
 
 # --- algorithm ---------------------------------------------------------------------------
 
@@ -979,6 +952,14 @@ class ExplorerConfig(ConfigModel):
         "chat completion and its feedback (table proxy_history); unset: none (Trinity-RFT's default is a sqlite "
         "file in the buffer's cache_dir, where its proxy keeps the responses awaiting feedback; trinity keeps them "
         "in memory).",
+    )
+    proxy_max_memory_mb: float = Field(
+        1024,
+        gt=0,
+        description="Serve mode: MiB the proxy holds at most, counted in bytes: the responses waiting for feedback "
+        "(their messages without unknown fields, tokens and logprobs) and the scored experiences waiting for /commit. "
+        "Beyond, the oldest unscored responses expire; a chat is a 409 while scored ones fill it (trinity only: "
+        "Trinity-RFT's proxy keeps them in its database).",
     )
     over_rollout: OverRolloutConfig = Field(default_factory=OverRolloutConfig, description="Straggler control.")
     dynamic_timeout: DynamicTimeoutConfig = Field(
