@@ -14,6 +14,29 @@ from trinity.config.schema import Config
 from trinity.trainer.trainer import Trainer
 
 
+def one_grpo_step(engine: Any) -> None:
+    """One GRPO update of a training engine on eight random rows (two groups of four, rewards
+    1/0): its weights and optimizer state are no longer the starting model's."""
+    import torch
+
+    from trinity.common.batch import Batch
+    from trinity.common.experience import EID, Experience
+    from trinity.plugins import Kind, resolve
+
+    gen = torch.Generator().manual_seed(0)
+    rows = [
+        Experience(
+            tokens=torch.randint(3, 500, (12,), generator=gen),
+            prompt_length=5,
+            reward=float(i % 2),
+            eid=EID(batch=0, task=i // 4, run=i % 4),
+        )
+        for i in range(8)
+    ]
+    batch = engine.prepare_batch(Batch.from_experiences(rows))
+    engine.train_step(resolve(Kind.ADVANTAGE_FN, "grpo")()(batch)[0])
+
+
 def make_config(model_dir: Path, algorithm: str = "grpo", engine: str = "torch", **fields: Any) -> Config:
     """A checked-algorithm config; ``fields`` are dotted paths, e.g. ``trainer__grad_clip``."""
     config = Config(mode="train")

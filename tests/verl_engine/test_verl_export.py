@@ -7,39 +7,20 @@ from pathlib import Path
 import pytest
 import torch
 
-from engine_helpers import make_config
+from engine_helpers import make_config, one_grpo_step
 
 pytest.importorskip("verl")
 
 from transformers import AutoModelForCausalLM  # noqa: E402
 
-from trinity.common.batch import Batch  # noqa: E402
-from trinity.common.experience import EID, Experience  # noqa: E402
 from trinity.convert import convert  # noqa: E402
-from trinity.plugins import Kind, resolve  # noqa: E402
 from trinity_verl.engine import VerlTrainingEngine  # noqa: E402
-
-
-def one_step(engine: VerlTrainingEngine) -> None:
-    """One GRPO update on random rows: the checkpoint's weights are no longer the starting model's."""
-    gen = torch.Generator().manual_seed(0)
-    rows = [
-        Experience(
-            tokens=torch.randint(3, 500, (12,), generator=gen),
-            prompt_length=5,
-            reward=float(i % 2),
-            eid=EID(batch=0, task=i // 4, run=i % 4),
-        )
-        for i in range(8)
-    ]
-    batch = engine.prepare_batch(Batch.from_experiences(rows))
-    engine.train_step(resolve(Kind.ADVANTAGE_FN, "grpo")()(batch)[0])
 
 
 def saved(tiny_model_dir: Path, directory: Path, ranks: int, hf_weights: bool) -> dict[str, torch.Tensor]:
     """A verl checkpoint after one update; returns the actor's weights."""
     engine = VerlTrainingEngine(make_config(tiny_model_dir, "grpo", "verl", cluster__gpu_per_node=ranks))
-    one_step(engine)
+    one_grpo_step(engine)
     engine.save_checkpoint(str(directory), step=1, hf_weights=hf_weights)
     weights = engine.weights_for_sync()
     engine.ranks.shutdown()

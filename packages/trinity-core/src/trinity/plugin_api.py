@@ -28,6 +28,7 @@ _ON_FIRST_USE = {
     **dict.fromkeys(["trainer_gpu_num"], "trinity.config.check"),
     **dict.fromkeys(
         [
+            "CheckpointRefused",
             "Completion",
             "EngineCrashed",
             "EngineStartError",
@@ -35,6 +36,7 @@ _ON_FIRST_USE = {
             "RolloutEngine",
             "SamplingArgs",
             "TrainingEngine",
+            "load_plain_state",
         ],
         "trinity.engine.base",
     ),

@@ -19,6 +19,7 @@ import torch
 from omegaconf import OmegaConf
 
 from trinity.plugin_api import Batch, Config, Kind, Metrics, TrainingEngine, resolve, trainer_gpu_num
+from trinity_verl.checkpoint import weights_only_loads
 from trinity_verl.config import verl_config
 from trinity_verl.distributed import RankGroup
 from trinity_verl.rank import Part, StepPart, VerlRank, micro_batch_sizes
@@ -110,8 +111,8 @@ class VerlTrainingEngine(TrainingEngine):
     @classmethod
     def export_hf(cls, checkpoint: Path, out: Path) -> None:
         """The actor's HF export where the checkpoint holds one, else its FSDP shards merged by
-        verl's model merger (bfloat16, as verl writes it) with the config and tokenizer of
-        ``actor/huggingface``."""
+        verl's model merger (bfloat16, as verl writes it; shards read ``weights_only``) with the
+        config and tokenizer of ``actor/huggingface``."""
         actor = checkpoint / "actor"
         if any((actor / "huggingface").glob("*.safetensors")):
             super().export_hf(checkpoint, out)
@@ -126,7 +127,8 @@ class VerlTrainingEngine(TrainingEngine):
             target_dir=str(out),
             hf_model_config_path=str(actor / "huggingface"),
         )
-        FSDPModelMerger(merge).merge_and_save()
+        with weights_only_loads():  # the merger reads the shards as resume does
+            FSDPModelMerger(merge).merge_and_save()
 
     def save_checkpoint(self, directory: str, step: int, hf_weights: bool = True) -> None:
         self.ranks.call("save_checkpoint", directory, step, hf_weights)

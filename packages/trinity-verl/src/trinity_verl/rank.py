@@ -22,6 +22,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from trinity.plugin_api import Batch, Config, Kind, LossFns, Metrics, Totals, batch_totals, critic_micro_loss, resolve
 from trinity_verl import cpu
+from trinity_verl.checkpoint import weights_only_loads
 from trinity_verl.config import verl_config
 from trinity_verl.distributed import World, init_process_group
 
@@ -350,8 +351,11 @@ class VerlRank:
             worker.save_checkpoint(f"{directory}/{name}", global_step=step)
 
     def load_checkpoint(self, directory: str) -> None:
-        for name, worker, _ in self._savers():
-            worker.load_checkpoint(f"{directory}/{name}")
+        """verl's shards of each model, read ``weights_only`` (``trinity_verl.checkpoint``): a
+        shard holding other objects is refused (``CheckpointRefused``) and runs nothing."""
+        with weights_only_loads():
+            for name, worker, _ in self._savers():
+                worker.load_checkpoint(f"{directory}/{name}")
 
     def weights(self) -> dict[str, torch.Tensor] | None:
         """The actor's full weights (gathered from the FSDP shards) as a CPU state dict on rank 0;

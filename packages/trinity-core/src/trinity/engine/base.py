@@ -9,13 +9,16 @@ section plus the global model limits and chat settings); a training engine is
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 from abc import ABC, abstractmethod
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from trinity.common.batch import Batch
+from trinity.common.errors import first_line
 from trinity.config.schema import Config
 
 if TYPE_CHECKING:
@@ -153,6 +156,36 @@ class RolloutEngine(ABC):
 class CheckpointRefused(ValueError):
     """A checkpoint file holds objects other than tensors and plain values: loading it would run
     the code of whoever wrote it (``torch.load`` unpickles), so it is not loaded."""
+
+
+def load_plain_state(path: str | Path, map_location: Any = "cpu", allowed: Sequence[Any] = ()) -> Any:
+    """A ``torch.save``d file of tensors and plain values (a state dict, optimizer, scheduler,
+    RNG state), unpickled with ``weights_only``: torch's allowlist (tensors, DTensors once
+    ``torch.distributed.tensor`` is imported, containers, numbers, strings) plus ``allowed``
+    (``torch.serialization.safe_globals`` entries, for this load alone). A file that holds
+    anything else runs nobody's code: it is refused (``CheckpointRefused``, naming it and the
+    first global refused). A checkpoint folder may be shared with other jobs."""
+    import pickle
+
+    import torch
+
+    try:
+        with torch.serialization.safe_globals(list(allowed)) if allowed else contextlib.nullcontext():
+            return torch.load(path, map_location=map_location, weights_only=True)
+    except pickle.UnpicklingError as exc:
+        raise CheckpointRefused(
+            f"{path} holds objects other than tensors and plain values, which trinity does not unpickle "
+            "(it would run their code); trinity's own checkpoints never do: was the file replaced? "
+            f"({_weights_only_refusal(exc)})"
+        ) from None
+
+
+def _weights_only_refusal(exc: BaseException) -> str:
+    """What torch's weights-only unpickler refused (``Unsupported global: GLOBAL builtins.eval``),
+    without its advice to load the file unsafely."""
+    _, found, detail = str(exc).partition("WeightsUnpickler error:")
+    lines = [line.strip() for line in detail.splitlines() if line.strip()]
+    return lines[0].split(" was not an allowed global")[0] if found and lines else first_line(exc)
 
 
 class ExportError(ValueError):

@@ -13,7 +13,6 @@ from __future__ import annotations
 import copy
 import logging
 import math
-import pickle
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,9 +23,8 @@ import torch.nn.functional as F
 from transformers import get_scheduler
 
 from trinity.common.batch import Batch
-from trinity.common.errors import first_line
 from trinity.config.schema import Config, OptimizerConfig
-from trinity.engine.base import CheckpointRefused, Metrics, TrainingEngine
+from trinity.engine.base import Metrics, TrainingEngine, load_plain_state
 from trinity.engine.lora import adapter_state, describe_adapter, with_adapter
 from trinity.engine.losses import LossFns, Totals, batch_totals, critic_micro_loss, role_metrics
 from trinity.engine.modeling import (
@@ -152,19 +150,6 @@ def _media(mb: Batch) -> MediaInputs | None:
 
 def _pad_to(values: torch.Tensor, width: int) -> torch.Tensor:
     return F.pad(values, (0, width - values.shape[1]))
-
-
-def load_plain_state(path: Path) -> dict[str, Any]:
-    """A ``torch.save``d state of tensors and plain values (optimizer, scheduler, RNG, step),
-    unpickled with ``weights_only``: a file that holds anything else runs nobody's code, it is
-    refused (``CheckpointRefused``). A checkpoint folder may be shared with other jobs."""
-    try:
-        return torch.load(path, map_location="cpu", weights_only=True)
-    except pickle.UnpicklingError as exc:
-        raise CheckpointRefused(
-            f"{path} holds objects other than tensors and plain values, which trinity does not unpickle "
-            f"(it would run their code); trinity's own checkpoints never do: was the file replaced? ({first_line(exc)})"
-        ) from None
 
 
 class TorchTrainingEngine(TrainingEngine):
