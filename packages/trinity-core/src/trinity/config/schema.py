@@ -953,6 +953,14 @@ class ExplorerConfig(ConfigModel):
         "file in the buffer's cache_dir, where its proxy keeps the responses awaiting feedback; trinity keeps them "
         "in memory).",
     )
+    proxy_max_memory_mb: float = Field(
+        1024,
+        gt=0,
+        description="Serve mode: MiB the proxy holds at most, counted in bytes: the responses waiting for feedback "
+        "(their messages without unknown fields, tokens and logprobs) and the scored experiences waiting for /commit. "
+        "Beyond, the oldest unscored responses expire; a chat is a 409 while scored ones fill it (trinity only: "
+        "Trinity-RFT's proxy keeps them in its database).",
+    )
     over_rollout: OverRolloutConfig = Field(default_factory=OverRolloutConfig, description="Straggler control.")
     dynamic_timeout: DynamicTimeoutConfig = Field(
         default_factory=DynamicTimeoutConfig, description="Adaptive task timeout."

@@ -4,8 +4,10 @@ An agent points its OpenAI client at ``http://<listen_address>:<proxy_port>/v1``
 completion goes to a rollout engine (round robin) and its choices are recorded as experiences
 under the response's ``id``. ``POST /feedback`` scores them (all or nothing), ``POST /commit``
 hands the scored ones to the ``ServeHost`` to write as a step. The proxy binds loopback by
-default, requires ``explorer.rollout_model.api_key`` when set, bounds what it keeps, and loads
-the trainer's newer weights while it serves (in waves beyond ``min_running_model_num``).
+default, requires ``explorer.rollout_model.api_key`` when set, bounds what it keeps in bytes
+(``explorer.proxy_max_memory_mb``: the messages it stores, without the fields a chat message does
+not have, and the tokens), and loads the trainer's newer weights while it serves (in waves beyond
+``min_running_model_num``).
 API: ``docs/agents.md``; how a commit is written: ``docs/explorer.md``.
 """
 
@@ -16,9 +18,10 @@ import itertools
 import json
 import logging
 import math
+import sys
 import time
 from collections import Counter, OrderedDict
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import httpx
 import sqlalchemy as sa
@@ -46,6 +49,35 @@ RECORDED_TTL_SECONDS = 6 * 3600.0
 """How long a response waits for its feedback before it expires (an agent that never scores it)."""
 MAX_READY = 100_000
 """Scored experiences kept waiting for ``/commit`` at most; beyond, feedback asks for a commit first."""
+MAX_ID_CHARS = 256
+"""Characters of a response id or ``task_id`` at most: the width of ``proxy_history``'s columns."""
+STORED_MESSAGE_KEYS = ("role", "content", "name", "tool_calls", "tool_call_id", "reasoning_content")
+"""The fields of a chat message the proxy keeps (OpenAI's, and vLLM's ``reasoning_content``); any
+other is forwarded to the engine but neither held nor recorded."""
+EXPERIENCE_BYTES = 8192
+"""What one recorded choice holds besides its messages and tensor data (the Experience, its eid,
+info and tensor objects): tracemalloc saw ~5 KiB a response more than the rest of the count."""
+
+
+def held_bytes(value: Any) -> int:
+    """The bytes a JSON-like ``value`` (dicts, lists, strings, numbers) holds in memory: each
+    object's ``sys.getsizeof``, walked without recursion (a shared object counts each time)."""
+    total, stack = 0, [value]
+    while stack:
+        item = stack.pop()
+        total += sys.getsizeof(item)
+        if isinstance(item, dict):
+            stack.extend(item.keys())
+            stack.extend(item.values())
+        elif isinstance(item, (list, tuple)):
+            stack.extend(item)
+    return total
+
+
+def stored_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``messages`` with only the ``STORED_MESSAGE_KEYS`` of each (an unknown field can carry
+    megabytes nothing reads)."""
+    return [{k: message[k] for k in STORED_MESSAGE_KEYS if k in message} for message in messages]
 
 
 MAX_ABS_REWARD = 1e6
@@ -59,8 +91,8 @@ class RewardFeedback(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     reward: float = Field(strict=True, allow_inf_nan=False, ge=-MAX_ABS_REWARD, le=MAX_ABS_REWARD)
-    msg_ids: list[str] = Field(min_length=1)
-    task_id: str | None = None
+    msg_ids: list[Annotated[str, Field(max_length=MAX_ID_CHARS)]] = Field(min_length=1, max_length=MAX_RECORDED)
+    task_id: str | None = Field(None, max_length=MAX_ID_CHARS)
     run_id: int = Field(0, ge=0, lt=2**31)
 
 
@@ -107,10 +139,14 @@ class ServeProxy:
         self.inflight = [0] * len(self.upstreams)  # requests in progress, per engine
         self.versions = [host.engines.version] * len(self.upstreams)  # the weights each engine holds
         self.history = History(config.explorer.db_url) if config.explorer.db_url else None
-        # response id -> (when recorded, its choices), oldest first; not scored yet
-        self.recorded: OrderedDict[str, tuple[float, list[Experience]]] = OrderedDict()
+        # response id -> (when recorded, its choices, the bytes they hold), oldest first; not scored yet
+        self.recorded: OrderedDict[str, tuple[float, list[Experience], int]] = OrderedDict()
         self.scored: OrderedDict[str, None] = OrderedDict()  # the ids scored lately (409 on a second score)
         self.ready: list[Experience] = []
+        self.max_held_bytes = int(config.explorer.proxy_max_memory_mb * 2**20)
+        # bytes held: unscored responses, scored experiences waiting for /commit, and those a
+        # commit could not write yet (the host holds them for the next one)
+        self.recorded_bytes = self.ready_bytes = self.unwritten_bytes = 0
         self.requests = self.experiences = self.committed = self.dropped = self.expired = 0
         self.commit_lock = asyncio.Lock()
         self.app = self._app()
@@ -126,6 +162,19 @@ class ServeProxy:
                 ChatBody.model_validate(body)
             except (ValueError, ValidationError) as exc:
                 return _error(400, _first_problem(exc))
+            messages = stored_messages(body["messages"])
+            size = held_bytes(messages)
+            if size + EXPERIENCE_BYTES > self.max_held_bytes:
+                return _error(
+                    413, f"the messages hold {size} bytes: over explorer.proxy_max_memory_mb ({self._limit()})"
+                )
+            scored = self.ready_bytes + self.unwritten_bytes
+            if scored + size > self.max_held_bytes:
+                return _error(
+                    409,
+                    f"scored experiences waiting for /commit hold {scored} bytes of explorer.proxy_max_memory_mb "
+                    f"({self._limit()}): /commit them first",
+                )
             # what an experience needs, at the policy's temperature (as Trinity-RFT's proxy does)
             body.update(return_token_ids=True, logprobs=True, temperature=self.temperature)
             engine = self._next_engine()
@@ -140,9 +189,14 @@ class ServeProxy:
                 self.inflight[engine] -= 1
             if upstream.status_code >= 400:
                 return JSONResponse(status_code=upstream.status_code, content=response)
-            self._record(response, body["messages"], version)
+            msg_id = response.get("id") if isinstance(response, dict) else None
+            if not isinstance(msg_id, str) or not 0 < len(msg_id) <= MAX_ID_CHARS:
+                return _error(
+                    502, f"the rollout engine at {url} answered without an id of 1 to {MAX_ID_CHARS} characters"
+                )
+            self._record(response, messages, size, version)
             if self.history is not None:
-                await asyncio.to_thread(self.history.record, response, body["messages"], version)
+                await asyncio.to_thread(self.history.record, response, messages, version)
             return response
 
         @app.post("/feedback", openapi_extra=json_body(RewardFeedback))
@@ -168,7 +222,10 @@ class ServeProxy:
                 return _error(409, f"{len(self.ready)} scored experiences wait for /commit (at most {MAX_READY})")
             task = given.task_id or given.msg_ids[0]
             for msg_id in given.msg_ids:
-                for i, exp in enumerate(self.recorded.pop(msg_id)[1]):
+                _, experiences, size = self.recorded.pop(msg_id)
+                self.recorded_bytes -= size  # held still, now as scored: the total is unchanged
+                self.ready_bytes += size
+                for i, exp in enumerate(experiences):
                     exp.reward = given.reward
                     exp.eid = EID(batch="", task=task, run=given.run_id * 1000 + i, suffix=msg_id)
                     self.ready.append(exp)
@@ -183,10 +240,13 @@ class ServeProxy:
         async def commit() -> Any:
             async with self.commit_lock:
                 experiences, self.ready = self.ready, []
+                self.unwritten_bytes += self.ready_bytes
+                self.ready_bytes = 0
                 try:
                     step, committed, dropped = await asyncio.to_thread(self.host.commit, experiences)
                 except BufferUnavailable as exc:  # the explorer holds them, for the next /commit
                     return _error(503, f"{exc}. The scored experiences are held: /commit again to write them")
+                self.unwritten_bytes = 0  # a commit that returns has written every step held
                 self.committed += committed
                 self.dropped += dropped
             return {"status": "success", "committed": committed, "dropped": dropped, "step": step}
@@ -201,6 +261,8 @@ class ServeProxy:
                 "recorded_experiences": self.experiences,
                 "waiting_responses": len(self.recorded),
                 "expired_responses": self.expired,
+                "held_bytes": self.held_bytes(),
+                "max_held_bytes": self.max_held_bytes,
                 "ready_experiences": len(self.ready),
                 "committed_experiences": self.committed,
                 "dropped_experiences": self.dropped,
@@ -224,7 +286,16 @@ class ServeProxy:
     def _next_engine(self) -> int:
         return self.serving[next(self.turn) % len(self.serving)]
 
-    def _record(self, response: dict[str, Any], messages: list[dict[str, Any]], version: int) -> None:
+    def held_bytes(self) -> int:
+        """The bytes the proxy holds: unscored responses, scored experiences waiting for ``/commit``
+        and those a commit could not write yet."""
+        return self.recorded_bytes + self.ready_bytes + self.unwritten_bytes
+
+    def _limit(self) -> str:
+        return f"{self.max_held_bytes} bytes"
+
+    def _record(self, response: dict[str, Any], messages: list[dict[str, Any]], size: int, version: int) -> None:
+        """Record the choices of ``response`` to ``messages`` (``size``: the bytes they hold)."""
         prompt = response.get("prompt_token_ids") or []
         recorded = []
         for choice in response.get("choices", []):
@@ -242,19 +313,25 @@ class ServeProxy:
                     info={"msg_id": response["id"], "recorded_at": time.time()},
                 )
             )
-        self.recorded[response["id"]] = (time.monotonic(), recorded)
+            exp = recorded[-1]
+            size += EXPERIENCE_BYTES + held_bytes(exp.messages[-1]) + 8 * len(exp.messages)
+            size += exp.tokens.element_size() * exp.tokens.numel() + exp.logprobs.element_size() * exp.logprobs.numel()
+        self.recorded[response["id"]] = (time.monotonic(), recorded, size)
+        self.recorded_bytes += size
         self.requests += 1
         self.experiences += len(recorded)
         self._expire()
 
     def _expire(self) -> None:
         """Drop the responses that waited for feedback longer than ``RECORDED_TTL_SECONDS``, and
-        the oldest beyond ``MAX_RECORDED``."""
+        the oldest beyond ``MAX_RECORDED`` or ``max_held_bytes``."""
         oldest_kept = time.monotonic() - RECORDED_TTL_SECONDS
         while self.recorded and (
-            len(self.recorded) > MAX_RECORDED or next(iter(self.recorded.values()))[0] < oldest_kept
+            len(self.recorded) > MAX_RECORDED
+            or self.held_bytes() > self.max_held_bytes
+            or next(iter(self.recorded.values()))[0] < oldest_kept
         ):
-            self.recorded.popitem(last=False)
+            self.recorded_bytes -= self.recorded.popitem(last=False)[1][2]
             self.expired += 1
 
     async def serve(self, host: str, port: int) -> None:
