@@ -17,6 +17,7 @@ a secret. Only the records are masked; the run uses the values.
 
 from __future__ import annotations
 
+import functools
 import re
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
@@ -44,6 +45,7 @@ def _words(name: str) -> list[str]:
     return [w for w in re.split(r"[^a-zA-Z0-9]+", spaced.lower()) if w]
 
 
+@functools.lru_cache(maxsize=4096)
 def secret_name(name: str) -> bool:
     """Whether a field, mapping key or URL parameter called ``name`` holds a credential."""
     words = _words(name)
@@ -59,17 +61,20 @@ def secret_name(name: str) -> bool:
     return any(pair in _PAIRS for pair in zip(words, words[1:], strict=False))
 
 
-_PARAMETER = re.compile(r"(?P<name>[A-Za-z_][A-Za-z0-9_.-]*)(?P<eq>\s*=\s*)(?P<value>'[^']*'|\"[^\"]*\"|[^&;\s]+)")
+_PARAMETER = re.compile(
+    r"(?<![A-Za-z0-9_.-])(?P<name>[A-Za-z_][A-Za-z0-9_.-]*)(?P<eq>\s*=\s*)(?P<value>'[^']*'|\"[^\"]*\"|[^&;\s]+)"
+)
+_URL = re.compile(r"(?<![A-Za-z0-9+.-])[A-Za-z][A-Za-z0-9+.-]*://[^\s'\"<>]+")
+"""Both match from the start of a word only: linear in the text's length, however long."""
 
 
 def mask_text(text: str) -> str:
     """``text`` with every URL password and credential-named ``name=value`` parameter as ``***``."""
-    if not text:
-        return text
-    masked = _PARAMETER.sub(
-        lambda m: f"{m['name']}{m['eq']}{MASK}" if secret_name(m["name"]) and m["value"] != MASK else m[0], text
-    )
-    return re.sub(r"[A-Za-z][A-Za-z0-9+.-]*://[^\s'\"<>]+", lambda m: _mask_url(m[0]), masked)
+    if "=" in text:
+        text = _PARAMETER.sub(
+            lambda m: f"{m['name']}{m['eq']}{MASK}" if secret_name(m["name"]) and m["value"] != MASK else m[0], text
+        )
+    return _URL.sub(lambda m: _mask_url(m[0]), text) if "://" in text else text
 
 
 def _mask_url(url: str) -> str:
