@@ -1,19 +1,12 @@
 """What a config's records show of its credentials: one masking, by field name and by value.
 
-Every writer of a config (the job's ``config.yaml``, ``trinity config check``'s output, the
-config given to the trackers, the check's messages) goes through ``config.model_dump(mode="json")``,
-whose serializer (``ConfigModel``) applies ``mask_secrets`` to every field of every section. So a
-field is masked by what it is called and what it holds, not by a list a new field could miss:
-
-- a field or mapping key named like a credential (``api_key``, ``token``, ``password``, ``secret``,
-  ``access_key``, ...; not ``api_key_env``, ``max_tokens`` or ``eos_token``) shows ``<hidden>``;
-- in any string, a URL's password shows ``***`` (``postgresql://user:***@host/db``), and so does the
-  value of a credential-named parameter (``?sslpassword=***``, ``token=***``, ``password=***`` in a
-  libpq ``key=value`` string).
-
-Empty values and ``EMPTY`` (Trinity-RFT's "no key") show as they are: whether a key is set is not
-a secret. Only the records are masked; the run uses the values.
-"""
+Every writer of a config (``config.yaml``, ``trinity config check``, the trackers' copy, the check's
+messages) goes through ``config.model_dump(mode="json")``, whose serializer (``ConfigModel``) applies
+``mask_secrets`` to every field: a field or key named like a credential (``api_key``, ``token``,
+``password``, ``secret``, ...; not ``api_key_env``, ``max_tokens``) shows ``<hidden>``; in any
+string a URL's password and a credential-named parameter (``?sslpassword=``, libpq ``password=``)
+show ``***``. So a new field cannot be forgotten. Empty values and ``EMPTY`` show as they are; only
+the records are masked, the run uses the values."""
 
 from __future__ import annotations
 
