@@ -355,3 +355,10 @@ def test_deep_json_is_a_400_naming_the_limit_not_a_500(tmp_path):
         answer = studio.post(path, content=body, headers={"Content-Type": "application/json"})
         assert answer.status_code == 400 and "limit of 64 levels" in answer.json()["error"]["message"]
     assert not list(tmp_path.iterdir())
+
+
+def test_a_yaml_field_that_is_not_text_is_an_error_at_its_key(tmp_path):
+    """The fuzz test's find: ``{"__yaml__": [...]}`` was a 500."""
+    checked = client(tmp_path).post("/api/check", json={"config": {"trainer": {"x": {"__yaml__": [[1]]}}}})
+    assert checked.status_code == 200
+    assert checked.json()["errors"] == [{"path": "trainer.x", "message": "a YAML field holds text, not list"}]

@@ -42,6 +42,9 @@ from trinity.plugins.manager import get_registry
 STATIC = Path(__file__).parent / "static"
 YAML_LEAF = "__yaml__"
 SAVED_SUFFIXES = (".yaml", ".yml")
+MAX_BODY_BYTES = 2**20
+"""The largest request the studio takes: a config is kilobytes; a check of a megabyte takes about
+a second (YAML is read and written in Python), of 7 MiB up to 24 s."""
 AT_RUN_TIME = "(resolved at run time)"
 """What the check sees in place of a value only the run may resolve (an interpolation, a dotted path)."""
 
@@ -179,6 +182,9 @@ def parse_leaves(node: Any, path: str, issues: IssueCollector) -> Any:
     one beyond ``YAML_LIMITS`` is a 400 naming the key and the limit)."""
     if isinstance(node, dict):
         if set(node) == {YAML_LEAF}:
+            if not isinstance(node[YAML_LEAF], str):
+                issues.add(path, f"a YAML field holds text, not {type(node[YAML_LEAF]).__name__}")
+                return None
             try:
                 return safe_yaml(node[YAML_LEAF])
             except YamlTooLarge as exc:
@@ -447,7 +453,14 @@ def create_app(config_path: Path | None = None, *, root: Path, token: str) -> Fa
     app = FastAPI(title="trinity studio", docs_url=None, redoc_url=None)
     # Every route but the page needs the token (the page takes it from ?token= or the cookie);
     # another site's page gets 403, a text/plain or form body 415, a name that is not loopback 403.
-    app.add_middleware(RequestGuard, token=token, cookie=cookie, hosts=LOOPBACK_HOSTS, open_paths=("/",))
+    app.add_middleware(
+        RequestGuard,
+        token=token,
+        cookie=cookie,
+        hosts=LOOPBACK_HOSTS,
+        open_paths=("/",),
+        max_body_bytes=MAX_BODY_BYTES,
+    )
     refuse_exhaustion(app)  # a RecursionError or MemoryError in a handler: a 400
     app.mount("/static", StaticFiles(directory=STATIC), name="static")
 
