@@ -5,13 +5,17 @@ Requests come from schemathesis, out of each app's OpenAPI schema (valid bodies 
 ones), and from hypothesis strategies of raw junk: bytes and JSON of any shape, wrong content
 types, a missing or wrong token, another site's ``Origin``, bodies over the limit or sent
 chunked, and each API's own fields with wrong values (NaN rewards, a huge ``n``, paths out of
-the studio's folder). Over at least ``REQUESTS`` requests per API (printed with ``pytest -s``):
+the studio's folder), and hostile shapes (issue 46): JSON nested up to a million deep, bare and
+inside each API's own fields; YAML alias bombs and deep YAML where the studio reads YAML; strings
+as large as the body limit allows; websocket upgrades with and without the token. Over at least
+``REQUESTS`` requests per API (printed with ``pytest -s``):
 
 - no 5xx: the server answers every request with a 2xx or a 4xx;
 - no hang: each answer comes within ``ANSWER_SECONDS``, and the server still answers after;
 - nothing written on a refused request: the proxy scores and commits nothing, the studio writes
   no file (and none outside its folder ever), the Data-Juicer service keeps its recipe cache;
-- a request without the token reaches no handler (401, or 403 for another site's page).
+- a request without the token reaches no handler (401, or 403 for another site's page);
+- JSON nested deeper than the guard's limit is a 400 naming it; a websocket upgrade is refused.
 
 Examples are derandomized: a run sends the same requests as the last.
 """
@@ -34,9 +38,12 @@ import pytest
 import uvicorn
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
+from websockets.exceptions import InvalidStatus
+from websockets.sync.client import connect
 
 from ports import free_port
 from serve_helpers import serve_explorer
+from trinity.common.http_guard import json_depth
 
 schemathesis = pytest.importorskip("schemathesis", reason="schemathesis is not installed (requirements-dev.txt)")
 GenerationMode = schemathesis.GenerationMode
@@ -62,6 +69,8 @@ class Door:
     open_paths: frozenset[str] = frozenset({"/health"})
     sent: int = 0
     statuses: dict[int, int] = field(default_factory=dict)
+    slowest: float = 0.0
+    """Seconds of the slowest answer."""
 
     def __post_init__(self) -> None:
         self.http = httpx.Client(base_url=self.url, timeout=ANSWER_SECONDS)
@@ -84,6 +93,7 @@ class Door:
         except httpx.TransportError as exc:  # the server dropped the connection: no answer at all
             pytest.fail(f"{self.name}: {method} {path} got no answer ({exc!r}; sent {kwargs!r:.300})")
         elapsed = time.monotonic() - started
+        self.slowest = max(self.slowest, elapsed)
         self.sent += 1
         status = response.status_code
         self.statuses[status] = self.statuses.get(status, 0) + 1
@@ -106,7 +116,7 @@ class Door:
         """Print the count (``pytest -s``), and check it."""
         self.http.close()
         statuses = ", ".join(f"{s}: {n}" for s, n in sorted(self.statuses.items()))
-        print(f"\n{self.name}: {self.sent} requests, 0 server errors ({statuses})")
+        print(f"\n{self.name}: {self.sent} requests, 0 server errors ({statuses}), slowest {self.slowest:.1f} s")
         assert self.sent >= REQUESTS, f"{self.name}: only {self.sent} requests"
 
 
@@ -231,6 +241,82 @@ def oversized(door: Door, limit: int) -> None:
             assert response.status_code in (413, 405), (door.name, path, response.status_code)
 
 
+# --- hostile shapes, for every API (issue 46) -------------------------------------------------
+
+DEPTHS = (65, 1_000, 100_000, 1_000_000)
+"""Nesting past the guard's limit (64), past Python's recursion limit, and a megabyte of it."""
+LAUGHS = "a: &a [x, x, x, x, x, x, x, x, x, x]\n" + "".join(
+    f"{chr(98 + i)}: &{chr(98 + i)} [{', '.join([f'*{chr(97 + i)}'] * 10)}]\n" for i in range(8)
+)
+"""A YAML "billion laughs": about 400 bytes, 10**9 nodes once its aliases are expanded."""
+DEEP_YAML = ["a: " + "[" * 100_000 + "\n", "a: " + "{b: " * 1000 + "1" + "}" * 1000 + "\n"]
+JSON_TYPE = {"Content-Type": "application/json"}
+
+
+def deep(depth: int) -> list[bytes]:
+    """JSON nested ``depth`` deep: arrays, objects, and arrays never closed."""
+    return [b"[" * depth + b"]" * depth, b'{"a":' * depth + b"1" + b"}" * depth, b"[" * depth]
+
+
+def hostile(door: Door, fields: dict[str, list[str]], limit: int, huge: int | None = None) -> None:
+    """Every POST path of ``door``: nesting, bare and put for ``VALUE`` in each of the path's
+    ``fields`` (bodies it takes): a 400 naming the limit past 64 levels (a 413 past the door's
+    ``limit`` of bytes), any answer within it; then a string of ``huge`` bytes (the most the limit
+    allows) and the YAML bombs in each field; then websocket upgrades."""
+    huge = huge or limit - 1024
+    paths = [path for path, ops in door.app.openapi()["paths"].items() if "post" in ops]
+    for path in paths:
+        for template in ["VALUE", *fields.get(path, [])]:
+            prefix, _, suffix = template.encode().partition(b"VALUE")
+            outer = json_depth(prefix + b"0" + suffix)
+            for depth in DEPTHS:
+                for body in deep(depth):
+                    content = prefix + body + suffix
+                    response = door.send("POST", path, content=content, headers=JSON_TYPE)
+                    message = response.json()["error"]["message"]
+                    if len(content) > limit:
+                        assert response.status_code == 413, (door.name, path, response.text[:300])
+                    else:
+                        assert response.status_code == 400 and "limit of 64 levels" in message, (door.name, path)
+            for body in deep(64 - outer):  # at the limit: whatever the handler makes of it, no 5xx
+                door.send("POST", path, content=prefix + body + suffix, headers=JSON_TYPE)
+            if template == "VALUE":
+                continue
+            for value in [
+                "x" * (huge - len(template)),
+                "\u00e9\U0001f600" * ((huge - len(template)) // 18),
+                LAUGHS,
+                *DEEP_YAML,
+            ]:
+                door.send("POST", path, content=prefix + json.dumps(value).encode() + suffix, headers=JSON_TYPE)
+    websockets(door, [*paths, "/", "/ws", "/v1/realtime"])
+
+
+def websockets(door: Door, paths: list[str]) -> None:
+    """A websocket upgrade to each path: without the token a 401, from another site's page a 403,
+    with the token a 403 (no door has a websocket route); never an open socket or a 5xx."""
+    base = door.url.replace("http://", "ws://")
+    cases = [
+        ({}, 401),
+        ({"Authorization": "Bearer not-" + TOKEN}, 401),
+        ({"Authorization": f"Bearer {TOKEN}", "Origin": "http://evil.example"}, 403),
+        ({"Authorization": f"Bearer {TOKEN}"}, 403),
+    ]
+    for path in paths:
+        for headers, expected in cases:
+            started = time.monotonic()
+            with pytest.raises(InvalidStatus) as refused:
+                connect(base + path, additional_headers=headers, open_timeout=ANSWER_SECONDS).close()
+            status = refused.value.response.status_code
+            door.sent += 1
+            door.statuses[status] = door.statuses.get(status, 0) + 1
+            if path in door.open_paths and expected == 401:
+                expected = 403  # no token needed there: refused as no route
+            assert status == expected, (door.name, path, headers, status)
+            door.slowest = max(door.slowest, time.monotonic() - started)
+            assert time.monotonic() - started < ANSWER_SECONDS
+
+
 @contextlib.contextmanager
 def serving(app: Any, loop: asyncio.AbstractEventLoop | None = None) -> Iterator[str]:
     """``app`` on a free local port, in a thread (on ``loop`` when given); yields its address."""
@@ -281,6 +367,9 @@ SAVE_PATHS = st.one_of(
             "./././x.YAML",
             "sub/../../outside/x.yaml",
             "x" * 300 + ".yaml",
+            ".github/workflows/ci.yml",
+            ".pre-commit-config.yaml",
+            "sub/.hidden/run.yaml",
         ]
     ),
     st.text(max_size=40),
@@ -331,7 +420,8 @@ def test_the_studio(tmp_path: Path) -> None:
 
         fuzz_schema(door, positive=60, negative=60)
         save_bodies = st.fixed_dictionaries(
-            {"config": STUDIO_TREES, "path": SAVE_PATHS}, optional={"overwrite": st.booleans() | JSON}
+            {"config": STUDIO_TREES, "path": SAVE_PATHS},
+            optional={"overwrite": st.booleans() | JSON, "save_anyway": st.booleans() | JSON},
         )
         fuzz(save_bodies, 250, save)
         fuzz(st.fixed_dictionaries({"config": STUDIO_TREES}), 150, lambda b: door.send("POST", "/api/check", json=b))
@@ -339,6 +429,21 @@ def test_the_studio(tmp_path: Path) -> None:
         fuzz(st.fixed_dictionaries({"text": load_texts}), 100, lambda b: door.send("POST", "/api/load", json=b))
         fuzz_junk(door, 250)
         oversized(door, 8 * 2**20)
+        for text in [LAUGHS, *DEEP_YAML]:  # YAML the studio reads: a 400 naming the limit
+            for path, body in (
+                ("/api/load", {"text": text}),
+                ("/api/check", {"config": {"trainer": {"x": {"__yaml__": text}}}}),
+                ("/api/save", {"config": {"x": {"__yaml__": text}}, "path": "bomb.yaml", "save_anyway": True}),
+            ):
+                answer = door.send("POST", path, json=body)
+                assert answer.status_code == 400 and "the studio's limit" in answer.json()["detail"], answer.text
+        tree = '{"project": VALUE}'
+        fields = {
+            "/api/check": ['{"config": VALUE}', '{"config": {"x": {"__yaml__": VALUE}}}', '{"config": ' + tree + "}"],
+            "/api/load": ['{"text": VALUE}'],
+            "/api/save": ['{"config": ' + tree + ', "path": "huge.yaml", "save_anyway": true, "overwrite": true}'],
+        }
+        hostile(door, fields, limit=2**20)
         assert door.send("GET", "/api/initial").status_code == 200  # it still answers
     assert (outside / "existing.yaml").read_text() == "project: kept\n"
     assert not Path("/tmp/trinity-fuzz-escape.yaml").exists()
@@ -380,6 +485,9 @@ def test_the_data_juicer_service() -> None:
         fuzz(recipes(), 30, lambda body: door.send("POST", "/process", json=body))
         fuzz_junk(door, 700)
         oversized(door, 2**20)
+        recipe = '{"recipe": {"process": [{"text_length_filter": {"min_len": 1}}], "np": 1}, "rows": VALUE}'
+        fields = {"/process": [recipe, recipe.replace("VALUE", '[{"text": VALUE}]'), '{"recipe": VALUE, "rows": []}']}
+        hostile(door, fields, limit=2**20)
         assert door.send("GET", "/health").json()["status"] == "ok"
     door.report()
 
@@ -429,6 +537,18 @@ CHAT_BODIES = st.fixed_dictionaries(
 COMPLETION_BODIES = st.fixed_dictionaries({"prompt": TEXT | JSON}, optional=SAMPLING)
 
 
+ENGINE_FIELDS = {
+    "/v1/chat/completions": [
+        '{"messages": VALUE}',
+        '{"messages": [{"role": "user", "content": VALUE}], "max_tokens": 1}',
+        '{"messages": [{"role": "user", "content": "1+1=", "name": VALUE}], "max_tokens": 1}',
+        '{"messages": [{"role": "user", "content": "1+1="}], "tools": [{"type": "function", "function": VALUE}]}',
+    ],
+    "/v1/completions": ['{"prompt": VALUE, "max_tokens": 1}', '{"prompt": "1", "stop": VALUE, "max_tokens": 1}'],
+}
+"""Where each route of an OpenAI endpoint takes a value (the proxy's chat route too)."""
+
+
 def test_the_engine_openai_endpoint(tiny_model_dir: Path) -> None:
     """The transformers engine's endpoint on the tiny model (a 24-token context keeps 1,000
     requests quick); the engine answers a fixed prompt after the fuzz as it did before."""
@@ -452,6 +572,7 @@ def test_the_engine_openai_endpoint(tiny_model_dir: Path) -> None:
         fuzz(COMPLETION_BODIES, 100, lambda body: door.send("POST", "/v1/completions", json=body))
         fuzz_junk(door, 400)
         oversized(door, 8 * 2**20)
+        hostile(door, ENGINE_FIELDS, limit=8 * 2**20, huge=2**20)
         assert door.send("POST", "/v1/completions", json=greedy).json()["choices"] == before
     finally:
         client.close()
@@ -517,6 +638,14 @@ def test_the_serve_proxy(tmp_path: Path, tiny_model_dir: Path) -> None:
             fuzz(CHAT_BODIES, 100, lambda body: door.send("POST", "/v1/chat/completions", json=body))
             fuzz_junk(door, 350)
             oversized(door, 8 * 2**20)
+            fields = {
+                "/v1/chat/completions": ENGINE_FIELDS["/v1/chat/completions"],
+                "/feedback": [
+                    '{"reward": 1.0, "msg_ids": VALUE}',
+                    '{"reward": 1.0, "msg_ids": ["x"], "task_id": VALUE}',
+                ],
+            }
+            hostile(door, fields, limit=8 * 2**20, huge=2**20)
             commit(None)
             assert proxy.committed + proxy.dropped == scored > 0
         storage = explorer.config.buffer.trainer_input.experience_buffer

@@ -165,6 +165,22 @@ def test_openai_endpoint_through_the_model_wrapper(vllm_engine) -> None:
     assert recorded[0].messages[-1] == {"role": "assistant", "content": response.choices[0].message.content}
 
 
+def test_the_openai_server_refuses_deep_json_and_a_websocket_without_the_key(vllm_engine) -> None:
+    """Through trinity's guard (issue 46): JSON nested past 64 levels is a 400 naming the limit
+    before vLLM's parser recurses (a RecursionError, a 500, before), and a websocket upgrade
+    (vLLM's realtime route, for models that have one) needs the key."""
+    base = vllm_engine.api_url.removesuffix("/v1")
+    headers = {"Authorization": "Bearer vllm-sesame", "Content-Type": "application/json"}  # conftest's API_KEY
+    for path in ("/v1/chat/completions", "/v1/completions"):
+        deep = httpx.post(base + path, content=b"[" * 100_000 + b"]" * 100_000, headers=headers, timeout=30)
+        assert deep.status_code == 400 and "limit of 64 levels" in deep.json()["error"]["message"]
+    sync_client = pytest.importorskip("websockets.sync.client")
+    exceptions = pytest.importorskip("websockets.exceptions")
+    with pytest.raises(exceptions.InvalidStatus) as refused:
+        sync_client.connect(base.replace("http://", "ws://") + "/v1/realtime", open_timeout=30)
+    assert refused.value.response.status_code in (401, 403)
+
+
 def test_bad_model_path_names_engine_and_cause(ray_session, tmp_path: Path) -> None:
     missing = tmp_path / "no_model"
     with pytest.raises(EngineStartError, match=r"vllm engine .*no_model.*tokenizer"):
