@@ -1,17 +1,11 @@
-"""What every HTTP door of trinity checks before a handler runs: the origin, the token, the content
-type, the size, the nesting.
-
-One ASGI middleware, worn by the serve proxy, the engines' OpenAI endpoints, the studio and the
-Data-Juicer service. It refuses a browser request from another site's page (``Origin``) and a
-loopback door addressed by another host name (DNS rebinding) with 403; a request without the
-door's token (``Authorization: Bearer``, or the named cookie for a browser page; compared in
-constant time; ``open_paths`` need none) with 401; a body that is not ``application/json`` with 415
-(JSON makes a browser ask first, and no door says yes); a body over ``max_body_bytes`` with 413;
-JSON nested deeper than ``max_json_depth`` with 400 (counted on the raw bytes, before any parser
-recurses); a body while the bodies of the requests in progress already hold ``max_pending_bytes``
-with 429. Websocket upgrades get the same Host, Origin and token checks (refused: the handshake's
-403 or 401). A ``RecursionError`` or ``MemoryError`` in a handler is a 400, not a 500. Errors are
-OpenAI's shape, which its client reads. Who can reach each door: ``docs/security.md``.
+"""What every HTTP door of trinity checks before a handler runs, in one ASGI middleware (the serve
+proxy, the engines' OpenAI endpoints, the studio, the Data-Juicer service): another site's page
+(``Origin``) or a loopback door under another name (DNS rebinding): 403; no token (bearer or the
+named cookie, constant time; not on ``open_paths``): 401; a body not ``application/json``: 415;
+over ``max_body_bytes``: 413; JSON nested past ``max_json_depth``, read off the raw bytes before
+any parser recurses: 400; while bodies in progress hold ``max_pending_bytes``: 429. Websocket
+upgrades get the Host, Origin and token checks; a ``RecursionError`` or ``MemoryError`` in a
+handler is a 400. Errors are OpenAI's shape. Who can reach each door: ``docs/security.md``.
 """
 
 from __future__ import annotations

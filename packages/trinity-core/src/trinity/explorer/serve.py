@@ -5,9 +5,7 @@ completion goes to a rollout engine (round robin) and its choices are recorded a
 under the response's ``id``. ``POST /feedback`` scores them (all or nothing), ``POST /commit``
 hands the scored ones to the ``ServeHost`` to write as a step. The proxy binds loopback by
 default, requires ``explorer.rollout_model.api_key`` when set, bounds what it keeps in bytes
-(``explorer.proxy_max_memory_mb``: the messages it stores, without the fields a chat message does
-not have, and the tokens), and loads the trainer's newer weights while it serves (in waves beyond
-``min_running_model_num``).
+(``explorer.proxy_max_memory_mb``) and loads the trainer's newer weights while it serves.
 API: ``docs/agents.md``; how a commit is written: ``docs/explorer.md``.
 """
 
@@ -164,17 +162,8 @@ class ServeProxy:
                 return _error(400, _first_problem(exc))
             messages = stored_messages(body["messages"])
             size = held_bytes(messages)
-            if size + EXPERIENCE_BYTES > self.max_held_bytes:
-                return _error(
-                    413, f"the messages hold {size} bytes: over explorer.proxy_max_memory_mb ({self._limit()})"
-                )
-            scored = self.ready_bytes + self.unwritten_bytes
-            if scored + size > self.max_held_bytes:
-                return _error(
-                    409,
-                    f"scored experiences waiting for /commit hold {scored} bytes of explorer.proxy_max_memory_mb "
-                    f"({self._limit()}): /commit them first",
-                )
+            if refused := _no_room(size, self.ready_bytes + self.unwritten_bytes, self.max_held_bytes):
+                return refused
             # what an experience needs, at the policy's temperature (as Trinity-RFT's proxy does)
             body.update(return_token_ids=True, logprobs=True, temperature=self.temperature)
             engine = self._next_engine()
@@ -189,8 +178,7 @@ class ServeProxy:
                 self.inflight[engine] -= 1
             if upstream.status_code >= 400:
                 return JSONResponse(status_code=upstream.status_code, content=response)
-            msg_id = response.get("id") if isinstance(response, dict) else None
-            if not isinstance(msg_id, str) or not 0 < len(msg_id) <= MAX_ID_CHARS:
+            if not _recordable_id(response):
                 return _error(
                     502, f"the rollout engine at {url} answered without an id of 1 to {MAX_ID_CHARS} characters"
                 )
@@ -287,35 +275,12 @@ class ServeProxy:
         return self.serving[next(self.turn) % len(self.serving)]
 
     def held_bytes(self) -> int:
-        """The bytes the proxy holds: unscored responses, scored experiences waiting for ``/commit``
-        and those a commit could not write yet."""
+        """Bytes held: unscored responses, scored experiences, those a commit could not write yet."""
         return self.recorded_bytes + self.ready_bytes + self.unwritten_bytes
-
-    def _limit(self) -> str:
-        return f"{self.max_held_bytes} bytes"
 
     def _record(self, response: dict[str, Any], messages: list[dict[str, Any]], size: int, version: int) -> None:
         """Record the choices of ``response`` to ``messages`` (``size``: the bytes they hold)."""
-        prompt = response.get("prompt_token_ids") or []
-        recorded = []
-        for choice in response.get("choices", []):
-            tokens = choice.get("token_ids") or []
-            logprobs = [entry["logprob"] for entry in (choice.get("logprobs") or {}).get("content") or []]
-            reply = choice.get("message") or {}
-            recorded.append(
-                Experience(
-                    tokens=torch.tensor(prompt + tokens, dtype=torch.long),
-                    prompt_length=len(prompt),
-                    logprobs=torch.tensor(logprobs, dtype=torch.float32),
-                    model_version=version,
-                    truncate_status="response_truncated" if choice.get("finish_reason") == "length" else None,
-                    messages=[*messages, {"role": "assistant", "content": reply.get("content") or ""}],
-                    info={"msg_id": response["id"], "recorded_at": time.time()},
-                )
-            )
-            exp = recorded[-1]
-            size += EXPERIENCE_BYTES + held_bytes(exp.messages[-1]) + 8 * len(exp.messages)
-            size += exp.tokens.element_size() * exp.tokens.numel() + exp.logprobs.element_size() * exp.logprobs.numel()
+        recorded, size = recorded_choices(response, messages, size, version)
         self.recorded[response["id"]] = (time.monotonic(), recorded, size)
         self.recorded_bytes += size
         self.requests += 1
@@ -404,6 +369,32 @@ class ServeProxy:
             call.result()
 
 
+def recorded_choices(
+    response: dict[str, Any], messages: list[dict[str, Any]], size: int, version: int
+) -> tuple[list[Experience], int]:
+    """The choices of ``response`` to ``messages`` as experiences, and the bytes they hold with
+    the messages' ``size``."""
+    prompt = response.get("prompt_token_ids") or []
+    recorded = []
+    for choice in response.get("choices", []):
+        tokens = choice.get("token_ids") or []
+        logprobs = [entry["logprob"] for entry in (choice.get("logprobs") or {}).get("content") or []]
+        reply = choice.get("message") or {}
+        exp = Experience(
+            tokens=torch.tensor(prompt + tokens, dtype=torch.long),
+            prompt_length=len(prompt),
+            logprobs=torch.tensor(logprobs, dtype=torch.float32),
+            model_version=version,
+            truncate_status="response_truncated" if choice.get("finish_reason") == "length" else None,
+            messages=[*messages, {"role": "assistant", "content": reply.get("content") or ""}],
+            info={"msg_id": response["id"], "recorded_at": time.time()},
+        )
+        recorded.append(exp)
+        size += EXPERIENCE_BYTES + held_bytes(exp.messages[-1]) + 8 * len(exp.messages)
+        size += exp.tokens.element_size() * exp.tokens.numel() + exp.logprobs.element_size() * exp.logprobs.numel()
+    return recorded, size
+
+
 class History:
     """``explorer.db_url``: every chat completion the proxy answered and its feedback, as rows of
     ``proxy_history`` (Trinity-RFT's recorder's table): the response id, when, the version of the
@@ -445,6 +436,26 @@ class History:
         ids = reward_feedback.msg_ids
         with write_transaction(self.engine) as conn:
             conn.execute(self.table.update().where(self.table.c.msg_id.in_(ids)).values(**scored))
+
+
+def _no_room(size: int, scored: int, limit: int) -> JSONResponse | None:
+    """A 413 for messages of ``size`` bytes beyond ``limit`` alone, a 409 while the ``scored``
+    bytes (which cannot expire) leave them no room."""
+    if size + EXPERIENCE_BYTES > limit:
+        return _error(413, f"the messages hold {size} bytes: over explorer.proxy_max_memory_mb ({limit} bytes)")
+    if scored + size > limit:
+        return _error(
+            409,
+            f"scored experiences waiting for /commit hold {scored} bytes of explorer.proxy_max_memory_mb "
+            f"({limit} bytes): /commit them first",
+        )
+    return None
+
+
+def _recordable_id(response: Any) -> bool:
+    """Whether ``response`` has an id ``proxy_history`` can hold (a string of 1 to ``MAX_ID_CHARS``)."""
+    msg_id = response.get("id") if isinstance(response, dict) else None
+    return isinstance(msg_id, str) and 0 < len(msg_id) <= MAX_ID_CHARS
 
 
 def _bearer(key: str | None) -> dict[str, str]:

@@ -4,12 +4,10 @@ The browser keeps the user's config as a plain tree (only the keys they set or l
 loaded file keeps every key it had) and sends it here on each edit. A leaf the form could not
 type itself (a YAML textarea) arrives as ``{"__yaml__": text}`` and is parsed here.
 
-It is a door on the user's machine (``docs/security.md``): every route needs the launch's token
-(``RequestGuard``: bearer or cookie, same-site, loopback names, JSON bodies nested 64 deep at
-most), YAML is read within ``YAML_LIMITS`` (no alias bombs), saves write trinity configs only
-(inside its root folder, no dot-file or dot-folder, over no file that is not a trinity config,
-and a config with errors only when the user says "save anyway"), and a check runs no code and
-reads no environment variable or file that the page did not send.
+A door on the user's machine (``docs/security.md``): every route needs the launch's token
+(``RequestGuard``), YAML is read within ``YAML_LIMITS``, saves write trinity configs only inside
+its root (``save``), and a check runs no code and reads no environment variable or file that the
+page did not send.
 """
 
 from __future__ import annotations
