@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer
+from pydantic import BaseModel, ConfigDict, Field
 from pydantic_core import PydanticUndefined
 
 from trinity.config.secrets import mask_secrets
@@ -26,11 +26,13 @@ class ConfigModel(BaseModel):
 
     model_config = ConfigDict(extra="forbid", coerce_numbers_to_str=True, validate_default=False)
 
-    @model_serializer(mode="wrap", when_used="json")
-    def _masked(self, handler: SerializerFunctionWrapHandler) -> Any:
-        """The JSON form, what every record of a config is made of (``config.yaml``, ``trinity
-        config check``, the trackers' copy): its credentials masked (``trinity.config.secrets``)."""
-        return mask_secrets(handler(self))
+    def model_dump(self, *, mode: str = "python", **kwargs: Any) -> dict[str, Any]:
+        """The JSON form (``mode="json"``) is what every record of a config is made of
+        (``config.yaml``, ``trinity config check``, the trackers' copy): its credentials masked
+        (``trinity.config.secrets``). Not a ``model_serializer``: pydantic's wrap serializers drop
+        ``include`` and ``exclude`` in the python form, which the algorithm functions' arguments use."""
+        dumped = super().model_dump(mode=mode, **kwargs)
+        return mask_secrets(dumped) if mode == "json" else dumped
 
 
 class PluginArgs(ConfigModel):
