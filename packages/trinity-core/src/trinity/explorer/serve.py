@@ -52,9 +52,10 @@ MAX_ID_CHARS = 256
 STORED_MESSAGE_KEYS = ("role", "content", "name", "tool_calls", "tool_call_id", "reasoning_content")
 """The fields of a chat message the proxy keeps (OpenAI's, and vLLM's ``reasoning_content``); any
 other is forwarded to the engine but neither held nor recorded."""
-EXPERIENCE_BYTES = 8192
+EXPERIENCE_BYTES = 12 * 1024
 """What one recorded choice holds besides its messages and tensor data (the Experience, its eid,
-info and tensor objects): tracemalloc saw ~5 KiB a response more than the rest of the count."""
+info and tensor objects): tracemalloc saw ~5 KiB a response more than the rest of the count;
+the rest is margin (tests/explorer/test_serve_proxy.py compares the two)."""
 
 
 def held_bytes(value: Any) -> int:
