@@ -162,7 +162,7 @@ def summary(side: str, start: float, end: float, peak: int, steps: list[dict]) -
     """The figures of one run from its per-step records (``timestamp``, ``reward``, seconds)."""
     rewards = [step["reward"] for step in steps]
     stamps = [step["timestamp"] for step in steps]
-    first_step_began = stamps[0] - steps[0]["step_seconds"]
+    first_step_began = steps[0]["began"]
     reached = next(
         (
             stamps[i] - start
@@ -183,6 +183,7 @@ def summary(side: str, start: float, end: float, peak: int, steps: list[dict]) -
         "shutdown": end - stamps[-1],
         "generate": statistics.median(step["generate_seconds"] for step in steps[1:]),
         "train": statistics.median(step["train_seconds"] for step in steps[1:]),
+        "curve": [[stamp - start, reward] for stamp, reward in zip(stamps, rewards, strict=True)],
     }
 
 
@@ -196,6 +197,7 @@ def run_trl(python: Path, root: Path, settings: dict, tag: str) -> dict:
     steps = [json.loads(line[5:]) for line in output.splitlines() if line.startswith("STEP ")]
     for step in steps:
         step["train_seconds"] = step["step_seconds"] - step["generate_seconds"]
+        step["began"] = step["timestamp"] - step["step_seconds"]
     return summary("TRL GRPOTrainer", start, end, peak, steps)
 
 
@@ -207,15 +209,15 @@ def run_trinity(root: Path, config: Path, tag: str) -> dict:
     name = OmegaConf.load(config).name
     monitor = config.parent / "ckpt" / "quickstart" / name / "monitor"
     explorer, trainer = read_jsonl(monitor / "explorer.jsonl"), read_jsonl(monitor / "trainer.jsonl")
-    steps = [
+    steps = [  # a step: from the explorer's rollout to the trainer's update on it
         {
-            "timestamp": record["timestamp"],
-            "reward": record["rollout/reward/mean"],
-            "step_seconds": record["time/explore_step"],
-            "generate_seconds": record["time/explore_step"],
+            "began": explored["timestamp"] - explored["time/explore_step"],
+            "timestamp": trained["timestamp"],
+            "reward": explored["rollout/reward/mean"],
+            "generate_seconds": explored["time/explore_step"],
             "train_seconds": trained["time/train_step"],
         }
-        for record, trained in zip(explorer, trainer, strict=True)
+        for explored, trained in zip(explorer, trainer, strict=True)
     ]
     return summary("trinity run", start, end, peak, steps)
 
@@ -294,6 +296,27 @@ def compare(name: str, pairs: int, trinity_config, trl_settings: dict, python: P
         print(f"{name}: exploring step / TRL's generation {spread(explore, '.3f')} (target <= 1.05)", flush=True)
     record = REPO / "benchmarks" / "out" / f"peers-{name}.json"
     record.write_text(json.dumps(results, indent=1))
+    plot(name, results, REPO / "benchmarks" / "out" / f"peers-{name}.png")
+
+
+def plot(name: str, results: dict[str, list[dict]], path: Path) -> None:
+    """Each run's reward (a trailing mean over ``WINDOW`` steps) against seconds since its
+    process started: where a curve begins is start-up, where it ends is the last step."""
+    from matplotlib.figure import Figure
+
+    figure = Figure(figsize=(7, 3.6), layout="constrained")
+    axes = figure.subplots()
+    for (side, runs), color in zip(results.items(), ("tab:blue", "tab:orange"), strict=True):
+        for index, run in enumerate(runs):
+            seconds, rewards = zip(*run["curve"], strict=True)
+            smooth = [sum(rewards[max(0, i - WINDOW + 1) : i + 1]) / min(i + 1, WINDOW) for i in range(len(rewards))]
+            axes.plot(seconds, smooth, color=color, alpha=0.7, label=side if index == 0 else None)
+            axes.axvline(run["wall"], color=color, alpha=0.3, linestyle=":")
+    axes.set(title=f"{name}: reward against wall time (dotted: process exit)", xlabel="seconds", ylabel="reward")
+    axes.grid(alpha=0.3)
+    axes.legend(fontsize=8)
+    figure.savefig(path, dpi=100)
+    print(f"{name}: plot {path}", flush=True)
 
 
 def quickstart(root: Path, pairs: int, steps: int, python: Path) -> None:
