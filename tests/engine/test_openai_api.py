@@ -17,7 +17,7 @@ from trinity.config.schema import InferenceModelConfig, ModelConfig
 from trinity.engine.base import EngineStartError, SamplingArgs
 from trinity.engine.client import EngineClient
 from trinity.engine.model_wrapper import ModelWrapper
-from trinity.engine.openai_api import MAX_N
+from trinity.engine.openai_api import MAX_N, MAX_STOP_CHARS, MAX_STOPS
 from trinity.engine.tokenization import TOOL_CALL_PARSERS
 from trinity.engine.transformers_rollout import TransformersRolloutEngine
 
@@ -72,6 +72,10 @@ def test_a_bad_request_is_a_400_naming_the_field(endpoint):
         api.chat.completions.create(model="tiny", messages=[])
     with pytest.raises(openai.BadRequestError, match=f"n: Input should be less than or equal to {MAX_N}"):
         api.chat.completions.create(model="tiny", messages=MESSAGES, n=MAX_N + 1, max_tokens=1)
+    with pytest.raises(openai.BadRequestError, match=f"stop.0: String should have at most {MAX_STOP_CHARS} characters"):
+        api.completions.create(model="tiny", prompt="1+1=", stop="x" * (MAX_STOP_CHARS + 1), max_tokens=1)
+    with pytest.raises(openai.BadRequestError, match=f"stop: List should have at most {MAX_STOPS} items"):
+        api.completions.create(model="tiny", prompt="1+1=", stop=["x"] * (MAX_STOPS + 1), max_tokens=1)
     with pytest.raises(openai.BadRequestError, match=r"messages\[0\].content\[1\].text: a text part needs its text"):
         parts = [{"type": "text", "text": "What is "}, {"type": "text"}]
         api.chat.completions.create(model="tiny", messages=[{"role": "user", "content": parts}])

@@ -14,11 +14,11 @@ import logging
 import re
 import time
 import uuid
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError, field_validator
 
 from trinity.common.http_guard import LOOPBACK_HOSTS, ASGIApp, RequestGuard, error_body, is_loopback
 from trinity.engine.base import Completion, EngineStartError, SamplingArgs
@@ -35,6 +35,10 @@ MAX_N = 128
 """Choices one request may ask for (``n``): each holds memory until it is answered."""
 MAX_TEMPERATURE = 100.0
 """Beyond it sampling is uniform anyway, and a huge temperature overflows the logits to NaN."""
+MAX_STOPS, MAX_STOP_CHARS = 16, 256
+"""Stop strings a request may give, and characters in each: the engine's stop-string matcher is
+built per request over the whole vocabulary (a 1 MiB stop string took 9 s on a 512-token one)."""
+Stop = Annotated[str, StringConstraints(max_length=MAX_STOP_CHARS)]
 
 
 logger = logging.getLogger(__name__)
@@ -75,14 +79,19 @@ class _Request(BaseModel):
     max_tokens: int | None = Field(None, ge=1)
     max_completion_tokens: int | None = Field(None, ge=1)
     min_tokens: int | None = Field(None, ge=0)
-    stop: str | list[str] | None = None
+    stop: list[Stop] = Field([], max_length=MAX_STOPS)
     seed: int | None = Field(None, ge=-(2**63), lt=2**63)
     logprobs: bool | int | None = None
     stream: Literal[False] = False
     return_token_ids: bool = False
 
+    @field_validator("stop", mode="before")
+    @classmethod
+    def _stops(cls, stop: Any) -> Any:
+        """One stop string or a list of them, as OpenAI takes it; null for none."""
+        return [stop] if isinstance(stop, str) else [] if stop is None else stop
+
     def sampling(self, tools: list[dict[str, Any]] | None = None) -> SamplingArgs:
-        stops = [self.stop] if isinstance(self.stop, str) else list(self.stop or [])
         return SamplingArgs(
             n=self.n,
             temperature=self.temperature,
@@ -90,7 +99,7 @@ class _Request(BaseModel):
             top_k=self.top_k,
             max_tokens=self.max_completion_tokens or self.max_tokens,
             min_tokens=self.min_tokens,
-            stop=stops,
+            stop=self.stop,
             seed=self.seed,
             tools=tools,
         )
