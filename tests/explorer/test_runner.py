@@ -113,6 +113,7 @@ def test_dynamic_timeout_cuts_a_run_at_ratio_times_the_recent_mean(client, tiny_
     slow = task_runner.run(tasks("SleepyWorkflow", {"seconds": 0.2}, {"seconds": 30}), "2")
     assert time.monotonic() - started < 5  # cut at ~3 x 0.2 s, not after max_timeout 60 s
     assert (slow.failed_tasks, slow.failed_runs, len(slow.experiences)) == (1, 1, 1)
+    assert [(task, error.split(" after")[0]) for task, error in slow.errors] == [("t:1", "timed out")]
 
 
 def test_runner_state_is_reported_every_interval_while_a_batch_runs(client, tiny_model_dir, caplog):

@@ -15,10 +15,11 @@ import logging
 import math
 import statistics
 import time
+import traceback
 from collections import deque
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from trinity.common.experience import EID, Experience, Task
 from trinity.config.schema import Config, InferenceModelConfig
@@ -46,6 +47,8 @@ class BatchOutcome:
     """Runs that raised or timed out on every attempt (of tasks that may have other runs)."""
     dropped_tasks: int = 0
     """Tasks cancelled by ``over_rollout`` (their finished runs kept with ``return_partial_tasks``)."""
+    errors: list[tuple[str, str]] = field(default_factory=list)
+    """``(task id, error)`` of each failed run: its last attempt's traceback, or why it timed out."""
 
     def merged(self, other: BatchOutcome) -> BatchOutcome:
         """This batch and a refill batch of the same step."""
@@ -54,6 +57,7 @@ class BatchOutcome:
             self.failed_tasks + other.failed_tasks,
             self.failed_runs + other.failed_runs,
             self.dropped_tasks + other.dropped_tasks,
+            self.errors + other.errors,
         )
 
 
@@ -79,7 +83,7 @@ class TaskRunner:
     async def run_batch(self, tasks: list[Task], batch_id: str, min_done: int | None = None) -> BatchOutcome:
         """All tasks' workflows; with ``min_done``, the over-rollout wait (see the module docstring)."""
         finished: list[list[Experience]] = [[] for _ in tasks]
-        failures = [0] * len(tasks)
+        failures: list[list[str]] = [[] for _ in tasks]
         jobs = [
             asyncio.ensure_future(self._run_task(task, i % len(self.engines), batch_id, finished[i], failures, i))
             for i, task in enumerate(tasks)
@@ -111,7 +115,8 @@ class TaskRunner:
             experiences.extend(produced)
         if not cancelled:
             self._observed_batches += 1
-        return BatchOutcome(experiences, failed_tasks, sum(failures), dropped)
+        errors = [(task.task_id, error) for task, failed in zip(tasks, failures, strict=True) for error in failed]
+        return BatchOutcome(experiences, failed_tasks, len(errors), dropped, errors)
 
     async def _report(self, batch_id: str, jobs: list[asyncio.Future], interval: int) -> None:
         """Every ``interval`` s while a batch runs (``runner_state_report_interval``): its progress and
@@ -153,7 +158,7 @@ class TaskRunner:
         return min(explorer.max_timeout, statistics.fmean(self._recent) * dynamic.ratio)
 
     async def _run_task(
-        self, task: Task, engine: int, batch_id: str, finished: list[Experience], failures: list[int], index: int
+        self, task: Task, engine: int, batch_id: str, finished: list[Experience], failures: list[list[str]], index: int
     ) -> None:
         """The task's runs in jobs; each job's experiences land in ``finished`` as it ends."""
         workflow_cls = resolve(Kind.WORKFLOW, task.workflow_type, "default_workflow_type")
@@ -170,8 +175,8 @@ class TaskRunner:
                 finally:
                     self._busy -= 1
             for offset, produced in results:
-                if produced is None:
-                    failures[index] += 1
+                if isinstance(produced, str):
+                    failures[index].append(produced)
                     continue
                 for i, exp in enumerate(produced):
                     run = first_run + (i if workflow_cls.can_repeat else offset)
@@ -187,8 +192,8 @@ class TaskRunner:
 
     async def _run_job(
         self, workflow_cls: type[Workflow], task: Task, engine: int, runs: int
-    ) -> list[tuple[int, list[Experience] | None]]:
-        """``(offset, experiences or None when it failed)`` of each workflow instance of a job."""
+    ) -> list[tuple[int, list[Experience] | str]]:
+        """``(offset, experiences or the error when it failed)`` of each workflow instance of a job."""
         if workflow_cls.can_repeat:
             return [(0, await self._attempts(workflow_cls, task, engine, runs, self._in_loop))]
         mode = self.config.explorer.concurrent_mode
@@ -213,11 +218,12 @@ class TaskRunner:
         engine: int,
         n: int,
         start: Callable[[Callable[[], Awaitable[list[Experience]]]], Awaitable[list[Experience]]],
-    ) -> list[Experience] | None:
-        """One workflow instance, retried; None once every attempt failed (logged)."""
+    ) -> list[Experience] | str:
+        """One workflow instance, retried; once every attempt failed (logged), the last one's
+        traceback (or why it timed out)."""
         explorer = self.config.explorer
         attempts = explorer.max_retry_times + 1
-        reason = ""
+        reason = error = ""
         for attempt in range(1, attempts + 1):
             timeout = self.task_timeout()
             started = time.monotonic()
@@ -235,11 +241,12 @@ class TaskRunner:
                     if isinstance(exc, asyncio.TimeoutError)
                     else f"{type(exc).__name__}: {exc}"
                 )
+                error = reason if isinstance(exc, asyncio.TimeoutError) else "".join(traceback.format_exception(exc))
                 logger.warning(
                     "task %s (%s), attempt %d/%d: %s", task.task_id, task.workflow_type, attempt, attempts, reason
                 )
         logger.error("task %s (%s) failed %d times; last: %s", task.task_id, task.workflow_type, attempts, reason)
-        return None
+        return error
 
     def _sampling(self, task: Task, model: InferenceModelConfig, n: int) -> SamplingArgs:
         args = task.rollout_args
