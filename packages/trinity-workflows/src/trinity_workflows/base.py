@@ -72,11 +72,6 @@ class CatalogueWorkflow(Workflow):
         return self.task.raw.get(key)
 
     @property
-    def truth(self) -> Any:
-        """The row's ``format.response_key`` value (the ground truth)."""
-        return self._field("response_key", "response")
-
-    @property
     def system_prompt(self) -> str | None:
         row_key = self.task.format.get("system_prompt_key")
         if row_key and self.task.raw.get(row_key):

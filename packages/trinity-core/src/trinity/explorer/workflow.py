@@ -49,6 +49,11 @@ class Workflow:
         them unless ``explorer.max_repeat_times_per_runner`` splits them), 1 without ``can_repeat``."""
         return self.model.defaults.n if self.can_repeat else 1
 
+    @property
+    def truth(self) -> Any:
+        """The row's ground truth: its ``format.response_key`` column (default ``response``)."""
+        return self.task.raw.get(self.task.format.get("response_key") or "response")
+
     def score(self, response: str, truth: Any, prompt: str | None = None) -> dict[str, float]:
         """The reward components of one response (empty without a reward function)."""
         if self.reward_fn is None:
