@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+from typing import Any
 
 import click
 
@@ -205,6 +206,96 @@ def run(config_file: str, overrides: tuple[str, ...], verbose: bool) -> None:
     report = report_after_run(summaries)
     if report:
         click.echo(f"report: {report}")
+
+
+@main.command()
+@click.argument("config_file", type=click.Path(dir_okay=False))
+@click.argument("overrides", nargs=-1)
+@click.option(
+    "--module",
+    "-m",
+    type=click.Choice(["workflow", "reward"]),
+    default="workflow",
+    show_default=True,
+    help="workflow: run it and show its experiences; reward: score responses with the reward function alone.",
+)
+@click.option(
+    "--tasks",
+    "-n",
+    "count",
+    default=4,
+    show_default=True,
+    type=click.IntRange(min=1),
+    help="Tasks to run: the taskset's first, in its selector's order.",
+)
+@click.option("--html", "page", type=click.Path(dir_okay=False), help="Also write the experiences as a web page.")
+@click.option("--response", "-r", "responses", multiple=True, help="--module reward: a response to score (repeatable).")
+@click.option(
+    "--response-file",
+    type=click.File(encoding="utf-8"),
+    help="--module reward: responses to score, one a line (a line that is a JSON string is that string).",
+)
+def debug(
+    config_file: str,
+    overrides: tuple[str, ...],
+    module: str,
+    count: int,
+    page: str | None,
+    responses: tuple[str, ...],
+    response_file: Any,
+) -> None:
+    """Run the workflow of CONFIG_FILE on a few tasks with the rollout model, without a trainer or Ray.
+
+    Shows each experience: prompt and response, token counts, the trained spans of the action
+    mask in ⟦ ⟧, the reward and its components, a failed run's traceback. Names the first problem
+    seen (error, truncation, empty response, no trained token, all-equal rewards) and exits 1
+    then, else 0. OVERRIDES as for trinity run. --module reward scores the i-th response against
+    the i-th task's truth (without responses, the truths themselves); it loads no model.
+    """
+    from functools import partial
+    from pathlib import Path
+
+    from trinity.common.errors import first_line
+    from trinity.config import ConfigError
+    from trinity.engine.base import EngineCrashed, EngineStartError
+    from trinity.explorer.debug import DebugError, debug_config, read_tasks
+    from trinity.explorer.debug_view import problem_summary, show_rewards, show_workflow
+    from trinity.plugins import PluginError
+
+    given = [*responses, *(_response_line(line) for line in response_file or () if line.strip())]
+    if module == "workflow" and given:
+        raise click.UsageError("--response and --response-file go with --module reward")
+    if module == "reward" and page:
+        raise click.UsageError("--html shows experiences: it goes with --module workflow")
+    try:
+        config = debug_config(config_file, list(overrides))
+        tasks = read_tasks(config, len(given) or count)
+        if module == "reward":
+            problems = show_rewards(tasks, given, click.echo)
+        else:
+            progress = partial(click.echo, err=True)
+            problems = show_workflow(config, tasks, click.echo, progress, Path(page) if page else None)
+    except ConfigError as exc:
+        for issue in exc.issues:
+            click.echo(f"error: {exc.source}: {issue}" if exc.source else f"error: {issue}", err=True)
+        sys.exit(2)
+    except (DebugError, PluginError, EngineStartError, OSError) as exc:
+        click.echo(f"error: {first_line(exc)}", err=True)
+        sys.exit(2)
+    except EngineCrashed as exc:
+        click.echo(f"error: {first_line(exc)}", err=True)
+        sys.exit(1)
+    click.echo(problem_summary(problems))
+    sys.exit(1 if problems else 0)
+
+
+def _response_line(line: str) -> str:
+    """A line of a --response-file: the JSON string it holds (newlines as \\n), else the line."""
+    try:
+        value = json.loads(line)
+    except ValueError:
+        return line.rstrip("\n")
+    return value if isinstance(value, str) else line.rstrip("\n")
 
 
 @main.command()
