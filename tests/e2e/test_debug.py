@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -67,6 +69,18 @@ def test_the_quickstart_s_experiences_are_shown_and_truncation_named(tmp_path, t
     )
     text = page.read_text()
     assert "<mark>" in text and "&lt;|im_start|&gt;user" in text and summary in text
+
+
+def test_it_runs_without_ray(tmp_path, tiny_model_dir, arithmetic_data):
+    """In a process of its own (the tests' may have imported Ray): the command never imports it."""
+    config = write_experiment(tmp_path, tiny_model_dir, arithmetic_data, "algorithm.repeat_times=2")
+    script = (
+        "import sys; from click.testing import CliRunner; from trinity.cli import main; "
+        f"result = CliRunner().invoke(main, ['debug', {str(config)!r}, '-n', '1']); "
+        "print(result.exit_code, 'ray' in sys.modules, result.stdout.count(' · reward '))"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert done.stdout.split() == ["1", "False", "2"], done.stdout + done.stderr
 
 
 @pytest.mark.parametrize("reward, named", [("constant_reward", True), ("checksum_reward", False)])
