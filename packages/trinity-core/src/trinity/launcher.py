@@ -129,8 +129,20 @@ def run(config_path: str, overrides: list[str] | None = None, verbose: bool = Fa
                 write_json(stage_done_path(config), {"model_path": model_path, "stage": index})
     finally:
         if started_ray:
-            ray.shutdown()
+            _shutdown_local_ray()
     return summaries
+
+
+def _shutdown_local_ray() -> None:
+    """``ray.shutdown()`` of the cluster this run started, a second sooner. Ray stops the autoscaler
+    monitor after the GCS; on SIGTERM the monitor reports its end to that gone GCS until Ray's
+    second of grace runs out. A local cluster has nothing to autoscale, so it is killed first."""
+    import ray
+
+    node = getattr(ray._private.worker, "_global_node", None)  # private: skipped if Ray moves it
+    for monitor in getattr(node, "all_processes", {}).get("monitor", []):
+        monitor.process.kill()
+    ray.shutdown()
 
 
 def detected_cluster(config: Config, mode: str = "both") -> list[str]:
