@@ -2,7 +2,7 @@
 
 The tasks are the 25 sums a+b of digits 0-4 ("3+4=" -> "7"); the SFT pairs are the same
 25 with their answers. The warm-up is kept short on purpose: it teaches the answer format
-and leaves the model unsure (about a quarter of its samples right), so GRPO, from rewards
+and leaves the model unsure (about 0.72 of its samples right), so GRPO, from rewards
 alone, has varied groups to learn from and sharpens every answer.
 
     python examples/quickstart/make_data.py OUT_DIR
