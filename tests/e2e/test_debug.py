@@ -20,7 +20,7 @@ SEQUENTIAL = "buffer.explorer_input.taskset.data_selector.selector_type=sequenti
 
 
 def debug(config: Path, *args: str) -> Result:
-    return CliRunner().invoke(main, ["debug", str(config), *args])
+    return CliRunner().invoke(main, ["debug", "--config", str(config), *args])
 
 
 def rows(data: Path) -> list[dict]:
@@ -76,7 +76,7 @@ def test_it_runs_without_ray(tmp_path, tiny_model_dir, arithmetic_data):
     config = write_experiment(tmp_path, tiny_model_dir, arithmetic_data, "algorithm.repeat_times=2")
     script = (
         "import sys; from click.testing import CliRunner; from trinity.cli import main; "
-        f"result = CliRunner().invoke(main, ['debug', {str(config)!r}, '-n', '1']); "
+        f"result = CliRunner().invoke(main, ['debug', '--config', {str(config)!r}, '-n', '1']); "
         "print(result.exit_code, 'ray' in sys.modules, result.stdout.count(' · reward '))"
     )
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)

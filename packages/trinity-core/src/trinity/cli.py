@@ -209,7 +209,9 @@ def run(config_file: str, overrides: tuple[str, ...], verbose: bool) -> None:
 
 
 @main.command()
-@click.argument("config_file", type=click.Path(dir_okay=False))
+@click.option(
+    "--config", "config_file", required=True, type=click.Path(dir_okay=False), help="The experiment's YAML file."
+)
 @click.argument("overrides", nargs=-1)
 @click.option(
     "--module",
@@ -244,7 +246,7 @@ def debug(
     responses: tuple[str, ...],
     response_file: Any,
 ) -> None:
-    """Run the workflow of CONFIG_FILE on a few tasks with the rollout model, without a trainer or Ray.
+    """Run the workflow of the config on a few tasks with the rollout model, without a trainer or Ray.
 
     Shows each experience: prompt and response, token counts, the trained spans of the action
     mask in ⟦ ⟧, the reward and its components, a failed run's traceback. Names the first problem
