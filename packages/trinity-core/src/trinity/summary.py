@@ -8,19 +8,7 @@ from typing import Any
 import click
 
 from trinity.monitor.console import read_jsonl
-
-REWARD_KEY = "rollout/reward/mean"
-
-
-def reward_trend(metrics_file: Path) -> tuple[float, float] | None:
-    """Mean rollout reward over the first and the last tenth of the steps (at least one step each)."""
-    if not metrics_file.is_file():
-        return None
-    rewards = [record[REWARD_KEY] for record in read_jsonl(metrics_file) if REWARD_KEY in record]
-    if not rewards:
-        return None
-    tenth = max(1, len(rewards) // 10)
-    return sum(rewards[:tenth]) / tenth, sum(rewards[-tenth:]) / tenth
+from trinity.monitor.learnable import describe_trend, reward_trend
 
 
 def print_summary(summaries: list[dict[str, Any]]) -> None:
@@ -35,9 +23,10 @@ def print_summary(summaries: list[dict[str, Any]]) -> None:
                 click.echo(f"    on node {place['node'] or place['node_id']}, GPUs {','.join(place['gpu_ids'])}")
             if result.get("stopped_early"):  # also logged by the role, but a role's last log lines can miss the console
                 click.echo(f"    {result['stopped_early']}")
-            trend = reward_trend(job_dir / "monitor" / f"{role}.jsonl")
+            metrics = job_dir / "monitor" / f"{role}.jsonl"
+            trend = reward_trend(read_jsonl(metrics)) if metrics.is_file() else None
             if trend:
-                click.echo(f"    reward: {trend[0]:.3f} at start -> {trend[1]:.3f} at end ({trend[1] - trend[0]:+.3f})")
+                click.echo(f"    reward: {describe_trend(trend)}")
             stall = summary.get("nothing_learnable", {}).get(role)
             if stall:
                 click.echo(f"    {stall}")

@@ -11,6 +11,7 @@ display and the summary read the counts back from ``monitor/<role>.jsonl``
 from __future__ import annotations
 
 import logging
+import math
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -18,6 +19,7 @@ from typing import Any
 
 logger = logging.getLogger(__name__)
 
+REWARD = "rollout/reward/mean"
 EXPERIENCES = "rollout/experience_count"
 TRUNCATED_PROMPTS = "rollout/truncated_prompts"
 """Experiences whose prompt (a turn's, in a multi-turn one) was over ``max_prompt_tokens``."""
@@ -127,3 +129,22 @@ class CauseWarnings:
             return
         self._said[cause] = (step, whole)
         logger.warning("%s: step %d: %s", self.role, step, message)
+
+
+def reward_trend(records: Iterable[Mapping[str, Any]]) -> tuple[float, float] | None:
+    """``(start, end)`` of a role's mean reward: its first step's, from the weights it started
+    with (no update has reached them yet), and the mean of its last tenth of steps (one at least).
+    None when no step logged a finite reward."""
+    rewards = [
+        float(r[REWARD]) for r in records if isinstance(r.get(REWARD), (int, float)) and math.isfinite(r[REWARD])
+    ]
+    if not rewards:
+        return None
+    tenth = max(1, len(rewards) // 10)
+    return rewards[0], sum(rewards[-tenth:]) / tenth
+
+
+def describe_trend(trend: tuple[float, float]) -> str:
+    """The one wording of a reward trend, for the run's summary and its report."""
+    start, end = trend
+    return f"{start:.3f} before any update -> {end:.3f} at end ({end - start:+.3f})"
