@@ -146,6 +146,29 @@ def server(probe_marker, chat_api):
     process.wait(timeout=30)
 
 
+FORKS = """import json, sys
+from trinity.buffer.data_juicer import RecipeRunner
+forks = []
+sys.addaudithook(lambda event, args: forks.append(event) if event in ("os.fork", "os.posix_spawn") else None)
+for processes in (1, 2):
+    operator = {"text_length_filter": {"min_len": 2, "num_proc": processes}}
+    runner, before = RecipeRunner("forks", {"process": [operator], "np": 1}), len(forks)
+    kept = runner.run([{"text": "a line"}, {"text": "x"}] * 64)
+    print(json.dumps({"processes": processes, "kept": len(kept), "forks": len(forks) - before}))
+"""
+
+
+def test_an_operator_given_one_process_runs_in_this_one():
+    """``datasets`` forks a pool for any ``num_proc`` of 1 or more: an operator Data-Juicer gives
+    one process runs in the caller's (0.015 s for these 128 rows against 0.5 s with the pool); one
+    given two still gets its pool (the audit hook sees its forks)."""
+    done = subprocess.run([sys.executable, "-c", FORKS], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    one, two = (json.loads(line) for line in done.stdout.strip().splitlines()[-2:])
+    assert one == {"processes": 1, "kept": 64, "forks": 0}, one
+    assert two["kept"] == 64 and two["forks"] > 0, two
+
+
 def test_an_auto_started_server_runs_the_recipe_and_stops_with_its_client(monkeypatch):
     port = free_port()
     client = RecipeClient("test", RECIPE, DataJuicerServiceConfig(auto_start=True, port=port))

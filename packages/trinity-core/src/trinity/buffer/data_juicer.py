@@ -83,6 +83,7 @@ class RecipeRunner:
             raise DataJuicerError(key, f"Data-Juicer rejects the recipe ({why})") from None
         except Exception as exc:  # Data-Juicer reports unknown ops and bad args in its own types
             raise DataJuicerError(key, f"Data-Juicer rejects the recipe ({type(exc).__name__}: {exc})") from exc
+        _one_process_in_this_one(self.ops)
 
     def run(self, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """The rows the recipe keeps, as it leaves them (statistics under ``STATS_KEY``)."""
@@ -97,6 +98,14 @@ class RecipeRunner:
 
     def close(self) -> None:
         """Nothing to stop in this process."""
+
+
+def _one_process_in_this_one(ops: list[Any]) -> None:
+    """Run in this process the operators Data-Juicer gives one process: ``datasets`` forks a pool
+    for any ``num_proc`` of 1 or more, which cost a 128-row filter 0.5 s against 0.015 s here."""
+    for op in ops:
+        if op.runtime_np() == 1:
+            op.auto_op_parallelism, op.num_proc = False, None
 
 
 SERVICE_KEY = "service.data_juicer"
