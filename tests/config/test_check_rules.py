@@ -138,7 +138,10 @@ RULES = [
     Rule("fully-async-evaluates-nothing",
          ["synchronizer.sync_style=fully_async", "buffer.explorer_input.eval_tasksets=[{path: /e.jsonl}]"], "error",
          "buffer.explorer_input.eval_tasksets", "does not evaluate"),
-    # check_explorer, check_doors
+    # check_explorer, _check_engine_parallelism, check_doors
+    Rule("engine-parallel-key-of-an-engine-that-spreads-none", ["explorer.rollout_model.pipeline_parallel_size=2"],
+         "error", "explorer.rollout_model.pipeline_parallel_size",
+         "engine_type 'transformers' does not spread one engine over several GPUs"),
     Rule("over-rollout-with-fixed-sync", ["explorer.over_rollout.ratio=0.5"], "error", "explorer.over_rollout",
          "does not work with sync_style fixed"),
     Rule("open-serve-proxy", ["mode=serve", "explorer.listen_address=0.0.0.0"], "error", "explorer.listen_address",
@@ -180,6 +183,8 @@ RULES = [
          "has no critic to warm up"),
     Rule("megatron", ["trainer.trainer_strategy=megatron"], "error", "trainer.trainer_strategy",
          "megatron is not available"),
+    Rule("megatron-parallelism", ["trainer.megatron.context_parallel_size=2"], "error",
+         "trainer.megatron.context_parallel_size", "use FSDP (trainer_strategy fsdp or fsdp2)"),
     Rule("micro-batch-below-max-model-len", ["trainer.max_token_len_per_gpu=64"], "warning",
          "trainer.max_token_len_per_gpu", "a full-length sample will not fit a micro-batch"),
     Rule("mix-without-expert-buffer", ["algorithm.algorithm_type=mix"], "error",
@@ -230,7 +235,7 @@ def test_the_base_config_breaks_no_rule(tmp_path, monkeypatch):
 REPORTS = re.compile(r"issues\.(add|warn|refuse_at_run|no_effect)\(|\(over_the_limit or issues\.add\)\(")
 """A place in check.py that reports an issue."""
 
-CHECKER_REPORTS = 46
+CHECKER_REPORTS = 48
 """Places in check.py that report an issue when the cases above were written: each is caught by a
 case (a report disabled in memory, one at a time, fails at least one case)."""
 

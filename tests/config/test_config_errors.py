@@ -434,3 +434,63 @@ def test_grad_offload_on_an_engine_without_it_is_an_error_naming_the_way_out(tmp
     found = issues_of(write(tmp_path), ["trainer.trainer_type=verl", "trainer.grad_offload=true"])
     assert "use trainer.param_offload or offload_policy" in found["trainer.grad_offload"], found
     load_config(write(tmp_path), ["trainer.grad_offload=true"])  # the torch engine offloads them
+
+
+PARALLEL = {"data_parallel_size": 2, "pipeline_parallel_size": 2, "enable_expert_parallel": True}
+"""The rollout model's keys that spread one engine over several GPUs, each off its default."""
+
+
+def test_engine_parallel_keys_reach_vllm_s_engines_and_other_engines_refuse_them(tmp_path, caplog):
+    """vLLM takes them (its engine arguments: tests/vllm_engine/test_vllm_args.py) and its engines ask
+    tensor x data x pipeline GPUs; the transformers engine holds a model on one device: refused by name.
+    The defaults, which Trinity-RFT's examples write, pass silently with every engine."""
+    overrides = [f"explorer.rollout_model.{key}={value}" for key, value in PARALLEL.items()]
+    found = issues_of(write(tmp_path), overrides)
+    for key in PARALLEL:
+        assert found[f"explorer.rollout_model.{key}"].startswith(
+            "engine_type 'transformers' does not spread one engine over several GPUs: leave it at its default"
+        )
+    load_config(write(tmp_path), ["explorer.rollout_model.data_parallel_size=1"])
+    assert "data_parallel_size" not in caplog.text
+    gpus = ["cluster.gpu_per_node=16", "explorer.rollout_model.engine_type=vllm"]
+    cfg = load_config(write(tmp_path), [*gpus, *overrides, "explorer.rollout_model.tensor_parallel_size=2"])
+    assert cfg.explorer.rollout_model.gpu_per_engine == cfg.cluster.explorer_gpu_num == 8  # 2 x 2 x 2
+
+
+def test_nccl_sync_numbers_tensor_parallel_ranks_only(tmp_path):
+    """Its group counts each engine's tensor-parallel workers: data or pipeline parallel engines sync
+    by memory or checkpoint (the default then), and nccl named for them is refused."""
+    base = ["cluster.gpu_per_node=4", "explorer.rollout_model.engine_type=vllm", "trainer.trainer_type=verl"]
+    assert load_config(write(tmp_path), base).synchronizer.sync_method == "nccl"
+    pipeline = [*base, "explorer.rollout_model.pipeline_parallel_size=2"]
+    assert load_config(write(tmp_path), pipeline).synchronizer.sync_method == "memory"
+    found = issues_of(write(tmp_path), [*pipeline, "synchronizer.sync_method=nccl"])
+    assert found["synchronizer.sync_method"] == (
+        "'nccl' numbers each engine's tensor-parallel workers only, and explorer.rollout_model has "
+        "data_parallel_size 1 x pipeline_parallel_size 2: use memory (mode both) or checkpoint"
+    )
+
+
+@pytest.mark.parametrize(
+    "key, value",
+    [
+        ("tensor_model_parallel_size", 2),
+        ("pipeline_model_parallel_size", 2),
+        ("virtual_pipeline_model_parallel_size", 2),
+        ("expert_model_parallel_size", 2),
+        ("expert_tensor_parallel_size", 1),
+        ("context_parallel_size", 2),
+        ("sequence_parallel", False),
+    ],
+)
+def test_megatron_parallel_keys_off_their_defaults_are_refused_naming_fsdp(tmp_path, key, value):
+    found = issues_of(write(tmp_path), [f"trainer.megatron.{key}={value}"])
+    assert list(found) == [f"trainer.megatron.{key}"]
+    assert "use FSDP (trainer_strategy fsdp or fsdp2)" in found[f"trainer.megatron.{key}"]
+
+
+def test_megatron_parallel_keys_at_their_defaults_pass_silently(tmp_path, caplog):
+    load_config(
+        write(tmp_path), ["trainer.megatron.tensor_model_parallel_size=1", "trainer.megatron.sequence_parallel=true"]
+    )
+    assert "megatron" not in caplog.text

@@ -45,6 +45,19 @@ def test_ignore_eos_and_request_logging_reach_vllm():
     assert default._params(SamplingArgs(max_tokens=8), prompt_length=4).ignore_eos is False
 
 
+def test_data_pipeline_and_expert_parallel_reach_vllm_beside_tensor_parallel():
+    """Passed to vLLM's engine as Trinity-RFT passes them; other engines refuse them at config check."""
+    pytest.importorskip("vllm")
+    parallel = {"tensor_parallel_size": 2, "data_parallel_size": 2, "pipeline_parallel_size": 3}
+    config = InferenceModelConfig(model_path="/models/tiny", enable_expert_parallel=True, **parallel)
+    args = VLLMServer(config, ModelConfig(max_model_len=64), "vllm engine").engine_args()
+    assert {key: args[key] for key in [*parallel, "enable_expert_parallel"]} == {
+        **parallel,
+        "enable_expert_parallel": True,
+    }
+    assert config.ranks_per_engine() == 12  # the GPUs the engine's actor asks Ray for
+
+
 def test_rope_overrides_reach_vllm_as_the_checkpoint_s_rope_parameters_updated(tiny_model_dir):
     pytest.importorskip("vllm")
     path = str(tiny_model_dir)

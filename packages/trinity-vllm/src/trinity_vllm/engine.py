@@ -1,7 +1,7 @@
 """The vLLM rollout engine (``engine_type: vllm``), as the explorer sees it.
 
 The explorer builds one per ``engine_num``, as it does any rollout engine; each starts its
-own Ray actor (``VLLMServer``) holding vLLM with ``tensor_parallel_size`` GPUs where the
+own Ray actor (``VLLMServer``) holding vLLM with ``ranks_per_engine()`` GPUs where the
 cluster has GPUs (none on a CPU), so that vLLM's processes and memory stay out of the
 explorer's. This side applies the chat template and prompt limit with a ``ChatTokenizer``
 from ``load_tokenizer``, as the reference engine does, then forwards token ids; multi-turn
@@ -47,6 +47,7 @@ class VLLMRolloutEngine(RolloutEngine):
     restartable = True
     in_explorer_process = False  # each engine is a VLLMServer actor that asks for its GPUs
     takes_lora = True
+    takes_parallel_keys = True
 
     def __init__(self, config: InferenceModelConfig, model: ModelConfig) -> None:
         path = config.model_path or model.model_path
@@ -64,7 +65,7 @@ class VLLMRolloutEngine(RolloutEngine):
     def _start_server(self) -> None:
         """A new ``VLLMServer`` actor with the initial weights, started."""
         config, model = self._configs
-        gpus = config.tensor_parallel_size if ray.cluster_resources().get("GPU", 0) else 0
+        gpus = config.ranks_per_engine() if ray.cluster_resources().get("GPU", 0) else 0
         # vLLM reads its settings (VLLM_CPU_KVCACHE_SPACE, ...) from the environment, which
         # explorer.env_vars sets in this process, not in the new actor's.
         env = {key: value for key, value in os.environ.items() if key.startswith("VLLM_")}

@@ -19,25 +19,31 @@ def _is_vllm(engine_type: str) -> bool:
     return engine_type.startswith("vllm")
 
 
+def _tensor_parallel_only(rollout) -> bool:
+    """Whether NCCL sync can number the engines' workers: its group counts tensor-parallel ranks only."""
+    return rollout.data_parallel_size == rollout.pipeline_parallel_size == 1
+
+
 @hookimpl
 def trinity_config_defaults(config, issues):
     """NCCL sync is the default of vLLM engines in one run on GPUs (not with a LoRA adapter: it
-    broadcasts full weights)."""
-    sync, engine = config.synchronizer, config.explorer.rollout_model.engine_type
+    broadcasts full weights; nor with data or pipeline parallel engines)."""
+    sync, rollout = config.synchronizer, config.explorer.rollout_model
     full = not config.model.lora_configs
     if (
         sync.sync_method is None
         and config.mode == "both"
-        and _is_vllm(engine)
+        and _is_vllm(rollout.engine_type)
         and config.cluster.total_gpu_num
         and full
+        and _tensor_parallel_only(rollout)
     ):
         sync.sync_method = "nccl"  # on a CPU, nccl would broadcast over gloo: memory sync needs no group
 
 
 @hookimpl
 def trinity_check_config(config, issues):
-    """NCCL sync loads weights into vLLM engines only."""
+    """NCCL sync loads weights into tensor-parallel vLLM engines only."""
     sync, engine = config.synchronizer, config.explorer.rollout_model.engine_type
     if sync.sync_method == "nccl" and not _is_vllm(engine):
         issues.add(
@@ -46,6 +52,13 @@ def trinity_check_config(config, issues):
             "use memory (mode both) or checkpoint, which work with every engine",
         )
     rollout = config.explorer.rollout_model
+    if sync.sync_method == "nccl" and _is_vllm(engine) and not _tensor_parallel_only(rollout):
+        issues.add(
+            "synchronizer.sync_method",
+            "'nccl' numbers each engine's tensor-parallel workers only, and explorer.rollout_model has "
+            f"data_parallel_size {rollout.data_parallel_size} x pipeline_parallel_size "
+            f"{rollout.pipeline_parallel_size}: use memory (mode both) or checkpoint",
+        )
     if config.model.lora_configs and _is_vllm(engine) and not config.model.tinker.enable:
         if sync.sync_method == "nccl":
             issues.add(

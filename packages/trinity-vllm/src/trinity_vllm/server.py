@@ -45,7 +45,7 @@ between two fits the larger slot."""
 
 
 class VLLMServer:
-    """One ``AsyncLLM`` with ``tensor_parallel_size`` workers, started by ``start()``."""
+    """One ``AsyncLLM`` with ``ranks_per_engine()`` workers (tensor x data x pipeline parallel), started by ``start()``."""
 
     def __init__(self, config: InferenceModelConfig, model: ModelConfig, name: str) -> None:
         self.config, self.model_config, self.name = config, model, name
@@ -152,6 +152,9 @@ class VLLMServer:
             "dtype": "float32" if current_platform.is_cpu() else config.dtype,
             "seed": config.seed,
             "tensor_parallel_size": config.tensor_parallel_size,
+            "data_parallel_size": config.data_parallel_size,
+            "pipeline_parallel_size": config.pipeline_parallel_size,
+            "enable_expert_parallel": config.enable_expert_parallel,
             "distributed_executor_backend": "mp",
             "gpu_memory_utilization": config.gpu_memory_utilization,
             "enforce_eager": config.enforce_eager,

@@ -7,6 +7,7 @@ write them (``"32"`` from ``${oc.env:BATCH_SIZE,32}`` becomes ``32`` for an int 
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -66,6 +67,18 @@ def inert_reason(field: Any) -> str | None:
 def inert_message(reason: str) -> str:
     """The one wording of an inert key's warning, shared by the loader and the reference."""
     return f"has no effect in trinity: {reason}"
+
+
+def default_of(field: Any) -> Any:
+    """A field's default (a fresh one from its factory)."""
+    return field.get_default(call_default_factory=True)
+
+
+def changed_keys(model: BaseModel, names: Iterable[str] | None = None) -> list[str]:
+    """The fields of ``model`` (of ``names``, else all) whose value is not their default, whether the
+    file sets it or not: a key trinity cannot act on is refused only then (Trinity-RFT's examples write defaults)."""
+    fields = type(model).model_fields
+    return [name for name in names or fields if getattr(model, name) != default_of(fields[name])]
 
 
 def derived(default: Any = PydanticUndefined, description: str = "", **constraints: Any) -> Any:

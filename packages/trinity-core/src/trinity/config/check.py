@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from trinity.common.http_guard import is_loopback
-from trinity.config.base import PluginArgs
+from trinity.config.base import PluginArgs, changed_keys
 from trinity.config.load import IssueCollector, report_effects, validate_section
 from trinity.config.memory import check_gpu_memory
 from trinity.config.schema import (
@@ -54,6 +54,15 @@ TINKER_REFUSAL = (
     "trainer_type verl or torch and engine_type vllm or transformers (model.lora_configs for a LoRA run)"
 )
 
+MEGATRON_REFUSAL = (
+    "Megatron-Core parallelism, which trinity has no trainer for (trainer_strategy megatron is refused): leave it "
+    "at its default and use FSDP (trainer_strategy fsdp or fsdp2), which shards the model over the trainer's GPUs, "
+    "with trainer.ulysses_sequence_parallel_size to split long sequences"
+)
+
+ENGINE_PARALLEL_KEYS = ("data_parallel_size", "pipeline_parallel_size", "enable_expert_parallel")
+"""The inference model's keys that spread one engine over several GPUs: an engine that acts on them says
+so (``takes_parallel_keys``); set for another, they are refused."""
 
 # --- rules the derivation shares ----------------------------------------------------------
 
@@ -139,7 +148,7 @@ def engine_gpus(model: InferenceModelConfig) -> int:
     """GPUs of one engine: tensor x data x pipeline parallel size (none for an external server)."""
     if model.engine_type == "external":
         return 0
-    return model.tensor_parallel_size * model.data_parallel_size * model.pipeline_parallel_size
+    return model.ranks_per_engine()
 
 
 def trainer_gpu_num(config: Config) -> int:
@@ -423,6 +432,7 @@ def check_explorer(config: Config, issues: IssueCollector) -> None:
     for path, model in explorer.inference_models():
         if explorer_runs(config) and model.engine_type != TINKER:  # refused by check_tinker
             plugin_ok(issues, Kind.ROLLOUT_ENGINE, model.engine_type, f"{path}.engine_type")
+            _check_engine_parallelism(model, path, issues)
     if explorer_runs(config):
         check_doors(explorer, issues)
     over = explorer.over_rollout
@@ -430,6 +440,21 @@ def check_explorer(config: Config, issues: IssueCollector) -> None:
         issues.add(
             "explorer.over_rollout",
             "over_rollout does not work with sync_style fixed: use explorer_driven, trainer_driven or fully_async",
+        )
+
+
+def _check_engine_parallelism(model: InferenceModelConfig, path: str, issues: IssueCollector) -> None:
+    """Data, pipeline or expert parallelism needs an engine that spreads over GPUs (an unknown or
+    dotted engine is reported, or checked at run, elsewhere)."""
+    changed = changed_keys(model, ENGINE_PARALLEL_KEYS)
+    engine = registered(Kind.ROLLOUT_ENGINE, model.engine_type) if changed else None
+    if engine is None or getattr(engine, "takes_parallel_keys", False):
+        return
+    for key in changed:
+        issues.add(
+            f"{path}.{key}",
+            f"engine_type '{model.engine_type}' does not spread one engine over several GPUs: leave it at its "
+            "default and add engines with engine_num, or use engine_type vllm, which takes it",
         )
 
 
@@ -572,6 +597,8 @@ def check_trainer(config: Config, issues: IssueCollector) -> None:
         )
     if trainer.trainer_strategy == "megatron":
         issues.add("trainer.trainer_strategy", "megatron is not available in trinity: use fsdp or fsdp2")
+    for key in changed_keys(trainer.megatron):
+        issues.add(f"trainer.megatron.{key}", MEGATRON_REFUSAL)
     max_len, parallel = config.model.max_model_len, trainer.ulysses_sequence_parallel_size
     if max_len is not None and trainer.max_token_len_per_gpu * parallel < max_len:
         issues.warn(

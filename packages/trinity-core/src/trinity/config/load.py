@@ -25,7 +25,7 @@ from omegaconf.errors import OmegaConfBaseException
 from pydantic import BaseModel, ValidationError
 
 from trinity.common.errors import PicklableError, first_line
-from trinity.config.base import EFFECT, ConfigModel, inert_message, inert_reason
+from trinity.config.base import EFFECT, ConfigModel, default_of, inert_message, inert_reason
 from trinity.config.schema import Config
 from trinity.config.secrets import mask_text
 
@@ -411,19 +411,15 @@ def _partial(cls: type[ConfigModel], tree: dict[str, Any]) -> Any:
         return cls.model_construct(**{key: value for key, value in tree.items() if key in cls.model_fields})
 
 
-def _default(field: Any) -> Any:
-    return field.get_default(call_default_factory=True)
-
-
 def report_effects(model: BaseModel, path: str, issues: IssueCollector) -> None:
     """Warn about every key set in the file that trinity does not act on (``inert``) or derives."""
     for name in model.model_fields_set:
         field = type(model).model_fields[name]
         value, key_path = getattr(model, name), _join(path, name)
         effect = (field.json_schema_extra or {}).get(EFFECT) if isinstance(field.json_schema_extra, dict) else None
-        if effect == "inert" and value != _default(field):
+        if effect == "inert" and value != default_of(field):
             issues.no_effect(key_path, inert_message(inert_reason(field)))
-        elif effect == "derived" and value != _default(field):
+        elif effect == "derived" and value != default_of(field):
             issues.warn(key_path, "is derived by trinity: the value in the file is replaced")
         if isinstance(value, BaseModel):
             report_effects(value, key_path, issues)

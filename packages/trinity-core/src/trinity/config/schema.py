@@ -25,14 +25,6 @@ from pydantic import (
 from trinity.config.base import ConfigModel, derived, inert
 
 # Why an inert key cannot act here, shared by the keys it holds for (see ``inert``).
-_MEGATRON = (
-    "read only by the Megatron-Core trainer strategy, which needs Megatron-Core and GPUs; "
-    "trinity trains with verl's FSDP or torch"
-)
-_VLLM_MULTI_GPU = (
-    "vLLM spreads one engine over several GPUs with it; not passed to vLLM here, where an engine is "
-    "tensor-parallel only and no test machine has the GPUs"
-)
 _RUNNERS = "trinity's workflow runners are coroutines of the explorer, not actors to prepare"
 _COD = (
     "read only by Trinity-RFT's Connect-the-Dots research workflows (cod_*: task packs solved with iterative "
@@ -559,9 +551,15 @@ class InferenceModelConfig(ConfigModel):
     engine_type: str = Field("vllm", description="A rollout engine plugin: vllm, transformers, ...")
     engine_num: int = Field(1, ge=1, description="Engines (replicas) of this model.")
     tensor_parallel_size: int = Field(1, ge=1, description="GPUs per engine for tensor parallelism.")
-    data_parallel_size: int = inert(1, "Data-parallel ranks inside one engine.", ge=1, reason=_VLLM_MULTI_GPU)
-    pipeline_parallel_size: int = inert(1, "Pipeline stages of one engine.", ge=1, reason=_VLLM_MULTI_GPU)
-    enable_expert_parallel: bool = inert(False, "Expert parallelism of MoE models.", reason=_VLLM_MULTI_GPU)
+    data_parallel_size: int = Field(
+        1, ge=1, description="Data-parallel ranks inside one engine (vLLM's; other engines refuse more than 1)."
+    )
+    pipeline_parallel_size: int = Field(
+        1, ge=1, description="Pipeline stages of one engine (vLLM's; other engines refuse more than 1)."
+    )
+    enable_expert_parallel: bool = Field(
+        False, description="Spread a MoE model's experts over the engine's GPUs (vLLM's; other engines refuse it)."
+    )
     gpu_per_engine: int = derived(0, "tensor x data x pipeline parallel size.", ge=0)
     extra_engine_args: dict[str, Any] = Field(
         default_factory=dict, description="Engine-specific arguments passed through (e.g. vLLM's)."
@@ -673,6 +671,10 @@ class InferenceModelConfig(ConfigModel):
         """The token the endpoints require, None for none: Trinity-RFT's default ``EMPTY`` (what
         OpenAI clients send when a server takes no key) and an empty string mean no key."""
         return None if self.api_key in ("", "EMPTY") else self.api_key
+
+    def ranks_per_engine(self) -> int:
+        """The processes (one GPU each) one engine spreads over: tensor x data x pipeline parallel size."""
+        return self.tensor_parallel_size * self.data_parallel_size * self.pipeline_parallel_size
 
 
 # --- algorithm ---------------------------------------------------------------------------
@@ -978,15 +980,15 @@ class ExplorerConfig(ConfigModel):
 
 
 class MegatronParallelConfig(ConfigModel):
-    """Megatron-Core parallelism of the trainer (trainer_strategy megatron)."""
+    """Megatron-Core parallelism (trainer_strategy megatron, not in trinity): values off the defaults are refused."""
 
-    tensor_model_parallel_size: int = inert(1, "Tensor parallel size.", ge=1, reason=_MEGATRON)
-    pipeline_model_parallel_size: int = inert(1, "Pipeline parallel size.", ge=1, reason=_MEGATRON)
-    virtual_pipeline_model_parallel_size: int | None = inert(None, "Virtual pipeline stages.", ge=1, reason=_MEGATRON)
-    expert_model_parallel_size: int = inert(1, "Expert parallel size.", ge=1, reason=_MEGATRON)
-    expert_tensor_parallel_size: int | None = inert(None, "Expert tensor parallel size.", ge=1, reason=_MEGATRON)
-    context_parallel_size: int = inert(1, "Context parallel size.", ge=1, reason=_MEGATRON)
-    sequence_parallel: bool = inert(True, "Sequence parallelism.", reason=_MEGATRON)
+    tensor_model_parallel_size: int = Field(1, ge=1, description="Tensor parallel size.")
+    pipeline_model_parallel_size: int = Field(1, ge=1, description="Pipeline parallel size.")
+    virtual_pipeline_model_parallel_size: int | None = Field(None, ge=1, description="Virtual pipeline stages.")
+    expert_model_parallel_size: int = Field(1, ge=1, description="Expert parallel size.")
+    expert_tensor_parallel_size: int | None = Field(None, ge=1, description="Expert tensor parallel size.")
+    context_parallel_size: int = Field(1, ge=1, description="Context parallel size.")
+    sequence_parallel: bool = Field(True, description="Sequence parallelism.")
 
 
 class TrainerConfig(ConfigModel):

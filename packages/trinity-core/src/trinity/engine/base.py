@@ -107,6 +107,9 @@ class RolloutEngine(ABC):
     takes_lora: ClassVar[bool] = False
     """Whether the engine holds the base model with the LoRA adapter of ``model.lora_configs``,
     whose tensors alone ``update_weights`` then receives (``trinity.engine.lora``)."""
+    takes_parallel_keys: ClassVar[bool] = False
+    """Whether one engine spreads over several GPUs as the model's ``data_parallel_size``,
+    ``pipeline_parallel_size`` and ``enable_expert_parallel`` say; the checker refuses them set for another."""
     crashed: bool = False
     """Set by an engine whose process died (it raised ``EngineCrashed``), until ``restart``."""
     in_explorer_process: ClassVar[bool] = True
