@@ -61,6 +61,28 @@ def test_logprobs_are_raw_model_logprobs(engine: TransformersRolloutEngine, tiny
             torch.testing.assert_close(torch.tensor(full[len(c.prompt_token_ids) :]), expected, atol=1e-4, rtol=0)
 
 
+def test_a_prompt_is_read_once_for_all_its_samples(engine: TransformersRolloutEngine) -> None:
+    """The ``n`` samples of a prompt share one pass over it (its cache is repeated for them):
+    the only forward over more than one position has a row per prompt, not per sample, and
+    greedy samples of prompts of different lengths (left-padded) equal a single sample's."""
+    widths: list[tuple[int, int]] = []
+
+    def record(module, args, kwargs, output) -> None:
+        widths.append(tuple(kwargs["input_ids"].shape))
+
+    hook = engine.model.get_decoder().register_forward_hook(record, with_kwargs=True)
+    try:
+        shared = engine.generate(PROMPTS, replace(GREEDY, n=3, logprobs=True))
+    finally:
+        hook.remove()
+    assert [rows for rows, positions in widths if positions > 1] == [len(PROMPTS)], widths
+    alone = engine.generate(PROMPTS, replace(GREEDY, logprobs=True))
+    for samples, (single,) in zip(shared, alone, strict=True):
+        for sample in samples:
+            assert sample.response_token_ids == single.response_token_ids
+            torch.testing.assert_close(sample.response_logprobs, single.response_logprobs, atol=1e-5, rtol=0)
+
+
 def test_checkpoint_generation_defaults_do_not_leak(tiny_model_dir: Path, tmp_path: Path) -> None:
     shutil.copytree(tiny_model_dir, tmp_path, dirs_exist_ok=True)
     settings = json.loads((tmp_path / "generation_config.json").read_text())
