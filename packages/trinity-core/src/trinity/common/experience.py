@@ -24,6 +24,10 @@ beside the tokens): a stored row naming another is refused, not passed to the mo
 TRUNCATED_FROM = "truncated_from"
 """The ``info`` key of a truncated prompt's length in tokens before ``max_prompt_tokens`` cut it."""
 
+TOKEN_VERSIONS = "token_versions"
+"""The ``info`` key of the weights' version that sampled each response token (partial rollout: a
+response a weight sync interrupted holds tokens of two versions or more; ``model_version`` is its first's)."""
+
 
 @dataclass(frozen=True)
 class EID:

@@ -420,10 +420,32 @@ def plugin_checks(config: Config, issues: IssueCollector) -> None:
 def check_synchronizer(config: Config, issues: IssueCollector) -> None:
     sync = config.synchronizer
     plugin_ok(issues, Kind.SYNC_METHOD, sync.sync_method, "synchronizer.sync_method")
+    if sync.partial_rollout:
+        _check_partial_rollout(config, issues)
     if sync.sync_style == "fully_async" and config.buffer.explorer_input.eval_tasksets:
         issues.add(
             "buffer.explorer_input.eval_tasksets",
             "the fully_async sync style does not evaluate: remove the eval tasksets",
+        )
+
+
+def _check_partial_rollout(config: Config, issues: IssueCollector) -> None:
+    """Partial rollout acts where weights load while generations run (fully_async's loads before
+    each batch, the batches before it still sampling), on an engine that can pause them."""
+    style = config.synchronizer.sync_style
+    if style != "fully_async":
+        issues.add(
+            "synchronizer.partial_rollout",
+            f"sync_style {style!r} loads weights only when no generation is in flight, so nothing would be "
+            "paused: use sync_style fully_async, or leave partial_rollout off",
+        )
+    engine_type = config.explorer.rollout_model.engine_type
+    engine = registered(Kind.ROLLOUT_ENGINE, engine_type)
+    if explorer_runs(config) and engine is not None and not engine.takes_partial_rollout:
+        issues.add(
+            "synchronizer.partial_rollout",
+            f"explorer.rollout_model.engine_type {engine_type!r} cannot pause its generations for new weights: "
+            "use engine_type transformers, or leave partial_rollout off",
         )
 
 

@@ -1072,6 +1072,11 @@ class SynchronizerConfig(ConfigModel):
         0, ge=0, description="Steps the explorer may run ahead of the trainer (fully_async and trainer_driven too)."
     )
     sync_timeout: int = Field(3600, gt=0, description="Seconds a sync may wait before it fails.")
+    partial_rollout: bool = Field(
+        False,
+        description="fully_async: a weight sync pauses the generations in flight, loads the new weights and "
+        "resumes them, each token's version recorded (verl's async_training.partial_rollout).",
+    )
     group_name: str = Field(
         "rollout_weight_sync",
         min_length=1,

@@ -61,6 +61,9 @@ class Completion:
     model_version: int = 0
     multi_modal_inputs: dict[str, torch.Tensor] | None = None
     """The image tensors the model took beside the prompt (``trinity.engine.multimodal``); None: text only."""
+    token_versions: list[int] | None = None
+    """With partial rollout, the weights' version that sampled each response token (``model_version``
+    is the first's); None without it."""
 
     @property
     def prompt_truncated(self) -> bool:
@@ -110,6 +113,12 @@ class RolloutEngine(ABC):
     takes_parallel_keys: ClassVar[bool] = False
     """Whether one engine spreads over several GPUs as the model's ``data_parallel_size``,
     ``pipeline_parallel_size`` and ``enable_expert_parallel`` say; the checker refuses them set for another."""
+    takes_partial_rollout: ClassVar[bool] = False
+    """Whether ``update_weights`` may run beside a sampling call, pausing it and resuming its unfinished
+    responses with the new weights (``synchronizer.partial_rollout``); the checker refuses the key for another."""
+    partial_rollout: bool = False
+    """Set on the rollout model's engines when ``synchronizer.partial_rollout`` is on: the explorer's
+    client then calls ``update_weights`` at once, not after the sampling call in progress."""
     crashed: bool = False
     """Set by an engine whose process died (it raised ``EngineCrashed``), until ``restart``."""
     in_explorer_process: ClassVar[bool] = True

@@ -5,13 +5,15 @@ Semantics follow vLLM's where a workflow can tell: ``n`` samples per prompt in o
 through the one completing it, text before it) or at the token limit (``length``), never
 before ``min_tokens``; ``response_logprobs`` are the raw model's (temperature 1, before any
 logits processor), as the trainer recomputes them. Sampling settings come from the config and
-``SamplingArgs`` only, from the engine's own RNG stream. docs/engines.md gives the rest
-(prompt truncation, images, LoRA).
+``SamplingArgs`` only, from the engine's own RNG stream. With partial rollout, a weight update
+pauses the sampling between decode steps; the unfinished rows resume with the new weights
+(``_sample``). docs/engines.md gives the rest (prompt truncation, images, LoRA).
 """
 
 from __future__ import annotations
 
 import inspect
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -87,11 +89,22 @@ class _RawLogprobs(StoppingCriteria):
         return torch.stack(self.columns, dim=1).cpu() if self.columns else None
 
 
+class _Paused(StoppingCriteria):
+    """Ends ``generate`` after the current decode step while a weight update waits (partial rollout)."""
+
+    def __init__(self, engine: TransformersRolloutEngine) -> None:
+        self.engine = engine
+
+    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor, **kwargs: Any) -> torch.Tensor:
+        return torch.full((input_ids.shape[0],), self.engine.update_waiting, dtype=torch.bool, device=input_ids.device)
+
+
 class TransformersRolloutEngine(RolloutEngine):
     """``AutoModelForCausalLM`` (``AutoModelForImageTextToText`` for a VLM) and its tokenizer
     (``load_tokenizer``) from a local directory (or a hub id)."""
 
     takes_lora = True
+    takes_partial_rollout = True
 
     def __init__(self, config: InferenceModelConfig, model: ModelConfig) -> None:
         self.config, self.model_config = config, model
@@ -124,6 +137,10 @@ class TransformersRolloutEngine(RolloutEngine):
         # 0 and 1 mean the same here: a response has a token (EOS at the least) before a stop applies
         self.min_response_tokens = max(1, _first(config.min_response_tokens, model.min_response_tokens, 1))
         self._rng = _RngStream(self.device, config.seed)
+        self._computing = threading.Lock()  # held by a forward pass; a weight update waits for it
+        self._updates = threading.Condition()
+        self.update_waiting = False
+        """A weight update waits for the model (partial rollout): sampling pauses until it is in."""
 
     # -- public API ---------------------------------------------------------------------
 
@@ -168,7 +185,8 @@ class TransformersRolloutEngine(RolloutEngine):
         for row, ids in enumerate(token_ids):
             input_ids[row, : len(ids)] = torch.tensor(ids, dtype=torch.long)
             mask[row, : len(ids)] = 1
-        values = self._logprobs(input_ids, mask, width - 1) if width > 1 else input_ids[:, :0].float()
+        with self._computing:
+            values = self._logprobs(input_ids, mask, width - 1) if width > 1 else input_ids[:, :0].float()
         return [[0.0] + values[row, : len(ids) - 1].tolist() for row, ids in enumerate(token_ids)]
 
     def update_weights(
@@ -179,11 +197,22 @@ class TransformersRolloutEngine(RolloutEngine):
     ) -> None:
         """Copy new weights in place, from a (possibly partial) state dict or from the
         ``*.safetensors`` of a HF directory / training checkpoint; then set ``model_version``.
-        With LoRA, the adapter's tensors (a LoRA checkpoint's ``adapter_model.safetensors``)."""
+        With LoRA, the adapter's tensors (a LoRA checkpoint's ``adapter_model.safetensors``).
+        Called beside a sampling call (``partial_rollout``), it pauses that call after its
+        current decode step and loads while it waits."""
         if (state_dict is None) == (checkpoint_path is None):
             raise ValueError("update_weights needs exactly one of state_dict or checkpoint_path")
-        load_weights_into(self.model, state_dict if state_dict is not None else read_hf_weights(checkpoint_path))
-        self.model_version = version
+        weights = state_dict if state_dict is not None else read_hf_weights(checkpoint_path)
+        with self._updates:
+            self.update_waiting = True
+        try:
+            with self._computing:
+                load_weights_into(self.model, weights)
+                self.model_version = version
+        finally:
+            with self._updates:
+                self.update_waiting = False
+                self._updates.notify_all()
 
     def shutdown(self) -> None:
         del self.model
@@ -205,7 +234,16 @@ class TransformersRolloutEngine(RolloutEngine):
         return self.vision.prepare(self.chat_tokenizer.prompt_ids(messages, tools), parts)
 
     def _empty(self, prompt: list[int], truncated_from: int) -> Completion:
-        return Completion(prompt, [], [], "", "length", truncated_from=truncated_from, model_version=self.model_version)
+        return Completion(
+            prompt,
+            [],
+            [],
+            "",
+            "length",
+            truncated_from=truncated_from,
+            model_version=self.model_version,
+            token_versions=[] if self.partial_rollout else None,
+        )
 
     @property
     def stop_ids(self) -> list[int]:
@@ -238,50 +276,100 @@ class TransformersRolloutEngine(RolloutEngine):
     def _sample(
         self, prompts: list[list[int]], args: SamplingArgs, media: list[MediaInputs | None]
     ) -> list[Completion]:
+        """``args.n`` completions per prompt. With partial rollout, a weight update pauses the
+        sampling after its current decode step; the rows not finished then resume under the new
+        weights, their prompt and tokens so far prefilled again (so each token's logprob is its own
+        weights' on the whole sequence, as the trainer computes it), and each token keeps the
+        version that sampled it (``Completion.token_versions``). Prompts with images do not pause."""
         rows = [ids for ids in prompts for _ in range(args.n)]
         row_media = [inputs for inputs in media for _ in range(args.n)]
         media_inputs = {k: v.to(self.device) for k, v in collate_media(row_media).items()}
+        gen_config = self._generation_config(args, max(len(ids) for ids in rows))
+        pausable = self.partial_rollout and not media_inputs
+        tokens: list[list[int]] = [[] for _ in rows]
+        logprobs: list[list[float]] = [[] for _ in rows]
+        versions: list[list[int]] = [[] for _ in rows]
+        pending = list(range(len(rows)))
+        with self._rng(args.seed):
+            while pending:
+                done = len(tokens[pending[0]])  # the rows still sampling have advanced together
+                generated, segment_logprobs, version = self._segment(
+                    [rows[r] + tokens[r] for r in pending], args, gen_config, done, media_inputs, pausable
+                )
+                for k, r in enumerate(pending):
+                    tokens[r] += generated[k].tolist()
+                    logprobs[r] += segment_logprobs[k].tolist() if segment_logprobs is not None else []
+                    versions[r] += [version] * generated.shape[1]
+                pending = [r for r in pending if pausable and not self._finished(tokens[r], args.stop, gen_config)]
+        cuts = [self._cut(row_tokens, args.stop, gen_config.min_new_tokens) for row_tokens in tokens]
+        return [
+            Completion(
+                prompt_token_ids=rows[row],
+                response_token_ids=tokens[row][:length],
+                response_logprobs=logprobs[row][:length],
+                text=text,
+                finish_reason=reason,
+                model_version=versions[row][0],
+                multi_modal_inputs=row_media[row],
+                token_versions=versions[row][:length] if self.partial_rollout else None,
+            )
+            for row, (length, text, reason) in enumerate(cuts)
+        ]
+
+    def _segment(
+        self,
+        rows: list[list[int]],
+        args: SamplingArgs,
+        gen_config: GenerationConfig,
+        done: int,
+        media_inputs: dict[str, torch.Tensor],
+        pausable: bool,
+    ) -> tuple[torch.Tensor, torch.Tensor | None, int]:
+        """One ``generate`` over ``rows`` (prompts and the ``done`` tokens they have so far), until
+        every row ends or a weight update pauses it: ``(generated tokens, their raw logprobs or
+        None, the weights' version)``."""
         width = max(len(ids) for ids in rows)
         input_ids = torch.full((len(rows), width), self.pad_id, dtype=torch.long)
         prompt_mask = torch.zeros_like(input_ids)
         for row, ids in enumerate(rows):
             input_ids[row, width - len(ids) :] = torch.tensor(ids, dtype=torch.long)
             prompt_mask[row, width - len(ids) :] = 1
-        inputs = model_media(self.model, input_ids.to(self.device), media_inputs) if media_inputs else {}
-        gen_config = self._generation_config(args, width)
+        input_ids, prompt_mask = input_ids.to(self.device), prompt_mask.to(self.device)
+        if done:  # a resumed segment: what is left of the budgets
+            gen_config = GenerationConfig.from_dict(gen_config.to_dict())
+            gen_config.max_new_tokens -= done
+            gen_config.min_new_tokens = max(gen_config.min_new_tokens - done, 0)
+        inputs = model_media(self.model, input_ids, media_inputs) if media_inputs else {}
         recorder = _RawLogprobs(self.model) if args.logprobs else None
         stopping = StoppingCriteriaList([recorder] if recorder else [])
         if args.stop:
-            stopping.append(_StopStrings(self.tokenizer, args.stop, width, gen_config.min_new_tokens))
-        if args.n > 1 and not media_inputs:
-            inputs = shared_prompt_cache(self.model, input_ids.to(self.device), prompt_mask.to(self.device), args.n)
+            stopping.append(_StopStrings(self.tokenizer, args.stop, width, max(gen_config.min_new_tokens, 1)))
+        if pausable:
+            stopping.append(_Paused(self))
+            with self._updates:
+                self._updates.wait_for(lambda: not self.update_waiting)
         try:
-            with self._rng(args.seed):
+            with self._computing:
+                if args.n > 1 and not media_inputs and not done:
+                    inputs = shared_prompt_cache(self.model, input_ids, prompt_mask, args.n)
                 output = self.model.generate(
-                    input_ids=input_ids.to(self.device),
-                    attention_mask=prompt_mask.to(self.device),
+                    input_ids=input_ids,
+                    attention_mask=prompt_mask,
                     generation_config=gen_config,
                     stopping_criteria=stopping,
                     **inputs,
                 ).cpu()
+                version = self.model_version
         finally:
             if recorder:
                 recorder.remove()
-        logprobs = recorder.logprobs() if recorder else None
-        generated = output[:, width:]
-        cuts = [self._cut(tokens.tolist(), args.stop, gen_config.min_new_tokens) for tokens in generated]
-        return [
-            Completion(
-                prompt_token_ids=rows[row],
-                response_token_ids=generated[row, :length].tolist(),
-                response_logprobs=logprobs[row, :length].tolist() if logprobs is not None else [],
-                text=text,
-                finish_reason=reason,
-                model_version=self.model_version,
-                multi_modal_inputs=row_media[row],
-            )
-            for row, (length, text, reason) in enumerate(cuts)
-        ]
+        return output[:, width:], recorder.logprobs() if recorder else None, version
+
+    def _finished(self, tokens: list[int], stops: list[str], gen_config: GenerationConfig) -> bool:
+        """Whether a row's ``tokens`` so far end its response (EOS, a stop string, the budget)."""
+        return (
+            len(tokens) >= gen_config.max_new_tokens or self._cut(tokens, stops, gen_config.min_new_tokens)[2] == "stop"
+        )
 
     def _cut(self, tokens: list[int], stops: list[str], min_tokens: int) -> tuple[int, str, str]:
         """Where a generated row ends: ``(token count, text, finish_reason)``."""
