@@ -13,7 +13,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, fields, replace
 
-from trinity.common.experience import Experience
+from trinity.common.experience import TOKEN_VERSIONS, Experience
 from trinity.common.lazy_import import lazy_module
 
 torch = lazy_module("torch")
@@ -54,6 +54,7 @@ class Batch:
     rollout_logprobs: torch.Tensor | None = None  # [B, R] the rollout engine's, kept when old_logprobs are recomputed
     rollout_is_weights: torch.Tensor | None = None  # [B, R] rollout correction's importance weights (decoupled)
     multi_modal_inputs: list[dict[str, torch.Tensor] | None] | None = None  # [B] a row's image tensors, or None
+    token_versions: torch.Tensor | None = None  # [B, R] long: the weights' version of each token (partial rollout)
 
     @property
     def batch_size(self) -> int:
@@ -149,6 +150,14 @@ class Batch:
                     per_token[name][i, : min(r, value.numel())] = value[:r].float()
         position_ids = (attention_mask.cumsum(dim=1) - 1).clamp(min=0)
         media = [exp.multi_modal_inputs for exp, _, _, _ in rows]
+        token_versions = None
+        if any(TOKEN_VERSIONS in exp.info for exp, _, _, _ in rows):  # partial rollout: else the row's version
+            token_versions = versions[:, None].repeat(1, response_width)
+            for i, (exp, _, response, _) in enumerate(rows):
+                marked = exp.info.get(TOKEN_VERSIONS)
+                if marked and exp.chosen is None:
+                    length = min(int(response.numel()), len(marked))
+                    token_versions[i, :length] = torch.tensor(marked[:length], dtype=torch.long)
         return cls(
             input_ids=input_ids,
             attention_mask=attention_mask,
@@ -179,4 +188,5 @@ class Batch:
                 else None
             ),
             multi_modal_inputs=media if any(media) else None,
+            token_versions=token_versions,
         )
