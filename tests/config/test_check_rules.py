@@ -138,6 +138,12 @@ RULES = [
     Rule("fully-async-evaluates-nothing",
          ["synchronizer.sync_style=fully_async", "buffer.explorer_input.eval_tasksets=[{path: /e.jsonl}]"], "error",
          "buffer.explorer_input.eval_tasksets", "does not evaluate"),
+    Rule("partial-rollout-without-loads-in-flight", ["synchronizer.partial_rollout=true"], "error",
+         "synchronizer.partial_rollout", "sync_style 'fixed' loads weights only when no generation is in flight"),
+    Rule("partial-rollout-on-an-engine-that-cannot-pause",
+         ["synchronizer.sync_style=fully_async", "synchronizer.partial_rollout=true",
+          "explorer.rollout_model.engine_type=external", "explorer.rollout_model.base_url=http://127.0.0.1:1/v1"],
+         "error", "synchronizer.partial_rollout", "engine_type 'external' cannot pause its generations"),
     # check_explorer, _check_engine_parallelism, check_doors
     Rule("engine-parallel-key-of-an-engine-that-spreads-none", ["explorer.rollout_model.pipeline_parallel_size=2"],
          "error", "explorer.rollout_model.pipeline_parallel_size",
@@ -235,7 +241,7 @@ def test_the_base_config_breaks_no_rule(tmp_path, monkeypatch):
 REPORTS = re.compile(r"issues\.(add|warn|refuse_at_run|no_effect)\(|\(over_the_limit or issues\.add\)\(")
 """A place in check.py that reports an issue."""
 
-CHECKER_REPORTS = 48
+CHECKER_REPORTS = 50
 """Places in check.py that report an issue when the cases above were written: each is caught by a
 case (a report disabled in memory, one at a time, fails at least one case)."""
 
