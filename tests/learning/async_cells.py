@@ -231,6 +231,13 @@ FULLY_ASYNC = async_cell(
     "sync style",
     _style("fully_async", "synchronizer.sync_offset=1", *OVER_ROLLOUT),
 )
+PARTIAL_ROLLOUT = async_cell(
+    "sync: fully_async + partial rollout",
+    "sync style",
+    _style("fully_async", "synchronizer.sync_offset=1", "synchronizer.partial_rollout=true"),
+    note="a weight sync pauses the responses being sampled and resumes them with the new weights "
+    "(staleness_token_mean below the rows' staleness where it acts)",
+)
 TWO_PROCESSES = async_cell(
     "mode: train + explore (two processes)",
     "sync style",
@@ -286,4 +293,14 @@ LORA_ENGINES = Cell(
 )
 """LoRA through the production engines: verl trains the adapter alone, vLLM samples base + adapter."""
 
-CELLS = [TRAINER_DRIVEN, EXPLORER_DRIVEN, FULLY_ASYNC, TWO_PROCESSES, SERVE, VLLM_ROLLOUT, VERL_TRAINER, LORA_ENGINES]
+CELLS = [
+    TRAINER_DRIVEN,
+    EXPLORER_DRIVEN,
+    FULLY_ASYNC,
+    PARTIAL_ROLLOUT,
+    TWO_PROCESSES,
+    SERVE,
+    VLLM_ROLLOUT,
+    VERL_TRAINER,
+    LORA_ENGINES,
+]
