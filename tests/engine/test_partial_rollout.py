@@ -48,7 +48,7 @@ def sample_across_an_update(engine: TransformersRolloutEngine, args: SamplingArg
         passes[0] += 1
         if passes[0] == PAUSE_AT:
             reached.set()
-            while not engine.update_waiting:
+            while not engine.gate.waiting:
                 threading.Event().wait(0.001)
 
     hook = engine.model.register_forward_hook(hold)

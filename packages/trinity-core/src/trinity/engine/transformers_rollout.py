@@ -89,14 +89,41 @@ class _RawLogprobs(StoppingCriteria):
         return torch.stack(self.columns, dim=1).cpu() if self.columns else None
 
 
+class WeightGate:
+    """Weights change between forward passes only: a pass holds ``computing``; ``swap`` waits for
+    the one in progress, and while it waits ``waiting`` is set, on which partial rollout's
+    sampling pauses (``_Paused``) and waits (``wait_open``) before its next pass."""
+
+    def __init__(self) -> None:
+        self.computing = threading.Lock()
+        self._changed = threading.Condition()
+        self.waiting = False
+
+    @contextmanager
+    def swap(self) -> Iterator[None]:
+        with self._changed:
+            self.waiting = True
+        try:
+            with self.computing:
+                yield
+        finally:
+            with self._changed:
+                self.waiting = False
+                self._changed.notify_all()
+
+    def wait_open(self) -> None:
+        with self._changed:
+            self._changed.wait_for(lambda: not self.waiting)
+
+
 class _Paused(StoppingCriteria):
     """Ends ``generate`` after the current decode step while a weight update waits (partial rollout)."""
 
-    def __init__(self, engine: TransformersRolloutEngine) -> None:
-        self.engine = engine
+    def __init__(self, gate: WeightGate) -> None:
+        self.gate = gate
 
     def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor, **kwargs: Any) -> torch.Tensor:
-        return torch.full((input_ids.shape[0],), self.engine.update_waiting, dtype=torch.bool, device=input_ids.device)
+        return torch.full((input_ids.shape[0],), self.gate.waiting, dtype=torch.bool, device=input_ids.device)
 
 
 class TransformersRolloutEngine(RolloutEngine):
@@ -137,10 +164,7 @@ class TransformersRolloutEngine(RolloutEngine):
         # 0 and 1 mean the same here: a response has a token (EOS at the least) before a stop applies
         self.min_response_tokens = max(1, _first(config.min_response_tokens, model.min_response_tokens, 1))
         self._rng = _RngStream(self.device, config.seed)
-        self._computing = threading.Lock()  # held by a forward pass; a weight update waits for it
-        self._updates = threading.Condition()
-        self.update_waiting = False
-        """A weight update waits for the model (partial rollout): sampling pauses until it is in."""
+        self.gate = WeightGate()
 
     # -- public API ---------------------------------------------------------------------
 
@@ -185,7 +209,7 @@ class TransformersRolloutEngine(RolloutEngine):
         for row, ids in enumerate(token_ids):
             input_ids[row, : len(ids)] = torch.tensor(ids, dtype=torch.long)
             mask[row, : len(ids)] = 1
-        with self._computing:
+        with self.gate.computing:
             values = self._logprobs(input_ids, mask, width - 1) if width > 1 else input_ids[:, :0].float()
         return [[0.0] + values[row, : len(ids) - 1].tolist() for row, ids in enumerate(token_ids)]
 
@@ -203,16 +227,9 @@ class TransformersRolloutEngine(RolloutEngine):
         if (state_dict is None) == (checkpoint_path is None):
             raise ValueError("update_weights needs exactly one of state_dict or checkpoint_path")
         weights = state_dict if state_dict is not None else read_hf_weights(checkpoint_path)
-        with self._updates:
-            self.update_waiting = True
-        try:
-            with self._computing:
-                load_weights_into(self.model, weights)
-                self.model_version = version
-        finally:
-            with self._updates:
-                self.update_waiting = False
-                self._updates.notify_all()
+        with self.gate.swap():
+            load_weights_into(self.model, weights)
+            self.model_version = version
 
     def shutdown(self) -> None:
         del self.model
@@ -234,16 +251,8 @@ class TransformersRolloutEngine(RolloutEngine):
         return self.vision.prepare(self.chat_tokenizer.prompt_ids(messages, tools), parts)
 
     def _empty(self, prompt: list[int], truncated_from: int) -> Completion:
-        return Completion(
-            prompt,
-            [],
-            [],
-            "",
-            "length",
-            truncated_from=truncated_from,
-            model_version=self.model_version,
-            token_versions=[] if self.partial_rollout else None,
-        )
+        versions = [] if self.partial_rollout else None
+        return Completion(prompt, [], [], "", "length", truncated_from, self.model_version, None, versions)
 
     @property
     def stop_ids(self) -> list[int]:
@@ -276,44 +285,31 @@ class TransformersRolloutEngine(RolloutEngine):
     def _sample(
         self, prompts: list[list[int]], args: SamplingArgs, media: list[MediaInputs | None]
     ) -> list[Completion]:
-        """``args.n`` completions per prompt. With partial rollout, a weight update pauses the
-        sampling after its current decode step; the rows not finished then resume under the new
-        weights, their prompt and tokens so far prefilled again (so each token's logprob is its own
-        weights' on the whole sequence, as the trainer computes it), and each token keeps the
-        version that sampled it (``Completion.token_versions``). Prompts with images do not pause."""
+        """``args.n`` completions per prompt. With partial rollout, the rows a weight update paused
+        resume under the new weights, their prompt and tokens so far prefilled again (each token's
+        logprob is then its own weights' on the whole sequence); images do not pause (docs/explorer.md)."""
         rows = [ids for ids in prompts for _ in range(args.n)]
         row_media = [inputs for inputs in media for _ in range(args.n)]
         media_inputs = {k: v.to(self.device) for k, v in collate_media(row_media).items()}
         gen_config = self._generation_config(args, max(len(ids) for ids in rows))
         pausable = self.partial_rollout and not media_inputs
-        tokens: list[list[int]] = [[] for _ in rows]
-        logprobs: list[list[float]] = [[] for _ in rows]
-        versions: list[list[int]] = [[] for _ in rows]
+        sampled = [_Sampled() for _ in rows]
         pending = list(range(len(rows)))
         with self._rng(args.seed):
             while pending:
-                done = len(tokens[pending[0]])  # the rows still sampling have advanced together
-                generated, segment_logprobs, version = self._segment(
-                    [rows[r] + tokens[r] for r in pending], args, gen_config, done, media_inputs, pausable
-                )
+                done = len(sampled[pending[0]].tokens)  # the rows still sampling have advanced together
+                segment = [rows[r] + sampled[r].tokens for r in pending]
+                config = _remaining(gen_config, done)
+                generated, logprobs, version = self._segment(segment, args, config, media_inputs, pausable, not done)
                 for k, r in enumerate(pending):
-                    tokens[r] += generated[k].tolist()
-                    logprobs[r] += segment_logprobs[k].tolist() if segment_logprobs is not None else []
-                    versions[r] += [version] * generated.shape[1]
-                pending = [r for r in pending if pausable and not self._finished(tokens[r], args.stop, gen_config)]
-        cuts = [self._cut(row_tokens, args.stop, gen_config.min_new_tokens) for row_tokens in tokens]
+                    sampled[r].add(generated[k], logprobs[k] if logprobs is not None else None, version)
+                pending = [r for r in pending if pausable and not self._ended(sampled[r].tokens, args.stop, gen_config)]
+        cuts = [
+            _cut(self.tokenizer, self.stop_ids, row.tokens, args.stop, gen_config.min_new_tokens) for row in sampled
+        ]
         return [
-            Completion(
-                prompt_token_ids=rows[row],
-                response_token_ids=tokens[row][:length],
-                response_logprobs=logprobs[row][:length],
-                text=text,
-                finish_reason=reason,
-                model_version=versions[row][0],
-                multi_modal_inputs=row_media[row],
-                token_versions=versions[row][:length] if self.partial_rollout else None,
-            )
-            for row, (length, text, reason) in enumerate(cuts)
+            row.completion(ids, cut, inputs, self.partial_rollout)
+            for row, ids, cut, inputs in zip(sampled, rows, cuts, row_media, strict=True)
         ]
 
     def _segment(
@@ -321,36 +317,25 @@ class TransformersRolloutEngine(RolloutEngine):
         rows: list[list[int]],
         args: SamplingArgs,
         gen_config: GenerationConfig,
-        done: int,
-        media_inputs: dict[str, torch.Tensor],
+        media: dict,
         pausable: bool,
+        first: bool,
     ) -> tuple[torch.Tensor, torch.Tensor | None, int]:
-        """One ``generate`` over ``rows`` (prompts and the ``done`` tokens they have so far), until
-        every row ends or a weight update pauses it: ``(generated tokens, their raw logprobs or
-        None, the weights' version)``."""
+        """One ``generate`` over ``rows`` (the prompts, then with the tokens they have so far), until every
+        row ends or a weight update pauses it: ``(tokens, their raw logprobs or None, the weights' version)``."""
         width = max(len(ids) for ids in rows)
-        input_ids = torch.full((len(rows), width), self.pad_id, dtype=torch.long)
-        prompt_mask = torch.zeros_like(input_ids)
-        for row, ids in enumerate(rows):
-            input_ids[row, width - len(ids) :] = torch.tensor(ids, dtype=torch.long)
-            prompt_mask[row, width - len(ids) :] = 1
-        input_ids, prompt_mask = input_ids.to(self.device), prompt_mask.to(self.device)
-        if done:  # a resumed segment: what is left of the budgets
-            gen_config = GenerationConfig.from_dict(gen_config.to_dict())
-            gen_config.max_new_tokens -= done
-            gen_config.min_new_tokens = max(gen_config.min_new_tokens - done, 0)
-        inputs = model_media(self.model, input_ids, media_inputs) if media_inputs else {}
+        input_ids, prompt_mask = (t.to(self.device) for t in _left_padded(rows, width, self.pad_id))
+        inputs = model_media(self.model, input_ids, media) if media else {}
         recorder = _RawLogprobs(self.model) if args.logprobs else None
         stopping = StoppingCriteriaList([recorder] if recorder else [])
         if args.stop:
             stopping.append(_StopStrings(self.tokenizer, args.stop, width, max(gen_config.min_new_tokens, 1)))
         if pausable:
-            stopping.append(_Paused(self))
-            with self._updates:
-                self._updates.wait_for(lambda: not self.update_waiting)
+            stopping.append(_Paused(self.gate))
+            self.gate.wait_open()
         try:
-            with self._computing:
-                if args.n > 1 and not media_inputs and not done:
+            with self.gate.computing:
+                if args.n > 1 and not media and first:
                     inputs = shared_prompt_cache(self.model, input_ids, prompt_mask, args.n)
                 output = self.model.generate(
                     input_ids=input_ids,
@@ -365,28 +350,10 @@ class TransformersRolloutEngine(RolloutEngine):
                 recorder.remove()
         return output[:, width:], recorder.logprobs() if recorder else None, version
 
-    def _finished(self, tokens: list[int], stops: list[str], gen_config: GenerationConfig) -> bool:
+    def _ended(self, tokens: list[int], stops: list[str], gen_config: GenerationConfig) -> bool:
         """Whether a row's ``tokens`` so far end its response (EOS, a stop string, the budget)."""
-        return (
-            len(tokens) >= gen_config.max_new_tokens or self._cut(tokens, stops, gen_config.min_new_tokens)[2] == "stop"
-        )
-
-    def _cut(self, tokens: list[int], stops: list[str], min_tokens: int) -> tuple[int, str, str]:
-        """Where a generated row ends: ``(token count, text, finish_reason)``."""
-        eos_at = next((i for i, t in enumerate(tokens) if i >= min_tokens - 1 and t in self.stop_ids), None)
-        body = tokens if eos_at is None else tokens[:eos_at]
-        if stops:
-            text = self.tokenizer.decode(body, skip_special_tokens=True)
-            floor = len(self.tokenizer.decode(body[: max(min_tokens - 1, 0)], skip_special_tokens=True))
-            hits = [(at, stop) for stop in stops if (at := text.find(stop, max(floor - len(stop) + 1, 0))) >= 0]
-            if hits:
-                at, stop = min(hits)
-                end = at + len(stop)
-                length = _tokens_covering(self.tokenizer, body, end)
-                return length, text[:at], "stop"
-        if eos_at is not None:
-            return eos_at + 1, self.tokenizer.decode(body, skip_special_tokens=True), "stop"
-        return len(tokens), self.tokenizer.decode(tokens, skip_special_tokens=True), "length"
+        ending = _cut(self.tokenizer, self.stop_ids, tokens, stops, gen_config.min_new_tokens)[2]
+        return ending == "stop" or len(tokens) >= gen_config.max_new_tokens
 
     def _logprobs(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, width: int) -> torch.Tensor:
         """Raw-model logprobs of the last ``width`` tokens, in row chunks bounded by ``_LOGIT_BUDGET``."""
@@ -421,6 +388,70 @@ def shared_prompt_cache(model: Any, input_ids: torch.Tensor, mask: torch.Tensor,
     decoder(input_ids=prompts, attention_mask=prompt_mask, position_ids=positions, use_cache=True, **{name: cache})
     cache.batch_repeat_interleave(n)
     return {name: cache}
+
+
+class _Sampled:
+    """A row's response so far: tokens, their raw logprobs and the weights' version of each."""
+
+    def __init__(self) -> None:
+        self.tokens: list[int] = []
+        self.logprobs: list[float] = []
+        self.versions: list[int] = []
+
+    def add(self, tokens: torch.Tensor, logprobs: torch.Tensor | None, version: int) -> None:
+        self.tokens += tokens.tolist()
+        self.logprobs += logprobs.tolist() if logprobs is not None else []
+        self.versions += [version] * tokens.numel()
+
+    def completion(
+        self, prompt: list[int], cut: tuple[int, str, str], media: MediaInputs | None, versions: bool
+    ) -> Completion:
+        """The response up to its ``cut`` (``_cut``); with ``versions``, each token's."""
+        length, text, reason = cut
+        marks = self.versions[:length] if versions else None
+        return Completion(
+            prompt, self.tokens[:length], self.logprobs[:length], text, reason, None, self.versions[0], media, marks
+        )
+
+
+def _left_padded(rows: list[list[int]], width: int, pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """``rows`` of token ids left-padded to ``width``, and their attention mask."""
+    input_ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
+    mask = torch.zeros_like(input_ids)
+    for row, ids in enumerate(rows):
+        input_ids[row, width - len(ids) :] = torch.tensor(ids, dtype=torch.long)
+        mask[row, width - len(ids) :] = 1
+    return input_ids, mask
+
+
+def _remaining(gen_config: GenerationConfig, done: int) -> GenerationConfig:
+    """``gen_config``'s budgets less the ``done`` tokens a resumed row has (itself for none)."""
+    if not done:
+        return gen_config
+    config = GenerationConfig.from_dict(gen_config.to_dict())
+    config.max_new_tokens -= done
+    config.min_new_tokens = max(config.min_new_tokens - done, 0)
+    return config
+
+
+def _cut(
+    tokenizer: Any, stop_ids: list[int], tokens: list[int], stops: list[str], min_tokens: int
+) -> tuple[int, str, str]:
+    """Where a generated row ends: ``(token count, text, finish_reason)``."""
+    eos_at = next((i for i, t in enumerate(tokens) if i >= min_tokens - 1 and t in stop_ids), None)
+    body = tokens if eos_at is None else tokens[:eos_at]
+    if stops:
+        text = tokenizer.decode(body, skip_special_tokens=True)
+        floor = len(tokenizer.decode(body[: max(min_tokens - 1, 0)], skip_special_tokens=True))
+        hits = [(at, stop) for stop in stops if (at := text.find(stop, max(floor - len(stop) + 1, 0))) >= 0]
+        if hits:
+            at, stop = min(hits)
+            end = at + len(stop)
+            length = _tokens_covering(tokenizer, body, end)
+            return length, text[:at], "stop"
+    if eos_at is not None:
+        return eos_at + 1, tokenizer.decode(body, skip_special_tokens=True), "stop"
+    return len(tokens), tokenizer.decode(tokens, skip_special_tokens=True), "length"
 
 
 def _tokens_covering(tokenizer: Any, tokens: list[int], chars: int) -> int:
