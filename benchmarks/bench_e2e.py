@@ -75,7 +75,7 @@ ASYNC_WORK = (4, 8, 128)
 OVERHEAD_REPEATS, ASYNC_REPEATS, STARTUPS, SKEWED_REPEATS = 5, 3, 5, 3
 SKEWED_WORK = (8, 8, 32)
 """The skewed bench's step (prompts, samples, tokens)."""
-SKEWED_LENGTHS = (8, 8, 16, 192)
+SKEWED_LENGTHS = (8, 2, 8, 256)
 """The partial-rollout bench's step: prompts, samples, a short task's tokens, a long task's."""
 LENGTH_SKEWED_WORKFLOW = """
 from trinity.plugin_api import hookimpl
