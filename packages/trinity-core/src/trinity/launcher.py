@@ -31,7 +31,7 @@ from trinity.monitor.learnable import nothing_learnable
 from trinity.placement import Placement, PlacementError, node_names, place_roles, where_am_i
 from trinity.plugins import Kind, resolve
 from trinity.progress import ProgressDisplay
-from trinity.report import read_records, record_config, record_summary
+from trinity.report import JOB_FOLDER_LINE, read_records, record_config, record_summary
 from trinity.runtime import WORKER_NICENESS, default_threads, quiet_console
 
 logger = logging.getLogger(__name__)
@@ -228,6 +228,7 @@ def run_stage(config: Config, verbose: bool = True) -> dict[str, Any]:
 
     started = time.time()
     record_config(config)
+    print(f"{JOB_FOLDER_LINE}{config.checkpoint_job_dir}", flush=True)
     if config.data_processor.task_pipeline is not None and config.mode in ("both", "explore", "colocate"):
         _run_task_pipeline(config)
     roles: dict[str, Any] = {}
@@ -291,6 +292,9 @@ def run_stage(config: Config, verbose: bool = True) -> dict[str, Any]:
         if _STOP_SIGNALS.received:  # the roles ended (the trainer saved) before the loop looked again
             raise Stopped(_STOP_SIGNALS.received)
         where = _where(places)
+    except Stopped as stop:  # the stopped stage's summary too: what its roles returned, and why it ended
+        record_summary({**_stage_summary(config, started, results, where), "stopped": str(stop)})
+        raise
     finally:
         if display:
             display.close()
@@ -299,6 +303,13 @@ def run_stage(config: Config, verbose: bool = True) -> dict[str, Any]:
         for actor in [*roles.values(), *shared]:
             ray.kill(actor)
         placement.remove()
+    summary = _stage_summary(config, started, results, where)
+    record_summary(summary)
+    return summary
+
+
+def _stage_summary(config: Config, started: float, results: dict[str, Any], where: dict[str, Any]) -> dict[str, Any]:
+    """What a stage's summary holds (``meta/summary.json``, the end of ``trinity run``)."""
     summary = {"stage": config.name, "mode": config.mode, "seconds": time.time() - started, "roles": results}
     summary["placement"] = where
     trainer_result = results.get(config.trainer.name)
@@ -306,7 +317,6 @@ def run_stage(config: Config, verbose: bool = True) -> dict[str, Any]:
         summary["model_path"] = trainer_result["model_path"]
     summary["job_dir"] = config.checkpoint_job_dir
     summary["nothing_learnable"] = _stalls(config, list(results))
-    record_summary(summary)
     return summary
 
 

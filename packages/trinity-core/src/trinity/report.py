@@ -30,6 +30,8 @@ PLOTS_DIR = "plots"
 SUMMARY_FILE = Path("meta") / "summary.json"
 CONFIG_FILE = "config.yaml"
 STEP_PREFIX = "global_step_"
+JOB_FOLDER_LINE = "job folder: "
+"""How ``trinity run`` starts the line naming a stage's job folder, as the stage starts."""
 
 
 def read_records(path: Path) -> list[dict[str, Any]]:
@@ -174,6 +176,8 @@ class Job:
             rows["mode"] = summary["mode"]
         if "seconds" in summary:
             rows["duration"] = f"{summary['seconds']:.0f} s"
+        if "stopped" in summary:
+            rows["stopped"] = f"by {summary['stopped']} (what was checkpointed stays)"
         for role, records in self.metrics.items():
             steps = [r["step"] for r in records if _number(r.get("step")) is not None]
             rows[f"{role} steps"] = f"{int(max(steps))}" if steps else "none logged"
