@@ -24,9 +24,9 @@ TIERS: tuple[tuple[str, ...], ...] = (
     ("config",),  # DESIGN 2: its checker resolves plugin names, so it sits above plugins
     ("plugin_api",),  # DESIGN 3: the door of plugin packages; nothing in the core imports it
     ("monitor", "buffer", "checkpoints"),  # DESIGN 4
-    ("algorithm", "runtime", "report", "progress", "summary", "studio"),  # DESIGN 4 (algorithm reads buffer, monitor)
+    ("algorithm", "runtime", "report", "progress", "summary"),  # DESIGN 4 (algorithm reads buffer, monitor)
     ("engine",),  # DESIGN 4: the losses of the training engines come from algorithm
-    ("synchronizer", "placement", "convert", "joblog"),  # DESIGN 5
+    ("synchronizer", "placement", "convert", "joblog", "studio"),  # DESIGN 5 (the studio follows runs as joblog does)
     ("explorer", "trainer"),  # DESIGN 5: roles; neither imports the other
     ("launcher",),  # DESIGN 6
     ("cli",),  # DESIGN 6
