@@ -94,6 +94,7 @@ def run(config_path: str, overrides: list[str] | None = None, verbose: bool = Fa
     """
     import ray
 
+    _catch_stop_signals()  # a stop while Ray starts is a stop too, not a KeyboardInterrupt
     stages = load_stage_configs(config_path, overrides, run=True)
     raw = read_yaml(config_path, overrides)
     started_ray = not ray.is_initialized()
@@ -105,8 +106,7 @@ def run(config_path: str, overrides: list[str] | None = None, verbose: bool = Fa
             log_to_driver=True,
             logging_level=logging.INFO if verbose else logging.WARNING,
         )
-    for stop_signal in (signal.SIGTERM, signal.SIGINT):  # after ray.init, whose SIGTERM handler dumps stacks
-        signal.signal(stop_signal, _STOP_SIGNALS)
+    _catch_stop_signals()  # again after ray.init, whose SIGTERM handler dumps stacks
     detected = detected_cluster(stages[0], OmegaConf.select(raw, "mode", default="both"))
     if detected:
         stages = load_stage_configs(config_path, [*(overrides or []), *detected], warn=False, run=True)
@@ -114,6 +114,8 @@ def run(config_path: str, overrides: list[str] | None = None, verbose: bool = Fa
     model_path = None
     try:
         for index, config in enumerate(stages):
+            if _STOP_SIGNALS.received:  # stopped before this stage began
+                raise Stopped(_STOP_SIGNALS.received)
             done = read_json(stage_done_path(config)) if config.continue_from_checkpoint else None
             if done and len(stages) > 1:
                 logger.info("stage %s already finished: skipping", config.name)
@@ -131,6 +133,11 @@ def run(config_path: str, overrides: list[str] | None = None, verbose: bool = Fa
         if started_ray:
             _shutdown_local_ray()
     return summaries
+
+
+def _catch_stop_signals() -> None:
+    for stop_signal in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(stop_signal, _STOP_SIGNALS)
 
 
 def _shutdown_local_ray() -> None:

@@ -140,16 +140,16 @@ class StudioRuns:
             return [Path(line[len(JOB_FOLDER_LINE) :].strip()) for line in file if line.startswith(JOB_FOLDER_LINE)]
 
     def status(self, record: RunRecord, jobs: list[Path]) -> str:
-        """running, stopped (from the studio, or by a signal), finished (every stage begun wrote
-        its summary, exit 0), or failed."""
+        """running, stopped (from the studio, or by a signal), finished (exit 0; where no studio saw
+        it end: every stage begun wrote its summary), or failed."""
         if self.alive(record):
             return "running"
         summaries = [read_json(job / SUMMARY_FILE) for job in jobs]
         if record.stop_requested or any(s and "stopped" in s for s in summaries):
             return "stopped"
-        if jobs and all(summaries) and record.returncode in (0, None):
-            return "finished"
-        return "failed"
+        if record.returncode is not None:  # its exit status, where the studio saw it end
+            return "finished" if record.returncode == 0 else "failed"
+        return "finished" if jobs and all(summaries) else "failed"
 
     def listing(self, record: RunRecord) -> dict[str, Any]:
         jobs = self.job_folders(record)
