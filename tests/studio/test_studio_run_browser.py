@@ -68,6 +68,7 @@ def test_a_run_is_started_watched_live_stopped_and_listed_stopped_with_its_summa
     assert 2 <= steps < PLANNED
     log = page.locator("#run-log").inner_text()
     assert "stopped (SIGINT)" in log and "Traceback" not in log, log
+    assert re.search(r"\((Explorer|Trainer)Role pid=\d+\)", log) and "\x1b[" not in log  # without Ray's colours
     (run_id,) = [p.name for p in (tmp_path / RUNS_DIR).iterdir()]
     record = json.loads((tmp_path / RUNS_DIR / run_id / "run.json").read_text())
     assert record["returncode"] == 0 and record["stop_requested"]

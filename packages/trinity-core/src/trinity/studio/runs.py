@@ -224,12 +224,17 @@ def plots(jobs: list[Job]) -> dict[str, dict[str, Any]]:
     return shown
 
 
+TERMINAL_CODES = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+"""Terminal colour codes, as Ray puts around its roles' names in the driver's output."""
+
+
 def log_tail(path: Path) -> str:
-    """The last ``LOG_TAIL_BYTES`` of the log, from a line's start."""
+    """The last ``LOG_TAIL_BYTES`` of the log, from a line's start, without terminal codes."""
     if not path.is_file():
         return ""
     with open(path, "rb") as file:
         size = file.seek(0, os.SEEK_END)
         file.seek(max(0, size - LOG_TAIL_BYTES))
         text = file.read().decode("utf-8", errors="replace")
-    return text.split("\n", 1)[1] if size > LOG_TAIL_BYTES and "\n" in text else text
+    text = text.split("\n", 1)[1] if size > LOG_TAIL_BYTES and "\n" in text else text
+    return TERMINAL_CODES.sub("", text)

@@ -452,8 +452,10 @@ function svg(tag, attrs, text) {
   return e;
 }
 function drawPlot(box, panel) {
-  // One line per series against step, in a 360 x 150 view: the report's panel, drawn as the run goes.
+  // One line per series against step, 360 wide, a legend line per series under it: the report's
+  // panel, drawn as the run goes.
   const [left, right, top, bottom] = [44, 350, 18, 122];
+  box.setAttribute("viewBox", `0 0 360 ${136 + 12 * Math.max(1, panel.series.length)}`);
   const steps = panel.series.flatMap((s) => s.steps);
   const values = panel.series.flatMap((s) => s.values);
   const parts = [svg("text", { x: left, y: 12, class: "title" }, panel.title)];
@@ -476,7 +478,7 @@ function drawPlot(box, panel) {
     const color = COLORS[i % COLORS.length];
     const points = s.steps.map((step, j) => `${x(step).toFixed(1)},${y(s.values[j]).toFixed(1)}`).join(" ");
     parts.push(svg("polyline", { points, fill: "none", stroke: color, "stroke-width": 1.5, "data-label": s.label }));
-    parts.push(svg("text", { x: left + 150 * i, y: 144, fill: color }, s.label));
+    parts.push(svg("text", { x: left, y: 144 + 12 * i, fill: color }, s.label));
   });
   box.replaceChildren(...parts);
 }
