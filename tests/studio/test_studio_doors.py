@@ -11,6 +11,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from trinity.studio.app import StudioError, create_app
+from trinity.studio.runs import RUNS_DIR
 
 TOKEN = "door-test-token"
 TASKSET = "buffer.explorer_input.taskset"
@@ -43,15 +44,22 @@ def save(studio: TestClient, path, overwrite: bool | None = None, project: str =
         ("POST", "/api/check"),
         ("POST", "/api/load"),
         ("POST", "/api/save"),
+        ("GET", "/api/runs"),
+        ("POST", "/api/runs"),
+        ("GET", "/api/runs/x"),
+        ("POST", "/api/runs/x/stop"),
     ],
 )
 def test_every_route_needs_the_token(tmp_path, method, url):
+    (tmp_path / "run.yaml").write_text("project: x\n")
     body = {"config": {"project": "x"}, "path": "x.yaml", "text": "project: x\n"}
+    if url == "/api/runs":
+        body = {"path": "run.yaml"}
     for token in (None, "wrong-token"):
         answer = client(tmp_path, token=token).request(method, url, json=body if method == "POST" else None)
         assert answer.status_code == 401, (url, token, answer.text)
         assert "studio.js" not in answer.text
-    assert not (tmp_path / "x.yaml").exists()
+    assert not (tmp_path / "x.yaml").exists() and not (tmp_path / RUNS_DIR).exists()
 
 
 def test_the_printed_url_sets_a_strict_http_only_cookie_that_opens_the_api(tmp_path):

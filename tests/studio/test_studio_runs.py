@@ -40,15 +40,6 @@ def write(path: Path, tree: dict) -> Path:
     return path
 
 
-def test_runs_need_the_token(tmp_path):
-    write(tmp_path / "run.yaml", FAILS_AT_START)
-    stranger = client(tmp_path, token=None)
-    assert stranger.get("/api/runs").status_code == 401
-    assert stranger.post("/api/runs", json={"path": "run.yaml"}).status_code == 401
-    assert stranger.post("/api/runs/x/stop", json={}).status_code == 401
-    assert not (tmp_path / RUNS_DIR).exists()
-
-
 def test_a_run_is_refused_outside_the_folder_for_a_missing_file_and_for_a_config_with_errors(tmp_path):
     root = tmp_path / "root"
     outside = write(tmp_path / "outside.yaml", FAILS_AT_START)
