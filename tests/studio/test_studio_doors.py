@@ -202,6 +202,25 @@ def test_check_imports_no_dotted_workflow(tmp_path, marker_module, dotted):
     assert f"default_workflow_type: {dotted}" in result["yaml"]  # saved as written
 
 
+def test_a_dotted_workflow_for_every_taskset_is_left_to_the_run_where_the_config_copies_it(tmp_path):
+    """The beginner form's ``explorer_input.default_workflow_type`` is copied to each taskset: the
+    copy is the run's to check too (a false error there kept the studio from starting the run)."""
+    tree = {
+        "model": {"model_path": "m", "max_prompt_tokens": 8, "max_response_tokens": 8},
+        "buffer": {
+            "batch_size": 4,
+            "explorer_input": {"taskset": {"path": "t.jsonl"}, "default_workflow_type": "my_pkg.MyWorkflow"},
+        },
+    }
+    result = client(tmp_path).post("/api/check", json={"config": tree}).json()
+    assert result["errors"] == []
+    notes = {w["path"]: w["message"] for w in result["warnings"]}
+    assert "imported at run time" in notes["buffer.explorer_input.default_workflow_type"]
+    tree["buffer"]["explorer_input"]["default_workflow_type"] = "no_such_workflow"  # a plain name is checked
+    errors = client(tmp_path).post("/api/check", json={"config": tree}).json()["errors"]
+    assert [e["path"] for e in errors] == [f"{TASKSET}.default_workflow_type"]
+
+
 def test_check_resolves_no_environment_variable(tmp_path, monkeypatch):
     monkeypatch.setenv("STUDIO_SECRET", "s3cret-value")
     tree = {

@@ -297,8 +297,11 @@ def left_to_the_run(tree: dict[str, Any]) -> tuple[dict[str, Any], dict[str, str
 
 
 def owed_to_the_run(path: str, message: str, notes: dict[str, str]) -> bool:
-    """Whether an issue at ``path`` comes from a key left to the run: at or below it, or a
-    required key beside a file key left out (``taskset.path`` beside ``taskset.task_dir``)."""
+    """Whether an issue at ``path`` comes from a key left to the run: at or below it, about its
+    placeholder where the config copied it (``explorer_input.default_workflow_type`` to each
+    taskset's), or a required key beside a file key left out (``taskset.path`` beside ``taskset.task_dir``)."""
+    if AT_RUN_TIME in message:
+        return True
     for left in notes:
         if path == left or path.startswith((f"{left}.", f"{left}[")):
             return True
