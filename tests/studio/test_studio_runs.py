@@ -112,3 +112,6 @@ def test_a_second_start_while_it_runs_is_a_409_and_a_run_that_fails_is_listed_fa
     assert [(r["id"], r["status"]) for r in restarted] == [(run["id"], "failed")]
     stop = studio.post(f"/api/runs/{run['id']}/stop", json={})
     assert stop.status_code == 409 and stop.json()["detail"] == f"run {run['id']} is not running: failed"
+    (tmp_path / RUNS_DIR / "20261203-000000-x").mkdir()
+    (tmp_path / RUNS_DIR / "20261203-000000-x" / "run.json").write_text('{"not": "a record"}')
+    assert [r["id"] for r in client(tmp_path).get("/api/runs").json()["runs"]] == [run["id"]]  # skipped

@@ -10,6 +10,7 @@ sends it (the trainer saves at its step's end, the summary is written, exit 0; a
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import signal
@@ -24,9 +25,12 @@ from typing import Any
 import psutil
 from fastapi import HTTPException
 
+from trinity.common.errors import first_line
 from trinity.common.files import read_json, write_json
 from trinity.progress import PLANNED_STEPS_FILE, RoleProgress
 from trinity.report import JOB_FOLDER_LINE, PANELS, SUMMARY_FILE, Job, panel_series
+
+logger = logging.getLogger(__name__)
 
 RUNS_DIR = Path(".trinity-studio") / "runs"
 RECORD = "run.json"
@@ -110,9 +114,15 @@ class StudioRuns:
         write_json(self.folder / record.id / RECORD, asdict(record))
 
     def records(self) -> list[RunRecord]:
-        """Every run started from this root, newest first."""
+        """Every run started from this root, newest first (a record that is not one is skipped, with a warning)."""
         found = sorted(self.folder.glob(f"*/{RECORD}"), reverse=True) if self.folder.is_dir() else []
-        return [RunRecord(**read_json(path)) for path in found]
+        records = []
+        for path in found:
+            try:
+                records.append(RunRecord(**read_json(path)))
+            except (OSError, ValueError, TypeError) as exc:
+                logger.warning("studio: %s is not a run record, skipped: %s", path, first_line(exc))
+        return records
 
     def record(self, run_id: str) -> RunRecord:
         """The run ``run_id``, looked up among the runs listed (no path is built from the request); else 404."""
