@@ -60,7 +60,12 @@ MEGATRON_REFUSAL = (
     "with trainer.ulysses_sequence_parallel_size to split long sequences"
 )
 
-ENGINE_PARALLEL_KEYS = ("data_parallel_size", "pipeline_parallel_size", "enable_expert_parallel")
+ENGINE_PARALLEL_KEYS = (
+    "tensor_parallel_size",
+    "data_parallel_size",
+    "pipeline_parallel_size",
+    "enable_expert_parallel",
+)
 """The inference model's keys that spread one engine over several GPUs: an engine that acts on them says
 so (``takes_parallel_keys``); set for another, they are refused."""
 
@@ -444,7 +449,7 @@ def check_explorer(config: Config, issues: IssueCollector) -> None:
 
 
 def _check_engine_parallelism(model: InferenceModelConfig, path: str, issues: IssueCollector) -> None:
-    """Data, pipeline or expert parallelism needs an engine that spreads over GPUs (an unknown or
+    """Tensor, data, pipeline or expert parallelism needs an engine that spreads over GPUs (an unknown or
     dotted engine is reported, or checked at run, elsewhere)."""
     changed = changed_keys(model, ENGINE_PARALLEL_KEYS)
     engine = registered(Kind.ROLLOUT_ENGINE, model.engine_type) if changed else None
