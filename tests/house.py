@@ -1,4 +1,5 @@
-"""What the house tests read: a source file's imports, and the checkout's ``git status``.
+"""What the house tests read: a source file's imports, the graph of a package's modules, and the
+checkout's ``git status``.
 
 ``checkout_left_clean`` (autouse in ``tests/conftest.py``) fails the session when a test run
 leaves a new entry in ``git status``: artefacts belong under ``tmp_path``.
@@ -8,7 +9,7 @@ from __future__ import annotations
 
 import ast
 import subprocess
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 import pytest
@@ -34,6 +35,46 @@ def imported_modules(path: Path) -> list[tuple[int, str]]:
                 module = ".".join([*base, module] if module else base)
             found.append((node.lineno, module))
     return found
+
+
+def module_name(path: Path) -> str:
+    """``.../src/trinity/engine/client.py`` -> ``trinity.engine.client``; a package's ``__init__.py`` -> the package."""
+    src = next(parent for parent in path.parents if parent.name == "src")
+    parts = path.relative_to(src).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def import_graph(paths: list[Path]) -> dict[str, set[str]]:
+    """The modules of ``paths`` and, for each, the modules among them it imports (anywhere in the
+    file: at the top, in a function, under ``TYPE_CHECKING``). ``from package import name`` points
+    at the submodule ``name`` where there is one, else at the package."""
+    files = {module_name(path): path for path in paths}
+    graph: dict[str, set[str]] = {}
+    for module, path in files.items():
+        targets = set()
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Import):
+                targets |= {alias.name for alias in node.names}
+            elif isinstance(node, ast.ImportFrom):
+                base = _absolute(node, module, path)
+                targets |= {f"{base}.{alias.name}" if f"{base}.{alias.name}" in files else base for alias in node.names}
+        graph[module] = {found for target in targets if (found := _nearest(target, files)) and found != module}
+    return graph
+
+
+def _absolute(node: ast.ImportFrom, module: str, path: Path) -> str:
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    if not node.level:
+        return node.module or ""
+    base = package.split(".")[: len(package.split(".")) - node.level + 1]
+    return ".".join([*base, node.module] if node.module else base)
+
+
+def _nearest(target: str, files: Mapping[str, Path]) -> str | None:
+    """``target`` or the nearest package above it among ``files`` (``a.b.name`` -> ``a.b``)."""
+    while target and target not in files:
+        target = target.rpartition(".")[0]
+    return target or None
 
 
 def git_status(root: Path) -> set[str] | None:

@@ -4,6 +4,7 @@ and a test run that leaves the checkout clean."""
 from __future__ import annotations
 
 import ast
+import graphlib
 import shutil
 import subprocess
 from pathlib import Path
@@ -12,7 +13,7 @@ import pytest
 import tomllib
 from packaging.requirements import Requirement
 
-from house import imported_modules
+from house import import_graph, imported_modules
 
 pytest_plugins = ("pytester",)
 
@@ -68,6 +69,16 @@ def test_the_core_s_subpackages_import_only_downward():
                 wrong.append(f"{rel}:{line}: {own} (tier {tier[own]}) imports {module} (tier {tier[other]})")
     assert not unplaced, f"place these in TIERS: {sorted(unplaced)}"
     assert not wrong, "imports that do not point down TIERS:\n" + "\n".join(wrong)
+
+
+def test_no_module_imports_itself_through_others():
+    """No circle of imports between the modules of all packages (a -> b -> a, or longer), counting
+    imports in functions and under ``TYPE_CHECKING``: the shared piece belongs in a module below both."""
+    graph = import_graph(sorted(CORE.parents[2].glob("*/src/**/*.py")))
+    try:
+        graphlib.TopologicalSorter(graph).prepare()
+    except graphlib.CycleError as exc:
+        pytest.fail("a circle of imports: " + " -> ".join(exc.args[1]), pytrace=False)
 
 
 def test_no_core_class_is_over_250_lines_or_25_methods():
