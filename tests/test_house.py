@@ -13,38 +13,17 @@ import pytest
 import tomllib
 from packaging.requirements import Requirement
 
-from house import import_graph, imported_modules
+from house import ARCHITECTURE, TIERS, import_graph, imported_modules, redrawn, source_files, unit
 
 pytest_plugins = ("pytester",)
 
 CORE = Path(__file__).resolve().parents[1] / "packages" / "trinity-core" / "src" / "trinity"
-
-TIERS: tuple[tuple[str, ...], ...] = (
-    ("common",),  # DESIGN 1: a leaf
-    ("plugins",),  # DESIGN 3: hook specs and the registry need only common
-    ("config",),  # DESIGN 2: its checker resolves plugin names, so it sits above plugins
-    ("plugin_api",),  # DESIGN 3: the door of plugin packages; nothing in the core imports it
-    ("monitor", "buffer", "checkpoints"),  # DESIGN 4
-    ("algorithm", "runtime", "report", "progress", "summary", "studio"),  # DESIGN 4 (algorithm reads buffer, monitor)
-    ("engine",),  # DESIGN 4: the losses of the training engines come from algorithm
-    ("synchronizer", "placement", "convert", "joblog"),  # DESIGN 5
-    ("explorer", "trainer"),  # DESIGN 5: roles; neither imports the other
-    ("launcher",),  # DESIGN 6
-    ("cli",),  # DESIGN 6
-)
-"""The core's subpackages and top-level modules, lowest first: a module imports only from tiers below
-its own (never a peer of its tier). A new subpackage or module must be placed here."""
 
 MAX_CLASS_LINES, MAX_METHODS, MAX_DOCSTRING_LINES = 250, 25, 10
 
 
 def core_files() -> list[Path]:
     return sorted(CORE.rglob("*.py"))
-
-
-def unit(module: str) -> str:
-    """``trinity.engine.client`` -> ``engine``; ``trinity.cli`` -> ``cli``."""
-    return module.split(".")[1] if "." in module else ""
 
 
 def test_the_core_s_subpackages_import_only_downward():
@@ -74,11 +53,17 @@ def test_the_core_s_subpackages_import_only_downward():
 def test_no_module_imports_itself_through_others():
     """No circle of imports between the modules of all packages (a -> b -> a, or longer), counting
     imports in functions and under ``TYPE_CHECKING``: the shared piece belongs in a module below both."""
-    graph = import_graph(sorted(CORE.parents[2].glob("*/src/**/*.py")))
+    graph = import_graph(source_files())
     try:
         graphlib.TopologicalSorter(graph).prepare()
     except graphlib.CycleError as exc:
         pytest.fail("a circle of imports: " + " -> ".join(exc.args[1]), pytrace=False)
+
+
+def test_the_architecture_page_draws_the_layers_and_imports_of_the_code():
+    """``docs/architecture.md``'s picture is ``TIERS`` and the imports between them as they are."""
+    page = ARCHITECTURE.read_text()
+    assert redrawn(page) == page, "docs/architecture.md's picture has drifted: redraw it with `python tests/house.py`"
 
 
 def test_no_core_class_is_over_250_lines_or_25_methods():
