@@ -126,6 +126,32 @@ def test_a_run_that_leaves_an_artefact_in_the_checkout_fails(pytester: pytest.Py
     dirty.stdout.fnmatch_lines(["*the test run changed `git status`*", "?? sync/latest.json"])
 
 
+@pytest.mark.parametrize(
+    ("message", "refused"),
+    [
+        ("Short subject\n\nThe details, in a body\nof any length " + "x" * 100 + "\n", None),
+        ("Subject only\n", None),
+        ("# a comment line, as in git's editor, " + "x" * 80 + "\nSubject\n", None),
+        ("S" * 72 + "\n", None),
+        ("S" * 73 + "\n\nbody\n", "the subject is 73 characters, at most 72"),
+        ("Subject\nbody right under it\n", "a blank line goes between the subject and the body"),
+    ],
+)
+def test_the_commit_msg_hook_refuses_a_long_subject_or_a_body_without_a_blank_line(tmp_path, message, refused):
+    """``.githooks/commit-msg`` as git runs it (``core.hooksPath``) on a commit in a repository of its own."""
+    hooks = Path(__file__).resolve().parents[1] / ".githooks"
+    git = ["git", "-C", str(tmp_path), "-c", f"core.hooksPath={hooks}", "-c", "user.name=t", "-c", "user.email=t@t"]
+    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
+    commit = subprocess.run(
+        [*git, "commit", "-q", "--allow-empty", "--cleanup=strip", "-m", message], capture_output=True, text=True
+    )
+    logged = subprocess.run([*git, "log", "--format=%s"], capture_output=True, text=True).stdout
+    if refused:
+        assert commit.returncode != 0 and refused in commit.stderr and not logged, commit
+    else:
+        assert commit.returncode == 0 and logged, commit
+
+
 def test_only_role_processes_finds_ray_actors_by_their_process_title():
     """A test that picks Ray actors from ``/proc`` by title alone would take those of the engine
     suites CI runs beside the main one (a verl trainer was SIGKILLed so): it goes through
