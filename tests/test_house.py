@@ -152,6 +152,19 @@ def test_the_commit_msg_hook_refuses_a_long_subject_or_a_body_without_a_blank_li
         assert commit.returncode == 0 and logged, commit
 
 
+def test_no_pickled_file_is_tracked():
+    """Fixtures and data the repository holds are read without pickle (safetensors, JSON)."""
+    root = Path(__file__).resolve().parents[1]
+    tracked = subprocess.run(
+        ["git", "-C", str(root), "ls-files", "*.pt", "*.pth", "*.pkl", "*.pickle", "*.bin"],
+        capture_output=True,
+        text=True,
+    )
+    if tracked.returncode:
+        pytest.skip(f"not a git checkout: {tracked.stderr.strip()}")
+    assert not tracked.stdout.split(), tracked.stdout
+
+
 def test_only_role_processes_finds_ray_actors_by_their_process_title():
     """A test that picks Ray actors from ``/proc`` by title alone would take those of the engine
     suites CI runs beside the main one (a verl trainer was SIGKILLed so): it goes through
