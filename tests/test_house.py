@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ast
 import graphlib
+import importlib.util
 import shutil
 import subprocess
 from pathlib import Path
@@ -163,6 +164,20 @@ def test_no_pickled_file_is_tracked():
     if tracked.returncode:
         pytest.skip(f"not a git checkout: {tracked.stderr.strip()}")
     assert not tracked.stdout.split(), tracked.stdout
+
+
+def test_every_recorded_figure_reads_and_a_malformed_line_is_named(tmp_path):
+    """``benchmarks/results/*.jsonl`` as ``benchmarks/results.py`` reads them."""
+    spec = importlib.util.spec_from_file_location("results", CORE.parents[3] / "benchmarks" / "results.py")
+    results = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(results)
+    assert {row["figure"] for row in results.read("ci")} >= {"ci.total_s", "ci.main_s", "ci.engines_s"}
+    good = '{"date": "2026-12-03", "commit": "abc", "machine": "m", "figure": "f", "value": [1, 2], "note": ""}'
+    (tmp_path / "x.jsonl").write_text(good + "\n" + good.replace("[1, 2]", '"fast"') + "\n")
+    with pytest.raises(results.ResultError, match="x.jsonl:2: value is a number or"):
+        results.read("x", tmp_path)
+    (tmp_path / "x.jsonl").write_text(good + "\n")
+    assert "| 2026-12-03 | abc | m | f | 1-2 |" in results.table(results.read("x", tmp_path))
 
 
 def test_only_role_processes_finds_ray_actors_by_their_process_title():
