@@ -14,7 +14,7 @@ import pytest
 import tomllib
 from packaging.requirements import Requirement
 
-from house import ARCHITECTURE, TIERS, import_graph, imported_modules, redrawn, source_files, unit
+from helpers.house import ARCHITECTURE, TIERS, import_graph, imported_modules, redrawn, source_files, unit
 
 pytest_plugins = ("pytester",)
 
@@ -64,7 +64,9 @@ def test_no_module_imports_itself_through_others():
 def test_the_architecture_page_draws_the_layers_and_imports_of_the_code():
     """``docs/architecture.md``'s picture is ``TIERS`` and the imports between them as they are."""
     page = ARCHITECTURE.read_text()
-    assert redrawn(page) == page, "docs/architecture.md's picture has drifted: redraw it with `python tests/house.py`"
+    assert redrawn(page) == page, (
+        "docs/architecture.md's picture has drifted: redraw it with `python tests/helpers/house.py`"
+    )
 
 
 def test_no_core_class_is_over_250_lines_or_25_methods():
@@ -98,11 +100,11 @@ def test_the_all_extra_installs_every_extra():
 
 
 def test_a_run_that_leaves_an_artefact_in_the_checkout_fails(pytester: pytest.Pytester):
-    """The clean-checkout check of ``tests/house.py`` in a git repository of its own: an artefact in
+    """The clean-checkout check of ``tests/helpers/house.py`` in a git repository of its own: an artefact in
     the checkout fails the session, one under tmp_path and a source file written meanwhile do not, and
     outside a git checkout nothing is compared."""
     pytester.makeini("[pytest]\n")
-    pytester.makeconftest("from house import checkout_left_clean  # noqa: F401\n")
+    pytester.makeconftest("from helpers.house import checkout_left_clean  # noqa: F401\n")
     (pytester.path / ".gitignore").write_text("__pycache__/\n.pytest_cache/\n")
     pytester.makepyfile(
         test_writes="""

@@ -20,7 +20,7 @@ import httpx
 import openai
 import pytest
 
-from serve_helpers import serve_explorer
+from helpers.serve_helpers import serve_explorer
 from trinity.engine.openai_api import guarded
 from trinity.explorer import serve
 from trinity.synchronizer.methods import TrainerFinished

@@ -1,7 +1,7 @@
 """What the house tests read: a source file's imports, the graph of the packages' modules, the
 core's layers (``TIERS``), and the checkout's ``git status``.
 
-``python tests/house.py`` draws the layers and their imports into ``docs/architecture.md``
+``python tests/helpers/house.py`` draws the layers and their imports into ``docs/architecture.md``
 (``test_house.py`` fails when the picture there has drifted from the code).
 
 ``checkout_left_clean`` (autouse in ``tests/conftest.py``) fails the session when a test run
@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 PACKAGES = REPO / "packages"
 ARCHITECTURE = REPO / "docs" / "architecture.md"
 
@@ -133,7 +133,7 @@ def unit_graph() -> dict[str, set[str]]:
 
 
 DRAWN = (
-    "<!-- drawn by `python tests/house.py` from TIERS and the imports; test_house.py checks it -->",
+    "<!-- drawn by `python tests/helpers/house.py` from TIERS and the imports; test_house.py checks it -->",
     "<!-- end of the drawing -->",
 )
 
