@@ -4,14 +4,13 @@ no effect yet, plugins' own arguments, and the documents generated from it."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 from config_helpers import issues_of, write
 
+from helpers.cli import trinity
 from trinity.cli import inert_workflow_args
 from trinity.config import load_config
 from trinity.config.base import EFFECT, inert_message
@@ -20,12 +19,6 @@ from trinity.config.reference import inert_keys
 from trinity.config.schema import Config, MegatronParallelConfig, TinkerConfig
 
 REPO = Path(__file__).resolve().parents[2]
-
-
-def trinity(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "trinity.cli", *args], capture_output=True, text=True, env={**os.environ, **(env or {})}
-    )
 
 
 BAD_VALUES = [

@@ -14,7 +14,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from engine_helpers import make_config
+from helpers.engine_helpers import make_config
 from trinity.common.batch import Batch
 from trinity.common.experience import EID, Experience
 from trinity.config import derive_and_check

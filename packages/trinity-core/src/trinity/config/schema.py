@@ -1170,7 +1170,11 @@ class Config(ConfigModel):
     project: str = Field("Trinity-RFT", description="Project name (job folder and trackers).")
     group: str = Field("", description="Group of experiments (a folder level between project and name).")
     name: str = Field("rft", description="Experiment name.")
-    checkpoint_root_dir: str = Field("", description="Root of job folders; relative to the working directory.")
+    checkpoint_root_dir: str = Field(
+        "./checkpoints",
+        description='Root of job folders; relative to the working directory ("": the working directory itself, '
+        "Trinity-RFT's default).",
+    )
     checkpoint_job_dir: str = derived("", "<checkpoint_root_dir>/<project>/<group>/<name>, absolute.")
     ray_namespace: str = Field("", description="Ray namespace of the run; unset: <project>/<group>/<name>.")
     continue_from_checkpoint: bool = Field(True, description="Resume from the job folder's last checkpoint.")
