@@ -58,10 +58,10 @@ class VLLMServer:
         self.version = 0
         # LoRA: vLLM holds the frozen base; each adapter version the trainer sends is written to
         # a folder and becomes the LoRARequest every request carries (a fresh one, B = 0, is the
-        # base model: no request until the first update)
+        # base model: no request until the first update, unless the endpoint serves the adapter
+        # by its name, enable_runtime_lora_updating)
         self.lora = (model.lora_configs or [None])[0] if config.enable_lora else None
         self.adapter: Any = None
-        # enable_runtime_lora_updating: the OpenAI endpoint serves the adapter too, by its name
         self.serves_adapter = self.lora is not None and config.enable_openai_api and config.enable_runtime_lora_updating
         self._served_models: Any = None
         self._adapters = tempfile.TemporaryDirectory(prefix="trinity-vllm-lora-") if self.lora else None
