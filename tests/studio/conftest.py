@@ -14,7 +14,7 @@ import psutil
 import pytest
 import uvicorn
 
-from ports import free_port
+from helpers.ports import free_port
 from trinity.studio.app import create_app
 from trinity.studio.runs import StudioRuns
 
