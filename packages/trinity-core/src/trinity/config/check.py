@@ -284,14 +284,16 @@ def check_router_replay(config: Config, issues: IssueCollector) -> None:
         engines.append((Kind.ROLLOUT_ENGINE, engine, "explorer.rollout_model.engine_type", "records", "transformers"))
     if trainer_runs(config):
         engines.append((Kind.TRAINER_ENGINE, config.trainer.trainer_type, "trainer.trainer_type", "replays", "torch"))
-    for kind, name, key, verb, works in engines:
-        engine = registered(kind, name)
-        if engine is not None and not getattr(engine, f"{verb}_routing", False):
-            issues.add(
-                "algorithm.enable_router_replay",
-                f"{key} '{name}' {verb} no MoE routing (router replay, R3; docs/algorithms.md "
-                f"says why): use '{works}', or set it to false",
-            )
+    lacking = [
+        f"{key} '{name}' {verb} no MoE routing (use '{works}')"
+        for kind, name, key, verb, works in engines
+        if (engine := registered(kind, name)) is not None and not getattr(engine, f"{verb}_routing", False)
+    ]
+    if lacking:
+        issues.add(
+            "algorithm.enable_router_replay",
+            f"router replay (R3): {'; '.join(lacking)}; docs/algorithms.md says why. Or set it to false",
+        )
 
 
 def check_rollout_correction(config: Config, issues: IssueCollector) -> None:
