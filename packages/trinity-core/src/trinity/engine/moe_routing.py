@@ -44,18 +44,15 @@ def require_moe(model: torch.nn.Module, path: str) -> None:
 
 class RoutingRecorder:
     """Keeps each forward pass's top-k expert indices of every MoE router of a model, from
-    ``attach`` to ``remove``: ``steps[i]`` is the ``i``-th forward's ``[layers, tokens, top_k]``,
+    construction to ``remove``: ``steps[i]`` is the ``i``-th forward's ``[layers, tokens, top_k]``,
     tokens in the row-major order of that forward's ``[rows, columns]`` input."""
 
-    def __init__(self, routers: list[torch.nn.Module]) -> None:
+    def __init__(self, model: torch.nn.Module) -> None:
+        routers = moe_routers(model)
         self.steps: list[torch.Tensor] = []
         self._layers: list[torch.Tensor] = []
         self._count = len(routers)
         self._hooks = [router.register_forward_hook(self._keep) for router in routers]
-
-    @classmethod
-    def attach(cls, model: torch.nn.Module) -> RoutingRecorder:
-        return cls(moe_routers(model))
 
     def _keep(self, module: torch.nn.Module, args: Any, output: Any) -> None:
         self._layers.append(output[2].to(torch.int16))
@@ -88,13 +85,18 @@ class RoutingRecorder:
 
 def _replayed(module: torch.nn.Module, target: torch.Tensor, output: Any) -> tuple[Any, ...]:
     """The router's output with the ``target`` experts ``[tokens, top_k]`` where recorded (its own
-    elsewhere), their weights the softmax of its own logits there, renormalised as it would."""
-    logits, _, own = output[:3]
+    elsewhere), their weights the softmax of its own logits there, renormalised as it does: as its
+    ``norm_topk_prob`` says, or, without one (Mixtral always renormalises), as its own weights show."""
+    logits, scores, own = output[:3]
     if target.shape[0] != own.shape[0]:
         raise ValueError(f"router replay: {target.shape[0]} recorded positions for {own.shape[0]} routed tokens")
     indices = torch.where((target == UNROUTED).any(-1, keepdim=True), own, target.to(own.dtype))
     weights = torch.softmax(logits, dim=-1, dtype=torch.float).gather(-1, indices)
-    if getattr(module, "norm_topk_prob", False):
+    renormalise = getattr(module, "norm_topk_prob", None)
+    if renormalise is None:
+        sums = scores.float().sum(-1)
+        renormalise = bool(torch.allclose(sums, torch.ones_like(sums), atol=1e-3))
+    if renormalise:
         weights = weights / weights.sum(dim=-1, keepdim=True)
     return (logits, weights.to(logits.dtype), indices, *output[3:])
 

@@ -257,7 +257,7 @@ class TransformersRolloutEngine(RolloutEngine):
         stopping = StoppingCriteriaList([recorder] if recorder else [])
         if args.stop:
             stopping.append(_StopStrings(self.tokenizer, args.stop, width, gen_config.min_new_tokens))
-        routes = RoutingRecorder.attach(self.model) if self.config.enable_return_routed_experts else None
+        routes = RoutingRecorder(self.model) if self.config.enable_return_routed_experts else None
         if args.n > 1 and not media_inputs:
             inputs = shared_prompt_cache(self.model, input_ids.to(self.device), prompt_mask.to(self.device), args.n)
         try:
