@@ -41,8 +41,8 @@ from hypothesis import strategies as st
 from websockets.exceptions import InvalidStatus
 from websockets.sync.client import connect
 
-from ports import free_port
-from serve_helpers import serve_explorer
+from helpers.ports import free_port
+from helpers.serve_helpers import serve_explorer
 from trinity.common.http_guard import json_depth
 
 schemathesis = pytest.importorskip("schemathesis", reason="schemathesis is not installed (requirements-dev.txt)")
@@ -552,17 +552,15 @@ ENGINE_FIELDS = {
 def test_the_engine_openai_endpoint(tiny_model_dir: Path) -> None:
     """The transformers engine's endpoint on the tiny model (a 24-token context keeps 1,000
     requests quick); the engine answers a fixed prompt after the fuzz as it did before."""
+    from helpers.engine_helpers import transformers_client
     from trinity.config.schema import InferenceModelConfig, ModelConfig
-    from trinity.engine.client import EngineClient
     from trinity.engine.openai_api import openai_app
-    from trinity.engine.transformers_rollout import TransformersRolloutEngine
 
     config = InferenceModelConfig(
         model_path=str(tiny_model_dir), engine_type="transformers", name="tiny", api_key=TOKEN
     )
     model = ModelConfig(model_path=str(tiny_model_dir), max_model_len=24)
-    client = EngineClient(TransformersRolloutEngine(config, model))
-    try:
+    with transformers_client(config, model) as client:
         url = client.serve_openai(config).removesuffix("/v1")
         door = Door("engine OpenAI endpoint", url, openai_app(client, config))
         greedy = {"model": "tiny", "prompt": "1+1=", "max_tokens": 4, "temperature": 0.0, "return_token_ids": True}
@@ -574,8 +572,6 @@ def test_the_engine_openai_endpoint(tiny_model_dir: Path) -> None:
         oversized(door, 8 * 2**20)
         hostile(door, ENGINE_FIELDS, limit=8 * 2**20, huge=2**20)
         assert door.send("POST", "/v1/completions", json=greedy).json()["choices"] == before
-    finally:
-        client.close()
     door.report()
 
 

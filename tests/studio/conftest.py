@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import uvicorn
 
-from ports import free_port
+from helpers.ports import free_port
 from trinity.studio.app import create_app
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from seed_env import set_seed_env
+from helpers.seed_env import set_seed_env
 from trinity.config import check_tree
 from trinity.config.load import read_yaml
 

@@ -130,7 +130,10 @@ def plot(series: list[Series], title: str, ylabel: str, path: Path) -> None:
     """A PNG of the series against step (raw faint, smoothed solid)."""
     from matplotlib.figure import Figure  # lazily: only reports need matplotlib; no pyplot state
 
-    figure = Figure(figsize=(6.4, 3.4), layout="constrained")
+    figure = Figure(figsize=(6.4, 3.4))
+    # Fixed margins, not a layout engine: constrained layout measured every tick label and took
+    # over half of the report's time; the tick formatter keeps labels short (offsets, 1e-5).
+    figure.subplots_adjust(left=0.13, right=0.98, top=0.9, bottom=0.15)
     axes = figure.subplots()
     for line in series:
         raw = axes.plot(line.steps, line.values, alpha=0.3, linewidth=1)[0]

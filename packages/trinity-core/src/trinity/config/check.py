@@ -60,7 +60,12 @@ MEGATRON_REFUSAL = (
     "with trainer.ulysses_sequence_parallel_size to split long sequences"
 )
 
-ENGINE_PARALLEL_KEYS = ("data_parallel_size", "pipeline_parallel_size", "enable_expert_parallel")
+ENGINE_PARALLEL_KEYS = (
+    "tensor_parallel_size",
+    "data_parallel_size",
+    "pipeline_parallel_size",
+    "enable_expert_parallel",
+)
 """The inference model's keys that spread one engine over several GPUs: an engine that acts on them says
 so (``takes_parallel_keys``); set for another, they are refused."""
 
@@ -414,6 +419,23 @@ def check_lora(config: Config, issues: IssueCollector) -> None:
         )
 
 
+def check_runtime_lora(config: Config, issues: IssueCollector) -> None:
+    """``enable_runtime_lora_updating`` serves the rollout model's adapter on vLLM's OpenAI endpoint:
+    set where there is no adapter, no such engine or no endpoint, it warns."""
+    for path, model in config.explorer.inference_models():
+        if not model.enable_runtime_lora_updating:
+            continue
+        key = f"{path}.enable_runtime_lora_updating"
+        if path != "explorer.rollout_model":
+            issues.no_effect(key, "the LoRA adapter (model.lora_configs) is the rollout model's only")
+        elif not model.enable_lora:
+            issues.no_effect(key, "it serves the LoRA adapter of model.lora_configs, and the rollout model holds none")
+        elif not model.engine_type.startswith("vllm"):
+            issues.no_effect(key, f"read by the vLLM engine only ({path}.engine_type is '{model.engine_type}')")
+        elif not model.enable_openai_api:
+            issues.no_effect(key, f"it serves the LoRA adapter on the OpenAI endpoint: set {path}.enable_openai_api")
+
+
 def check_cluster(config: Config, issues: IssueCollector) -> None:
     """The GPU split of Trinity-RFT: explorer engines first, the rest (whole nodes) to the trainer."""
     cluster = config.cluster
@@ -462,7 +484,7 @@ def check_explorer(config: Config, issues: IssueCollector) -> None:
 
 
 def _check_engine_parallelism(model: InferenceModelConfig, path: str, issues: IssueCollector) -> None:
-    """Data, pipeline or expert parallelism needs an engine that spreads over GPUs (an unknown or
+    """Tensor, data, pipeline or expert parallelism needs an engine that spreads over GPUs (an unknown or
     dotted engine is reported, or checked at run, elsewhere)."""
     changed = changed_keys(model, ENGINE_PARALLEL_KEYS)
     engine = registered(Kind.ROLLOUT_ENGINE, model.engine_type) if changed else None
@@ -686,6 +708,7 @@ CHECKS = (
     check_synchronizer,
     check_explorer,
     check_lora,
+    check_runtime_lora,
     check_buffer,
     check_trainer,
     check_gpu_memory,

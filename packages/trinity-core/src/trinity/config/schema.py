@@ -652,13 +652,11 @@ class InferenceModelConfig(ConfigModel):
         None, "GPUs of the engine: none, Ray assigns them here (set per engine by Trinity-RFT's launcher)."
     )
     enable_lora: bool = derived(False, "Whether model.lora_configs is set (the rollout model only).")
-    enable_runtime_lora_updating: bool = inert(
+    enable_runtime_lora_updating: bool = Field(
         False,
-        "vLLM's loading of adapters through its OpenAI server (/v1/load_lora_adapter).",
-        reason=(
-            "the vLLM engine loads each synced adapter itself, and its OpenAI server is refused with an adapter "
-            "(it would answer with the base model)"
-        ),
+        description="Serve the trained LoRA adapter on the vLLM engine's OpenAI endpoint as model "
+        "model.lora_configs[0].name (unset: lora; listed first), each synced version swapped in without a restart; "
+        "the base model keeps its own name. Needs enable_openai_api and model.lora_configs.",
     )
     lora_modules: list[dict[str, Any]] | None = derived(None, "The adapters of model.lora_configs, for the engine.")
     lora_kwargs: dict[str, Any] = derived(
@@ -1173,7 +1171,11 @@ class Config(ConfigModel):
     project: str = Field("Trinity-RFT", description="Project name (job folder and trackers).")
     group: str = Field("", description="Group of experiments (a folder level between project and name).")
     name: str = Field("rft", description="Experiment name.")
-    checkpoint_root_dir: str = Field("", description="Root of job folders; relative to the working directory.")
+    checkpoint_root_dir: str = Field(
+        "./checkpoints",
+        description='Root of job folders; relative to the working directory ("": the working directory itself, '
+        "Trinity-RFT's default).",
+    )
     checkpoint_job_dir: str = derived("", "<checkpoint_root_dir>/<project>/<group>/<name>, absolute.")
     ray_namespace: str = Field("", description="Ray namespace of the run; unset: <project>/<group>/<name>.")
     continue_from_checkpoint: bool = Field(True, description="Resume from the job folder's last checkpoint.")
