@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from engine_helpers import make_config
+from helpers.engine_helpers import make_config
 from trinity.buffer.serialization import (
     deserialize_experience,
     experience_from_dict,
