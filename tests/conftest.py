@@ -32,6 +32,14 @@ def tiny_vl_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="session")
+def tiny_moe_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny Qwen3-MoE model + tokenizer directory (router replay), built once per session; read-only."""
+    from trinity.common.tiny_model import build_tiny_moe_model
+
+    return build_tiny_moe_model(tmp_path_factory.mktemp("tiny_moe_model"))
+
+
+@pytest.fixture(scope="session")
 def tool_model_dir(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The tiny model taught to call the calculator (``tests/helpers/tool_model.py``), built once per session."""
     from helpers.tool_model import teach_tool_use

@@ -85,9 +85,12 @@ RULES = [
          "every advantage would be 0"),
     Rule("unknown-algorithm-still-checks-fns", ["algorithm.algorithm_type=nope", "algorithm.advantage_fn=grpoo"],
          "error", "algorithm.advantage_fn", "unknown advantage function 'grpoo'"),
+    # check_router_replay
+    Rule("router-replay-trainer", ["algorithm.enable_router_replay=true", "trainer.trainer_type=verl"], "error",
+         "algorithm.enable_router_replay", "trainer.trainer_type 'verl' replays no MoE routing"),
+    Rule("router-replay-rollout", ["algorithm.enable_router_replay=true", "explorer.rollout_model.engine_type=vllm"],
+         "error", "algorithm.enable_router_replay", "engine_type 'vllm' records no MoE routing"),
     # check_rollout_correction
-    Rule("router-replay", ["algorithm.enable_router_replay=true"], "error", "algorithm.enable_router_replay",
-         "router replay (R3) is not supported"),
     Rule("rs-without-threshold", ["algorithm.rollout_correction={rollout_rs: token_k1}"], "error",
          "algorithm.rollout_correction.rollout_rs_threshold", "needs a threshold"),
     Rule("rs-bad-threshold", ["algorithm.rollout_correction={rollout_rs: token_k1, rollout_rs_threshold: 'abc'}"],

@@ -275,17 +275,35 @@ def check_algorithm(config: Config, issues: IssueCollector) -> None:
     for field_name, kind in ALGORITHM_FNS.items():
         resolved_plugin(issues, kind, getattr(algo_cfg, field_name), f"algorithm.{field_name}")
     check_rollout_correction(config, issues)
+    check_router_replay(config, issues)
+
+
+def check_router_replay(config: Config, issues: IssueCollector) -> None:
+    """Router replay (R3) needs a rollout engine that records the MoE routing and a trainer that
+    replays it (``records_routing`` / ``replays_routing``); an unknown engine is reported elsewhere."""
+    if not config.algorithm.enable_router_replay:
+        return
+    engines = []
+    if explorer_runs(config):
+        engine = config.explorer.rollout_model.engine_type
+        engines.append((Kind.ROLLOUT_ENGINE, engine, "explorer.rollout_model.engine_type", "records", "transformers"))
+    if trainer_runs(config):
+        engines.append((Kind.TRAINER_ENGINE, config.trainer.trainer_type, "trainer.trainer_type", "replays", "torch"))
+    lacking = [
+        f"{key} '{name}' {verb} no MoE routing (use '{works}')"
+        for kind, name, key, verb, works in engines
+        if (engine := registered(kind, name)) is not None and not getattr(engine, f"{verb}_routing", False)
+    ]
+    if lacking:
+        issues.add(
+            "algorithm.enable_router_replay",
+            f"router replay (R3): {'; '.join(lacking)}; docs/algorithms.md says why. Or set it to false",
+        )
 
 
 def check_rollout_correction(config: Config, issues: IssueCollector) -> None:
-    """``algorithm.rollout_correction`` against verl's rules; router replay refused."""
+    """``algorithm.rollout_correction`` against verl's rules."""
     algo = config.algorithm
-    if algo.enable_router_replay:
-        issues.add(
-            "algorithm.enable_router_replay",
-            "router replay (R3) is not supported: no rollout engine here records the MoE routing and no trainer "
-            "replays it, and there is no MoE test model to check it on; set it to false",
-        )
     rc = algo.rollout_correction
     if rc is None:
         return

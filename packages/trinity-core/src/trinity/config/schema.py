@@ -628,7 +628,9 @@ class InferenceModelConfig(ConfigModel):
     node_rank: int = derived(
         0, "Node of the engine: 0, an engine runs on one node here (set per engine by Trinity-RFT's launcher).", ge=0
     )
-    enable_return_routed_experts: bool = derived(False, "algorithm.enable_router_replay.")
+    enable_return_routed_experts: bool = derived(
+        False, "Record each token's MoE experts with the completion (vLLM's name): algorithm.enable_router_replay."
+    )
     weight_sync_buffer_size: int = Field(
         1024,
         ge=1,
@@ -857,8 +859,9 @@ class AlgorithmConfig(ConfigModel):
     loss_agg_mode: LossAggMode = Field("token-mean", description="How token losses are averaged.")
     enable_router_replay: bool = Field(
         False,
-        description="Replay the rollout's MoE routing in training (R3). Refused: no engine here records or "
-        "replays routed experts, and there is no MoE test model to check it on.",
+        description="Replay the rollout's MoE routing in training (R3): the rollout engine records each token's "
+        "experts, the trainer's forward uses them. Engines: transformers rollout, torch trainer (vLLM and verl "
+        "refused: docs/algorithms.md).",
     )
     bypass_old_logprobs: bool = Field(
         True,

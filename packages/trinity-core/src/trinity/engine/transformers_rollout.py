@@ -30,6 +30,7 @@ from trinity.engine.modeling import (
     read_hf_weights,
     token_logprobs,
 )
+from trinity.engine.moe_routing import RoutingRecorder, require_moe
 from trinity.engine.multimodal import MediaError, MediaInputs, VisionInputs, collate_media, media_parts, model_media
 from trinity.engine.prompts import first as _first
 from trinity.engine.prompts import response_budget
@@ -92,6 +93,7 @@ class TransformersRolloutEngine(RolloutEngine):
     (``load_tokenizer``) from a local directory (or a hub id)."""
 
     takes_lora = True
+    records_routing = True
 
     def __init__(self, config: InferenceModelConfig, model: ModelConfig) -> None:
         self.config, self.model_config = config, model
@@ -100,6 +102,8 @@ class TransformersRolloutEngine(RolloutEngine):
         rope = (_first(config.rope_scaling, model.rope_scaling), _first(config.rope_theta, model.rope_theta))
         self.model = load_model(path, model_dtype(self.device, config.dtype), config.trust_remote_code, rope)
         self.model.to(self.device).eval()
+        if config.enable_return_routed_experts:
+            require_moe(self.model, path)
         self.vision: VisionInputs | None = None
         if getattr(self.model.config, "vision_config", None) is not None:
             self.vision = VisionInputs(path, self.model.config, config.trust_remote_code)
@@ -253,6 +257,7 @@ class TransformersRolloutEngine(RolloutEngine):
         stopping = StoppingCriteriaList([recorder] if recorder else [])
         if args.stop:
             stopping.append(_StopStrings(self.tokenizer, args.stop, width, gen_config.min_new_tokens))
+        routes = RoutingRecorder(self.model) if self.config.enable_return_routed_experts else None
         if args.n > 1 and not media_inputs:
             inputs = shared_prompt_cache(self.model, input_ids.to(self.device), prompt_mask.to(self.device), args.n)
         try:
@@ -267,9 +272,21 @@ class TransformersRolloutEngine(RolloutEngine):
         finally:
             if recorder:
                 recorder.remove()
+            if routes:
+                routes.remove()
         logprobs = recorder.logprobs() if recorder else None
         generated = output[:, width:]
         cuts = [self._cut(tokens.tolist(), args.stop, gen_config.min_new_tokens) for tokens in generated]
+        routed = (
+            routes.sequences(
+                [len(ids) for ids in rows],
+                width,
+                [length for length, _, _ in cuts],
+                args.n if args.n > 1 and not media_inputs and width > 1 else 1,  # as shared_prompt_cache ran
+            )
+            if routes
+            else [None] * len(rows)
+        )
         return [
             Completion(
                 prompt_token_ids=rows[row],
@@ -279,6 +296,7 @@ class TransformersRolloutEngine(RolloutEngine):
                 finish_reason=reason,
                 model_version=self.model_version,
                 multi_modal_inputs=row_media[row],
+                routed_experts=routed[row],
             )
             for row, (length, text, reason) in enumerate(cuts)
         ]
