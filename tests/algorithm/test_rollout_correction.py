@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from reference.tensor_tree import load_tree
 
 from trinity.algorithm.policy_loss import PPOPolicyLoss
 from trinity.algorithm.rollout_correction import RolloutCorrector, correct, is_weights, rejection_mask
@@ -93,7 +94,7 @@ def compare(x: dict[str, torch.Tensor], cases: dict[str, dict], make_batch) -> l
 
 
 def test_against_recorded_verl_outputs(make_batch):
-    payload = torch.load(REFERENCE_DIR / "rollout_correction_reference.pt", weights_only=True)
+    payload = load_tree(REFERENCE_DIR / "rollout_correction_reference.safetensors")
     assert payload["verl_version"] == "0.9.1"
     for key, value in ref.make_inputs().items():  # the recorded inputs are the ones the script builds today
         assert torch.equal(payload["inputs"][key], value), key
@@ -102,7 +103,7 @@ def test_against_recorded_verl_outputs(make_batch):
 
 
 def test_presets_expand_as_verls():
-    payload = torch.load(REFERENCE_DIR / "rollout_correction_reference.pt", weights_only=True)
+    payload = load_tree(REFERENCE_DIR / "rollout_correction_reference.safetensors")
     assert ROLLOUT_CORRECTION_PRESETS == payload["presets"]
     for name, values in payload["presets"].items():
         expanded = RolloutCorrectionConfig(preset=name).model_dump(exclude={"preset"})

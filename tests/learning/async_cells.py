@@ -25,7 +25,7 @@ from learning_cells import Cell, Workspace, plugin_env
 from omegaconf import OmegaConf
 from single_turn_cells import GRPO, LORA
 
-from ports import free_port
+from helpers.ports import free_port
 
 BUDGET, TEST_BUDGET = GRPO.steps, GRPO.test_steps
 BASELINE_MARGIN = 0.1

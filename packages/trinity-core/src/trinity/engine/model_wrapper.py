@@ -196,6 +196,7 @@ def _to_experience(completion: Completion, messages: list[dict[str, Any]] | None
         model_version=completion.model_version,
         truncate_status=status,
         multi_modal_inputs=completion.multi_modal_inputs,
+        routed_experts=completion.routed_experts,
         messages=(
             [*without_media(messages), {"role": "assistant", "content": completion.text}]
             if messages is not None

@@ -32,6 +32,7 @@ from trinity.engine.modeling import (
     read_hf_weights,
     token_logprobs,
 )
+from trinity.engine.moe_routing import RoutingRecorder, require_moe
 from trinity.engine.multimodal import MediaError, MediaInputs, VisionInputs, collate_media, media_parts, model_media
 from trinity.engine.prompts import first as _first
 from trinity.engine.prompts import response_budget
@@ -132,6 +133,7 @@ class TransformersRolloutEngine(RolloutEngine):
 
     takes_lora = True
     takes_partial_rollout = True
+    records_routing = True
 
     def __init__(self, config: InferenceModelConfig, model: ModelConfig) -> None:
         self.config, self.model_config = config, model
@@ -140,6 +142,8 @@ class TransformersRolloutEngine(RolloutEngine):
         rope = (_first(config.rope_scaling, model.rope_scaling), _first(config.rope_theta, model.rope_theta))
         self.model = load_model(path, model_dtype(self.device, config.dtype), config.trust_remote_code, rope)
         self.model.to(self.device).eval()
+        if config.enable_return_routed_experts:
+            require_moe(self.model, path)
         self.vision: VisionInputs | None = None
         if getattr(self.model.config, "vision_config", None) is not None:
             self.vision = VisionInputs(path, self.model.config, config.trust_remote_code)
@@ -252,7 +256,7 @@ class TransformersRolloutEngine(RolloutEngine):
 
     def _empty(self, prompt: list[int], truncated_from: int) -> Completion:
         versions = [] if self.partial_rollout else None
-        return Completion(prompt, [], [], "", "length", truncated_from, self.model_version, None, versions)
+        return Completion(prompt, [], [], "", "length", truncated_from, self.model_version, token_versions=versions)
 
     @property
     def stop_ids(self) -> list[int]:
@@ -285,28 +289,27 @@ class TransformersRolloutEngine(RolloutEngine):
     def _sample(
         self, prompts: list[list[int]], args: SamplingArgs, media: list[MediaInputs | None]
     ) -> list[Completion]:
-        """``args.n`` completions per prompt. With partial rollout, the rows a weight update paused
-        resume under the new weights, their prompt and tokens so far prefilled again (each token's
-        logprob is then its own weights' on the whole sequence); images do not pause (docs/explorer.md)."""
+        """``args.n`` completions per prompt; with partial rollout, the rows an update paused resume under the
+        new weights, prompt and tokens so far prefilled again; images do not pause (docs/explorer.md)."""
         rows = [ids for ids in prompts for _ in range(args.n)]
         row_media = [inputs for inputs in media for _ in range(args.n)]
         media_inputs = {k: v.to(self.device) for k, v in collate_media(row_media).items()}
         gen_config = self._generation_config(args, max(len(ids) for ids in rows))
         pausable = self.partial_rollout and not media_inputs
         sampled = [_Sampled() for _ in rows]
-        pending = list(range(len(rows)))
+        pending, ending = list(range(len(rows))), (self.tokenizer, self.stop_ids, args.stop)
         with self._rng(args.seed):
             while pending:
                 done = len(sampled[pending[0]].tokens)  # the rows still sampling have advanced together
                 segment = [rows[r] + sampled[r].tokens for r in pending]
                 config = _remaining(gen_config, done)
-                generated, logprobs, version = self._segment(segment, args, config, media_inputs, pausable, not done)
+                generated, logprobs, version, routed = self._segment(
+                    segment, args, config, media_inputs, pausable, not done
+                )
                 for k, r in enumerate(pending):
-                    sampled[r].add(generated[k], logprobs[k] if logprobs is not None else None, version)
-                pending = [r for r in pending if pausable and not self._ended(sampled[r].tokens, args.stop, gen_config)]
-        cuts = [
-            _cut(self.tokenizer, self.stop_ids, row.tokens, args.stop, gen_config.min_new_tokens) for row in sampled
-        ]
+                    sampled[r].add(generated[k], None if logprobs is None else logprobs[k], version, routed, k)
+                pending = [r for r in pending if pausable and not _ended(sampled[r].tokens, *ending, gen_config)]
+        cuts = [_cut(row.tokens, *ending, gen_config.min_new_tokens) for row in sampled]
         return [
             row.completion(ids, cut, inputs, self.partial_rollout)
             for row, ids, cut, inputs in zip(sampled, rows, cuts, row_media, strict=True)
@@ -320,10 +323,11 @@ class TransformersRolloutEngine(RolloutEngine):
         media: dict,
         pausable: bool,
         first: bool,
-    ) -> tuple[torch.Tensor, torch.Tensor | None, int]:
-        """One ``generate`` over ``rows`` (the prompts, then with the tokens they have so far), until every
-        row ends or a weight update pauses it: ``(tokens, their raw logprobs or None, the weights' version)``."""
+    ) -> tuple[torch.Tensor, torch.Tensor | None, int, list[torch.Tensor] | None]:
+        """One ``generate`` over ``rows`` (prompts, then with their tokens so far) until all end or an update
+        pauses it: tokens, raw logprobs or None, the weights' version, each row's routing or None."""
         width = max(len(ids) for ids in rows)
+        share = args.n if args.n > 1 and not media and first and width > 1 else 1  # as shared_prompt_cache runs
         input_ids, prompt_mask = (t.to(self.device) for t in _left_padded(rows, width, self.pad_id))
         inputs = model_media(self.model, input_ids, media) if media else {}
         recorder = _RawLogprobs(self.model) if args.logprobs else None
@@ -333,9 +337,10 @@ class TransformersRolloutEngine(RolloutEngine):
         if pausable:
             stopping.append(_Paused(self.gate))
             self.gate.wait_open()
+        routes = RoutingRecorder(self.model) if self.config.enable_return_routed_experts else None
         try:
             with self.gate.computing:
-                if args.n > 1 and not media and first:
+                if share > 1:
                     inputs = shared_prompt_cache(self.model, input_ids, prompt_mask, args.n)
                 output = self.model.generate(
                     input_ids=input_ids,
@@ -348,12 +353,12 @@ class TransformersRolloutEngine(RolloutEngine):
         finally:
             if recorder:
                 recorder.remove()
-        return output[:, width:], recorder.logprobs() if recorder else None, version
-
-    def _ended(self, tokens: list[int], stops: list[str], gen_config: GenerationConfig) -> bool:
-        """Whether a row's ``tokens`` so far end its response (EOS, a stop string, the budget)."""
-        ending = _cut(self.tokenizer, self.stop_ids, tokens, stops, gen_config.min_new_tokens)[2]
-        return ending == "stop" or len(tokens) >= gen_config.max_new_tokens
+            if routes:
+                routes.remove()
+        generated = output[:, width:]
+        lengths = [generated.shape[1]] * len(rows)
+        routed = routes.sequences([len(ids) for ids in rows], width, lengths, share) if routes else None
+        return generated, recorder.logprobs() if recorder else None, version, routed
 
     def _logprobs(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, width: int) -> torch.Tensor:
         """Raw-model logprobs of the last ``width`` tokens, in row chunks bounded by ``_LOGIT_BUDGET``."""
@@ -397,8 +402,13 @@ class _Sampled:
         self.tokens: list[int] = []
         self.logprobs: list[float] = []
         self.versions: list[int] = []
+        self.routed: torch.Tensor | None = None
 
-    def add(self, tokens: torch.Tensor, logprobs: torch.Tensor | None, version: int) -> None:
+    def add(
+        self, tokens: torch.Tensor, logprobs: torch.Tensor | None, version: int, routed: list | None, row: int
+    ) -> None:
+        """A segment's tokens; its routing (``row`` of ``routed``) covers all positions so far: it replaces."""
+        self.routed = routed[row] if routed is not None else None
         self.tokens += tokens.tolist()
         self.logprobs += logprobs.tolist() if logprobs is not None else []
         self.versions += [version] * tokens.numel()
@@ -409,8 +419,18 @@ class _Sampled:
         """The response up to its ``cut`` (``_cut``); with ``versions``, each token's."""
         length, text, reason = cut
         marks = self.versions[:length] if versions else None
+        routed = self.routed[: len(prompt) + length - 1].clone() if self.routed is not None else None
         return Completion(
-            prompt, self.tokens[:length], self.logprobs[:length], text, reason, None, self.versions[0], media, marks
+            prompt,
+            self.tokens[:length],
+            self.logprobs[:length],
+            text,
+            reason,
+            None,
+            self.versions[0],
+            media,
+            token_versions=marks,
+            routed_experts=routed,
         )
 
 
@@ -434,8 +454,14 @@ def _remaining(gen_config: GenerationConfig, done: int) -> GenerationConfig:
     return config
 
 
+def _ended(tokens: list[int], tokenizer: Any, stop_ids: list[int], stops: list[str], config: GenerationConfig) -> bool:
+    """Whether a row's ``tokens`` so far end its response (EOS, a stop string, the budget)."""
+    ending = _cut(tokens, tokenizer, stop_ids, stops, config.min_new_tokens)[2]
+    return ending == "stop" or len(tokens) >= config.max_new_tokens
+
+
 def _cut(
-    tokenizer: Any, stop_ids: list[int], tokens: list[int], stops: list[str], min_tokens: int
+    tokens: list[int], tokenizer: Any, stop_ids: list[int], stops: list[str], min_tokens: int
 ) -> tuple[int, str, str]:
     """Where a generated row ends: ``(token count, text, finish_reason)``."""
     eos_at = next((i for i, t in enumerate(tokens) if i >= min_tokens - 1 and t in stop_ids), None)
