@@ -72,23 +72,22 @@ class Workspace:
         self.root.mkdir(parents=True, exist_ok=True)
         self.data = self.root / "data"
 
+    def _built(self, name: str) -> Path:
+        """``root/name``, written by ``trinity.common.tiny_model.build_<name>`` the first time."""
+        path = self.root / name
+        if not (path / "config.json").exists():
+            from trinity.common import tiny_model
+
+            getattr(tiny_model, f"build_{name}")(str(path))
+        return path
+
     @property
     def tiny_model(self) -> Path:
-        path = self.root / "tiny_model"
-        if not (path / "config.json").exists():
-            from trinity.common.tiny_model import build_tiny_model
-
-            build_tiny_model(str(path))
-        return path
+        return self._built("tiny_model")
 
     @property
     def tiny_moe_model(self) -> Path:
-        path = self.root / "tiny_moe_model"
-        if not (path / "config.json").exists():
-            from trinity.common.tiny_model import build_tiny_moe_model
-
-            build_tiny_moe_model(str(path))
-        return path
+        return self._built("tiny_moe_model")
 
     @property
     def arithmetic(self) -> Path:
