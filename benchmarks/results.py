@@ -16,6 +16,7 @@ measurement of those figures, newest first.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import re
 import shlex
@@ -26,6 +27,7 @@ RESULTS = Path(__file__).resolve().with_name("results")
 TEMPLATE = RESULTS / "performance.md.in"
 PAGE = RESULTS.parents[1] / "docs" / "performance.md"
 REGENERATE = "python benchmarks/results.py --docs"
+PLACEHOLDER = re.compile(r"\{\{([^{}]+)\}\}")
 FIELDS = ("date", "commit", "machine", "figure", "value", "note")
 
 
@@ -88,7 +90,7 @@ def render(template: str, rows: list[dict]) -> str:
         if line.startswith("{{history "):
             lines.append(_history(line.strip().removeprefix("{{history ").removesuffix("}}"), by_figure, where))
         else:
-            lines.append(re.sub(r"\{\{([^{}]+)\}\}", lambda m: _fill(m.group(1), by_figure, where), line))
+            lines.append(PLACEHOLDER.sub(functools.partial(_fill, by_figure=by_figure, where=where), line))
     return "\n".join(lines) + "\n"
 
 
@@ -99,12 +101,15 @@ def _measurements(figure: str, by_figure: dict[str, list[dict]], where: str) -> 
     return sorted(by_figure[figure], key=lambda row: row["date"] or "")
 
 
-def _fill(placeholder: str, by_figure: dict[str, list[dict]], where: str) -> str:
-    figure, _, spec = placeholder.partition(":")
+def _fill(placeholder: re.Match, by_figure: dict[str, list[dict]], where: str) -> str:
+    figure, _, spec = placeholder.group(1).partition(":")
     latest = _measurements(figure, by_figure, where)[-1]
     if spec in ("date", "machine", "commit"):
         return str(latest[spec])
-    return formatted(latest["value"], spec or ",")
+    try:
+        return formatted(latest["value"], spec or ",")
+    except ValueError as exc:
+        raise ResultError(f"{where}: {{{{{figure}:{spec}}}}}: {exc}") from None
 
 
 def _history(arguments: str, by_figure: dict[str, list[dict]], where: str) -> str:
@@ -113,6 +118,8 @@ def _history(arguments: str, by_figure: dict[str, list[dict]], where: str) -> st
     An occasion is a date, machine, commit and note: the figures measured together share them.
     """
     columns = dict(argument.partition("=")[::2] for argument in shlex.split(arguments))
+    if not all(columns.values()):
+        raise ResultError(f'{where}: a history names its columns: {{{{history figure="column" ...}}}}')
     measured = sorted(
         (row for figure in columns for row in _measurements(figure, by_figure, where)),
         key=lambda row: row["date"] or "",
