@@ -159,6 +159,10 @@ def main() -> None:
     parser.add_argument("--docs", action="store_true", help="write docs/performance.md from the template")
     parser.add_argument("--check", action="store_true", help="with --docs: exit 1 if the page is out of step")
     args = parser.parse_args()
+    if args.check and not args.docs:
+        parser.error("--check goes with --docs")
+    if args.docs and (args.topic or args.figure):
+        parser.error("--docs writes the whole page: it takes no TOPIC or --figure")
     try:
         if args.docs:
             sys.exit(write_page(args.check))

@@ -63,3 +63,5 @@ def test_a_template_naming_an_unmeasured_figure_is_refused_with_its_line(tmp_pat
     assert result.returncode == 2
     assert f"performance.md.in:{number}: no measurement of 'startup.nothing_s'" in result.stderr
     assert "Traceback" not in result.stderr
+    misused = results(root, "--check")
+    assert misused.returncode == 2 and "--check goes with --docs" in misused.stderr
