@@ -146,7 +146,7 @@ def markdown(plugin_inert: dict[str, str] | None = None) -> str:
     lines = [
         "# Configuration reference",
         "",
-        "Generated from `trinity/config/schema.py` by `trinity config docs`; a test keeps it in step.",
+        "Generated from `trinity/config/schema/` by `trinity config docs`; a test keeps it in step.",
         "Keys are Trinity-RFT's. **No effect**: accepted, warns when set (an error under",
         "`trinity config check --strict`); why is listed below. *Derived*: filled by trinity; a value in the",
         "file is replaced.",

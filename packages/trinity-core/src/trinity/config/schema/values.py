@@ -1,0 +1,41 @@
+"""Value types of the schema: case-insensitive enums with Trinity-RFT's older names, and ranges."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BeforeValidator, Field
+
+
+def _choice(aliases: dict[str, str] | None = None, case: str = "lower") -> BeforeValidator:
+    """Case-insensitive enum values, with older names mapped to the current ones."""
+
+    def normalise(value: Any) -> Any:
+        if isinstance(value, str):
+            value = value.strip().upper() if case == "upper" else value.strip().lower()
+            return (aliases or {}).get(value, value)
+        return getattr(value, "value", value)  # an Enum member
+
+    return BeforeValidator(normalise)
+
+
+Mode = Annotated[Literal["both", "train", "explore", "bench", "serve", "colocate"], _choice()]
+PromptType = Annotated[Literal["messages", "plaintext"], _choice()]
+Durability = Annotated[Literal["fast", "safe"], _choice()]
+SyncStyle = Annotated[
+    Literal["fixed", "trainer_driven", "explorer_driven", "fully_async"],
+    _choice({"dynamic_by_explorer": "explorer_driven", "dynamic_by_trainer": "trainer_driven"}),
+]
+SyncMethodName = Annotated[str, _choice({"online": "nccl", "offline": "checkpoint"})]
+"""A sync method plugin's name (``online`` and ``offline`` are Trinity-RFT's old names)."""
+SaveStrategy = Annotated[Literal["single_thread", "single_process", "single_node", "unrestricted"], _choice()]
+SaveHFCheckpoint = Annotated[Literal["last", "always", "never"], _choice()]
+LogLevel = Annotated[Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"], _choice(case="upper")]
+LossAggMode = Annotated[
+    Literal["token-mean", "token-sum", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm"],
+    _choice(),
+]
+ConcurrentMode = Annotated[Literal["sequential", "asynchronous", "multi-threading"], _choice()]
+LRSchedulerType = Annotated[Literal["constant", "cosine"], _choice()]
+TrainerStrategy = Annotated[Literal["fsdp", "fsdp2", "megatron"], _choice()]
+Probability = Annotated[float, Field(ge=0.0, le=1.0)]
