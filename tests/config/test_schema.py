@@ -138,6 +138,8 @@ def test_trinity_rft_names_of_older_releases_are_accepted(tmp_path, caplog):
         ("trainer.ppo_max_token_len_per_gpu", "trainer.max_token_len_per_gpu"),
     ]:
         assert f"{old}: deprecated: use" in caplog.text and new in caplog.text
+    assert "synchronizer.sync_style: 'dynamic_by_explorer' is deprecated: using 'explorer_driven'" in caplog.text
+    assert "synchronizer.sync_method: 'offline' is deprecated: using 'checkpoint'" in caplog.text
 
 
 def test_case_and_aliases_of_enums(tmp_path):

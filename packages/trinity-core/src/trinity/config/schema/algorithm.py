@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, Literal
+from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
@@ -25,8 +25,6 @@ class OptimizerConfig(ConfigModel):
     weight_decay: float = Field(0.01, ge=0.0, description="Decoupled weight decay.")
     clip_grad: float = Field(1.0, ge=0.0, description="Gradient-norm clipping; same as trainer.grad_clip.")
     total_training_steps: int = Field(-1, ge=-1, description="Steps of the schedule; -1: the run's total steps.")
-
-    renamed: ClassVar[dict[str, str]] = {"warmup_style": "lr_scheduler_type"}
 
 
 ROLLOUT_RS_OPTIONS = (

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import Any
 
 from pydantic import Field, PrivateAttr
 
@@ -149,8 +149,6 @@ class TasksetConfig(StorageConfig):
     reward_fn_args: dict[str, Any] = Field(default_factory=dict, description="Arguments of the reward function.")
     rollout_args: GenerationConfig = Field(default_factory=GenerationConfig, description="Sampling settings.")
 
-    renamed: ClassVar[dict[str, str]] = {"task_selector": "data_selector"}
-
 
 class ExperienceBufferConfig(StorageConfig):
     """The buffer between explorer and trainer, or an auxiliary buffer the trainer reads."""
@@ -175,11 +173,6 @@ class ExperienceBufferConfig(StorageConfig):
         default_factory=ReplayBufferConfig,
         description="Prioritised replay of experiences (queue; with a path it survives restarts).",
     )
-
-    renamed: ClassVar[dict[str, str]] = {
-        "use_priority_queue": "replay_buffer.enable",
-        "reuse_cooldown_time": "replay_buffer.reuse_cooldown_time",
-    }
 
 
 class ExplorerInput(ConfigModel):

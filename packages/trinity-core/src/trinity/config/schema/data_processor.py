@@ -7,6 +7,7 @@ from typing import Any
 from pydantic import Field
 
 from trinity.config.base import ConfigModel, derived, inert
+from trinity.config.compat import PIPELINE_INPUTS_UNREAD
 from trinity.config.schema.buffer import ExperienceBufferConfig, TasksetConfig
 
 
@@ -34,8 +35,7 @@ class ExperiencePipelineConfig(ConfigModel):
     inputs: dict[str, ExperienceBufferConfig] = inert(
         default_factory=dict,
         description="Extra input buffers.",
-        reason="Trinity-RFT builds readers of these buffers but its pipeline never reads them (it processes the "
-        "explorer's experiences only), as trinity's does",
+        reason=PIPELINE_INPUTS_UNREAD,
     )
     output: ExperienceBufferConfig | None = derived(None, "The pipeline's output: the trainer's experience buffer.")
 

@@ -7,6 +7,7 @@ from typing import Any
 from pydantic import Field
 
 from trinity.config.base import ConfigModel, derived, inert
+from trinity.config.compat import COD_NOT_SHIPPED
 from trinity.config.schema.algorithm import AlgorithmConfig
 from trinity.config.schema.buffer import BufferConfig
 from trinity.config.schema.cluster import ClusterConfig
@@ -19,20 +20,17 @@ from trinity.config.schema.synchronizer import SynchronizerConfig
 from trinity.config.schema.trainer import TrainerConfig
 from trinity.config.schema.values import Mode
 
-_COD = (
-    "read only by Trinity-RFT's Connect-the-Dots research workflows (cod_*: task packs solved with iterative "
-    "hints, and the cod advantage's reward-to-go), which trinity does not ship"
-)
-
 
 class CoDConfig(ConfigModel):
     """Chain-of-draft task packing (a Trinity-RFT research feature)."""
 
-    task_pack_size: int = inert(4, "Tasks packed into one.", ge=1, reason=_COD)
-    eval_task_pack_size: int | None = inert(None, "Tasks packed into one when evaluating.", ge=1, reason=_COD)
-    packing_strategy: str = inert("cod", "How tasks are packed.", reason=_COD)
+    task_pack_size: int = inert(4, "Tasks packed into one.", ge=1, reason=COD_NOT_SHIPPED)
+    eval_task_pack_size: int | None = inert(
+        None, "Tasks packed into one when evaluating.", ge=1, reason=COD_NOT_SHIPPED
+    )
+    packing_strategy: str = inert("cod", "How tasks are packed.", reason=COD_NOT_SHIPPED)
     cod_workflow_args: dict[str, Any] = inert(
-        default_factory=dict, description="Arguments of the packing workflow.", reason=_COD
+        default_factory=dict, description="Arguments of the packing workflow.", reason=COD_NOT_SHIPPED
     )
 
 

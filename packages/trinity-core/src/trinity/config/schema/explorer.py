@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import Any
 
 from pydantic import Field
 
 from trinity.config.base import ConfigModel, derived, inert
+from trinity.config.compat import RUNNERS_ARE_COROUTINES
 from trinity.config.schema.model import ExternalModelConfig
 from trinity.config.schema.values import ConcurrentMode
-
-_RUNNERS = "trinity's workflow runners are coroutines of the explorer, not actors to prepare"
 
 
 class InferenceModelConfig(ConfigModel):
@@ -136,8 +135,6 @@ class InferenceModelConfig(ConfigModel):
     rope_scaling: dict[str, Any] | None = derived(None, "model.rope_scaling.")
     rope_theta: float | None = derived(None, "model.rope_theta.")
 
-    renamed: ClassVar[dict[str, str]] = {"engine_args": "extra_engine_args"}
-
     def endpoint_key(self) -> str | None:
         """The token the endpoints require, None for none: Trinity-RFT's default ``EMPTY`` (what
         OpenAI clients send when a server takes no key) and an empty string mean no key."""
@@ -167,8 +164,6 @@ class DynamicTimeoutConfig(ConfigModel):
 class ExplorerConfig(ConfigModel):
     """The explorer: workflow runners, the rollout and auxiliary models, evaluation."""
 
-    renamed: ClassVar[dict[str, str]] = {"runner_num": "runner_per_model"}
-
     name: str = Field("explorer", description="Name of this explorer (several may feed one trainer).")
     mode: str = derived("both", "The experiment's mode.")
     runner_per_model: int = Field(8, ge=1, description="Workflows run at once per rollout engine.")
@@ -176,13 +171,13 @@ class ExplorerConfig(ConfigModel):
         8,
         "Runners being prepared at once.",
         ge=1,
-        reason=_RUNNERS,
+        reason=RUNNERS_ARE_COROUTINES,
     )
     runner_prepare_max_retries: int = inert(
         2,
         "Retries of a runner that failed to start.",
         ge=0,
-        reason=_RUNNERS,
+        reason=RUNNERS_ARE_COROUTINES,
     )
     max_timeout: int = Field(1800, gt=0, description="Seconds a task may take before it fails.")
     max_retry_times: int = Field(2, ge=0, description="Retries of a failed task.")

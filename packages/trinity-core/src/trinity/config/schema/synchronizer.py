@@ -5,6 +5,7 @@ from __future__ import annotations
 from pydantic import Field
 
 from trinity.config.base import ConfigModel, derived, inert
+from trinity.config.compat import WAIT_FOR_CHECKPOINT_UNUSED
 from trinity.config.schema.values import SyncMethodName, SyncStyle
 
 
@@ -37,8 +38,7 @@ class SynchronizerConfig(ConfigModel):
     wait_for_checkpoint: bool = inert(
         False,
         "Wait for the latest checkpoint before syncing.",
-        reason="Trinity-RFT declares it unused ('TODO: to be used'); the explorer's waits follow sync_style, "
-        "sync_offset and sync_timeout",
+        reason=WAIT_FOR_CHECKPOINT_UNUSED,
     )
     explorer_world_size: int | None = derived(None, "Ranks of the rollout engines.", ge=0)
     ray_namespace: str = derived("", "The experiment's Ray namespace.")

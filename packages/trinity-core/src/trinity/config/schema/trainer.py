@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import Any
 
 from pydantic import Field
 
@@ -24,8 +24,6 @@ class MegatronParallelConfig(ConfigModel):
 
 class TrainerConfig(ConfigModel):
     """The trainer: its engine, checkpoints and batching."""
-
-    renamed: ClassVar[dict[str, str]] = {"ppo_max_token_len_per_gpu": "max_token_len_per_gpu"}
 
     name: str = Field("trainer", description="Name of the trainer.")
     trainer_type: str = Field("verl", description="A training engine plugin: verl, torch, ...")

@@ -1,4 +1,4 @@
-"""Value types of the schema: case-insensitive enums with Trinity-RFT's older names, and ranges."""
+"""Value types of the schema: case-insensitive enums and ranges (older names: ``trinity.config.compat``)."""
 
 from __future__ import annotations
 
@@ -7,13 +7,12 @@ from typing import Annotated, Any, Literal
 from pydantic import BeforeValidator, Field
 
 
-def _choice(aliases: dict[str, str] | None = None, case: str = "lower") -> BeforeValidator:
-    """Case-insensitive enum values, with older names mapped to the current ones."""
+def _choice(case: str = "lower") -> BeforeValidator:
+    """Case-insensitive enum values."""
 
     def normalise(value: Any) -> Any:
         if isinstance(value, str):
-            value = value.strip().upper() if case == "upper" else value.strip().lower()
-            return (aliases or {}).get(value, value)
+            return value.strip().upper() if case == "upper" else value.strip().lower()
         return getattr(value, "value", value)  # an Enum member
 
     return BeforeValidator(normalise)
@@ -22,12 +21,9 @@ def _choice(aliases: dict[str, str] | None = None, case: str = "lower") -> Befor
 Mode = Annotated[Literal["both", "train", "explore", "bench", "serve", "colocate"], _choice()]
 PromptType = Annotated[Literal["messages", "plaintext"], _choice()]
 Durability = Annotated[Literal["fast", "safe"], _choice()]
-SyncStyle = Annotated[
-    Literal["fixed", "trainer_driven", "explorer_driven", "fully_async"],
-    _choice({"dynamic_by_explorer": "explorer_driven", "dynamic_by_trainer": "trainer_driven"}),
-]
-SyncMethodName = Annotated[str, _choice({"online": "nccl", "offline": "checkpoint"})]
-"""A sync method plugin's name (``online`` and ``offline`` are Trinity-RFT's old names)."""
+SyncStyle = Annotated[Literal["fixed", "trainer_driven", "explorer_driven", "fully_async"], _choice()]
+SyncMethodName = Annotated[str, _choice()]
+"""A sync method plugin's name."""
 SaveStrategy = Annotated[Literal["single_thread", "single_process", "single_node", "unrestricted"], _choice()]
 SaveHFCheckpoint = Annotated[Literal["last", "always", "never"], _choice()]
 LogLevel = Annotated[Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"], _choice(case="upper")]
