@@ -25,7 +25,7 @@ _ON_FIRST_USE = {
     **dict.fromkeys(["Batch"], "trinity.common.batch"),
     **dict.fromkeys(["PicklableError"], "trinity.common.errors"),
     **dict.fromkeys(["EID", "Experience", "TRUNCATED_FROM", "Task"], "trinity.common.experience"),
-    **dict.fromkeys(["trainer_gpu_num"], "trinity.config.check"),
+    **dict.fromkeys(["trainer_gpu_num"], "trinity.config.rules"),
     **dict.fromkeys(
         [
             "CheckpointRefused",

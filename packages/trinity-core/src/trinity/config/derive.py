@@ -4,7 +4,8 @@ Runs in a fixed order (job, algorithm, models, cluster, plugin defaults, synchro
 buffer, trainer) because later steps read what earlier ones filled, following Trinity-RFT's
 config validators. It reports what stops a value from being derived (an unreadable file, two
 sources of one value, plugin args that do not parse) and warns of every value it changes, such
-as a job renamed because its folder is not empty; ``trinity.config.check`` reports the rest.
+as a job renamed because its folder is not empty; ``trinity.config.check`` reports the rest
+(both read the shared rules of ``trinity.config.rules``).
 """
 
 from __future__ import annotations
@@ -17,7 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from trinity.common.files import DATA_FILE_BUILDERS
-from trinity.config.check import (
+from trinity.config.load import IssueCollector
+from trinity.config.rules import (
     ALGORITHM_FNS,
     TINKER,
     engine_gpus,
@@ -28,7 +30,6 @@ from trinity.config.check import (
     plugin_args,
     registered,
 )
-from trinity.config.load import IssueCollector
 from trinity.config.schema import Config, ExperienceBufferConfig, TasksetConfig
 from trinity.plugins import Kind
 from trinity.plugins.manager import plugin_hooks

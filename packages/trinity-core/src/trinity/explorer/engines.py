@@ -16,7 +16,7 @@ from trinity.buffer import ExperienceWriter
 from trinity.checkpoints import trainer_meta_path
 from trinity.common.errors import first_line
 from trinity.common.files import read_json
-from trinity.config.check import engine_gpus
+from trinity.config.rules import engine_gpus
 from trinity.config.schema import Config, InferenceModelConfig
 from trinity.engine.base import EngineCrashed, EngineStartError, RolloutEngine
 from trinity.engine.client import EngineClient
