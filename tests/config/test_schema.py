@@ -11,7 +11,7 @@ import pytest
 from config_helpers import issues_of, write
 
 from helpers.cli import trinity
-from trinity.cli import inert_workflow_args
+from trinity.cli.commands import inert_workflow_args
 from trinity.config import load_config
 from trinity.config.base import EFFECT, inert_message
 from trinity.config.load import children

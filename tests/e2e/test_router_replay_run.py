@@ -1,6 +1,6 @@
 """MoE router replay in a whole ``trinity run``: the rollout engine's routing reaches the buffer
 with every experience and the trainer's updates run on it (the mechanism and its effect on the
-logprob gap: tests/engine/test_router_replay.py)."""
+logprob gap: tests/model/test_router_replay.py)."""
 
 from __future__ import annotations
 

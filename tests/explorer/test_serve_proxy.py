@@ -21,8 +21,8 @@ import openai
 import pytest
 
 from helpers.serve_helpers import serve_explorer
-from trinity.engine.openai_api import guarded
 from trinity.explorer import serve
+from trinity.rollout.openai_api import guarded
 from trinity.synchronizer.methods import TrainerFinished
 
 KEY = "sesame"

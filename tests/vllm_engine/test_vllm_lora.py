@@ -21,8 +21,8 @@ from peft import LoraConfig, get_peft_model  # noqa: E402
 from transformers import AutoModelForCausalLM  # noqa: E402
 
 from trinity.config.schema import Config, InferenceModelConfig, LoRAConfig, ModelConfig  # noqa: E402
-from trinity.engine.base import SamplingArgs  # noqa: E402
-from trinity.engine.lora import adapter_state  # noqa: E402
+from trinity.model.engines import SamplingArgs  # noqa: E402
+from trinity.model.lora import adapter_state  # noqa: E402
 from trinity.synchronizer.methods import CheckpointSync  # noqa: E402
 from trinity_vllm.engine import VLLMRolloutEngine  # noqa: E402
 

@@ -2,7 +2,7 @@
 
 An async actor: requests of every caller (the explorer's runners, the OpenAI endpoint) share vLLM's
 continuous batching. Prompts arrive as token ids, templated and fitted by the explorer-side
-``VLLMRolloutEngine``; semantics follow the reference engine (``trinity.engine.transformers_rollout``):
+``VLLMRolloutEngine``; semantics follow the reference engine (``trinity.rollout.transformers_rollout``):
 the raw model's ``response_logprobs`` (``logprobs_mode=raw_logprobs``), sampling settings from
 ``SamplingArgs`` only (``generation_config="vllm"``), a response ending at EOS (kept in the tokens),
 a stop string, or ``max_tokens`` bounded by ``max_model_len`` minus the prompt (the package README).

@@ -13,15 +13,15 @@ import threading
 import time
 
 from trinity.buffer import ExperienceWriter
-from trinity.checkpoints import trainer_meta_path
 from trinity.common.errors import first_line
 from trinity.common.files import read_json
 from trinity.config.rules import engine_gpus
 from trinity.config.schema import Config, InferenceModelConfig
-from trinity.engine.base import EngineCrashed, EngineStartError, RolloutEngine
-from trinity.engine.client import EngineClient
+from trinity.job_dir import trainer_meta_path
+from trinity.model.engines import EngineCrashed, EngineStartError, RolloutEngine
 from trinity.placement import cuda_device, first_devices
 from trinity.plugins import Kind, resolve
+from trinity.rollout.client import EngineClient
 from trinity.synchronizer.explorer_sync import ExplorerSync
 from trinity.synchronizer.methods import TrainerFinished, WeightUpdate
 

@@ -16,12 +16,12 @@ from collections import deque
 from trinity.algorithm.experience_ops import ExperiencePipeline, by_group
 from trinity.common.experience import Experience, Task
 from trinity.config.schema import Config
-from trinity.engine.base import EngineCrashed
 from trinity.explorer.engines import RolloutEngines
 from trinity.explorer.rollout_metrics import UnlearnableWarnings, rollout_metrics
 from trinity.explorer.runner import BatchOutcome, TaskRunner, over_rollout_minimum
 from trinity.explorer.step_writer import StepWriter
 from trinity.explorer.tasksets import Tasksets
+from trinity.model.engines import EngineCrashed
 from trinity.monitor.metrics import timer
 from trinity.runtime import freeze_long_lived_objects
 from trinity.synchronizer.methods import SyncTimeout, WeightUpdate

@@ -32,7 +32,7 @@ from trinity.buffer.storage.sql import create_tables, database_url, shared_engin
 from trinity.common.experience import EID, Experience
 from trinity.common.http_guard import door_server, error_body
 from trinity.common.lazy_import import lazy_module
-from trinity.engine.openai_api import MAX_N, guarded, json_body
+from trinity.rollout.openai_api import MAX_N, guarded, json_body
 from trinity.synchronizer.methods import TrainerFinished, WeightUpdate
 
 if TYPE_CHECKING:

@@ -20,7 +20,7 @@ from trinity.plugins import Kind, resolve
 from trinity.synchronizer.methods import SyncMethod, WeightUpdate
 
 if TYPE_CHECKING:
-    from trinity.engine.client import EngineClient
+    from trinity.rollout.client import EngineClient
 
 logger = logging.getLogger(__name__)
 

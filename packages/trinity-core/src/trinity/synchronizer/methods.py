@@ -30,7 +30,7 @@ from trinity.config.schema import Config
 if TYPE_CHECKING:
     import torch
 
-    from trinity.engine.client import EngineClient
+    from trinity.rollout.client import EngineClient
 
 Fence = Callable[[], AbstractContextManager[None]]
 """What ``SyncMethod.publish`` makes a version visible within (the trainer's reader fence)."""

@@ -16,16 +16,16 @@ from typing import Any
 
 from trinity.algorithm.rollout_correction import RolloutCorrector
 from trinity.buffer import BufferTimeout, EndOfBuffer, WritersGone
-from trinity.checkpoints import HF_WEIGHTS_SUBDIR, checkpoint_dir
 from trinity.common.batch import Batch
 from trinity.common.experience import Experience
 from trinity.config.schema import Config
+from trinity.job_dir import HF_WEIGHTS_SUBDIR, checkpoint_dir
 from trinity.monitor.learnable import LEARNABLE_TOKENS, NO_GRADIENT, CauseWarnings
 from trinity.monitor.metrics import timer
 from trinity.plugins import Kind, resolve
 from trinity.runtime import freeze_long_lived_objects, setup_role
-from trinity.trainer.checkpointing import Checkpoints
 from trinity.trainer.reading import ExpertDataEnded, StepReader, StopRequested
+from trinity.trainer.save_and_resume import Checkpoints
 from trinity.trainer.step_metrics import RolloutPreview, batch_metrics, learning_signal, warn_unlearnable
 
 logger = logging.getLogger(__name__)
