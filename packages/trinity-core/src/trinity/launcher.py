@@ -44,11 +44,14 @@ class RunFailed(RuntimeError):
 
 class Stopped(Exception):  # noqa: N818 - an outcome, not an error
     """``trinity run`` received SIGTERM or Ctrl-C (SIGINT): the run was stopped on purpose (a
-    serving proxy's end, an operator's stop); the message is the signal's name.
+    serving proxy's end, an operator's stop); the message is the signal's name, ``summaries``
+    those of the stages that ran, the stopped one last (its ``"stopped"`` names the signal).
 
     A training run first asks its trainer to stop after the step it is in (it saves a
     checkpoint), up to ``STOP_GRACE`` seconds, or until a second signal; the other roles are
     killed: what they committed to a durable buffer is exact, so their restart goes on from there."""
+
+    summaries: list[dict[str, Any]] = []
 
 
 STOP_GRACE = 60.0
@@ -123,22 +126,26 @@ def _run_stages(stages: list[Config], verbose: bool) -> list[dict[str, Any]]:
     resumed experiment finished before is skipped (``meta/`` marks it done)."""
     summaries = []
     model_path = None
-    for index, config in enumerate(stages):
-        if _STOP_SIGNALS.received:  # stopped before this stage began
-            raise Stopped(_STOP_SIGNALS.received)
-        done = read_json(stage_done_path(config)) if config.continue_from_checkpoint else None
-        if done and len(stages) > 1:
-            logger.info("stage %s already finished: skipping", config.name)
-            model_path = done["model_path"]
-            continue
-        if model_path:  # a later stage starts from the previous stage's final weights
-            config.model.model_path = config.model.critic_model_path = model_path
-            config.explorer.rollout_model.model_path = model_path
-        summary = run_stage(config, verbose)
-        summaries.append(summary)
-        model_path = summary.get("model_path") or model_path
-        if len(stages) > 1:
-            write_json(stage_done_path(config), {"model_path": model_path, "stage": index})
+    try:
+        for index, config in enumerate(stages):
+            if _STOP_SIGNALS.received:  # stopped before this stage began
+                raise Stopped(_STOP_SIGNALS.received)
+            done = read_json(stage_done_path(config)) if config.continue_from_checkpoint else None
+            if done and len(stages) > 1:
+                logger.info("stage %s already finished: skipping", config.name)
+                model_path = done["model_path"]
+                continue
+            if model_path:  # a later stage starts from the previous stage's final weights
+                config.model.model_path = config.model.critic_model_path = model_path
+                config.explorer.rollout_model.model_path = model_path
+            summary = run_stage(config, verbose)
+            summaries.append(summary)
+            model_path = summary.get("model_path") or model_path
+            if len(stages) > 1:
+                write_json(stage_done_path(config), {"model_path": model_path, "stage": index})
+    except Stopped as stop:  # the summaries of the stages before the stopped one too
+        stop.summaries = [*summaries, *stop.summaries]
+        raise
     return summaries
 
 
@@ -254,7 +261,8 @@ def run_stage(config: Config, verbose: bool = True) -> dict[str, Any]:
         shared = start_shared()
         watch.until_done()
     except Stopped as stop:  # the stopped stage's summary too: what its roles returned, and why it ended
-        record_summary({**_stage_summary(config, started, watch.results, watch.where), "stopped": str(stop)})
+        stop.summaries = [{**_stage_summary(config, started, watch.results, watch.where), "stopped": str(stop)}]
+        record_summary(stop.summaries[0])
         raise
     finally:
         watch.close()

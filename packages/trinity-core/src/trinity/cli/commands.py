@@ -199,7 +199,7 @@ def run(config_file: str, overrides: tuple[str, ...], verbose: bool) -> None:
         sys.exit(1)
     except Stopped as stop:
         click.echo(f"stopped ({stop}): what was committed to the buffer and checkpointed stays", err=True)
-        return
+        summaries = stop.summaries
     print_summary(summaries)
     from trinity.report import report_after_run
 

@@ -14,7 +14,8 @@ from trinity.monitor.learnable import describe_trend, reward_trend
 def print_summary(summaries: list[dict[str, Any]]) -> None:
     for summary in summaries:
         job_dir = Path(summary["job_dir"])
-        click.echo(f"\n=== {summary['stage']} ({summary['mode']}) finished in {summary['seconds']:.0f} s")
+        ended = f"stopped by {summary['stopped']}" if summary.get("stopped") else "finished"
+        click.echo(f"\n=== {summary['stage']} ({summary['mode']}) {ended} in {summary['seconds']:.0f} s")
         for role, result in summary["roles"].items():
             steps = result.get("steps")
             click.echo(f"  {role}: {steps} steps" if steps is not None else f"  {role}: done")
