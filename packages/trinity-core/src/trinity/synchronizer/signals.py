@@ -5,9 +5,9 @@
   come before that version.
 - the trainer says it finished (``finish``); an explorer waiting for a later version stops
   (``finished_before``) instead of waiting ``sync_timeout`` for nothing.
-They are files in the job folder's ``sync/``, which every role of a job sees whatever the sync
-method and buffer (placement refuses nodes that do not): explorers apart, on other nodes
-or joining later: docs/explorer.md, "Sync signals"."""
+Both are files in the job folder's ``sync/``: every role of a job sees it, whatever the sync
+method and buffer (placement refuses nodes that do not), so explorers that run apart, on other
+nodes or join later get them too (docs/explorer.md, "Sync signals")."""
 
 from __future__ import annotations
 

@@ -3,8 +3,8 @@
 The rows come from the experience buffer, and from an auxiliary (expert) buffer where the
 sample strategy asks (``mix``). A step takes fewer when the buffer ends, when
 ``max_read_timeout`` passes, or when an explorer waits for the very weights this step will
-produce (the sync signals tell: ``SyncSignals.awaited_version``); a silent explorer is given ``writer_timeout``
-to show it is alive before the run fails with ``WritersGone``.
+produce (the sync signals tell: ``SyncSignals.awaited_version``); a silent explorer is given
+``writer_timeout`` to show it is alive before the run fails with ``WritersGone``.
 """
 
 from __future__ import annotations
