@@ -31,7 +31,7 @@ def test_each_sync_style_of_the_config_has_its_policy() -> None:
         "explorer_driven": ExplorerDriven,
         "fully_async": FullyAsync,
     }
-    assert isinstance(policy("dynamic_by_explorer"), ExplorerDriven)  # Trinity-RFT's older name
+    assert all(type(policy(style)) is cls for style, cls in SYNC_POLICIES.items())
 
 
 @pytest.mark.parametrize("style", ["fixed", "explorer_driven", "trainer_driven"])
