@@ -12,10 +12,10 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from trinity.buffer import open_experience_reader
 from trinity.config import load_config
 from trinity.explorer.explorer import Explorer
-from trinity.synchronizer.methods import CheckpointSync, SyncTimeout, TrainerFinished
+from trinity.synchronizer.methods import CheckpointSync, SyncTimeout
+from trinity.synchronizer.signals import SyncSignals, TrainerFinished
 
 
 def explorer(tmp_path: Path, model: Path, style: str, offset: int = 0, timeout: int = 1) -> Explorer:
@@ -89,16 +89,16 @@ def test_dynamic_by_explorer_waits_at_each_interval_for_newer_weights(tmp_path, 
     of the trainer and did not learn: tests/learning/test_async_learning.py)."""
     dynamic = explorer(tmp_path, tiny_model_dir, "dynamic_by_explorer", offset=1, timeout=60)
     assert synced_at(dynamic, 1) == 0  # not a multiple of sync_interval
-    reader = open_experience_reader(dynamic.config.buffer.trainer_input.experience_buffer)
-    seen = []  # the explorer's wait as the trainer's reader sees it, just before the trainer publishes
+    signals = SyncSignals(dynamic.config)
+    seen = []  # the explorer's wait as the trainer sees it, just before the trainer publishes
 
     def trainer() -> None:
-        seen.append(reader.awaited_version())
+        seen.append(signals.awaited_version())
         publish(dynamic, tiny_model_dir, 1)
 
     threading.Timer(0.5, trainer).start()
     assert synced_at(dynamic, 2) == 1  # one step ahead of version 0, more than offset 1: waits
-    assert seen == [1] and reader.awaited_version() is None
+    assert seen == [1] and signals.awaited_version() is None
     publish(dynamic, tiny_model_dir, 3)
     assert synced_at(dynamic, 3) == 1  # between intervals
     assert synced_at(dynamic, 4) == 3  # the newest
@@ -148,7 +148,7 @@ def test_an_async_explorer_goes_on_with_its_weights_after_sync_timeout(tmp_path,
 def test_an_explorer_waiting_for_weights_stops_when_the_trainer_finishes(tmp_path, tiny_model_dir) -> None:
     """The trainer's end (its data ran out) ends the explorer's wait at once, not after sync_timeout."""
     waiting = explorer(tmp_path, tiny_model_dir, "fixed", timeout=60)
-    threading.Timer(0.5, CheckpointSync(waiting.config).finish, (0,)).start()
+    threading.Timer(0.5, SyncSignals(waiting.config).finish, (0,)).start()
     started = time.monotonic()
     with pytest.raises(TrainerFinished, match="the trainer finished at version 0: no version >= 2 will come"):
         synced_at(waiting, 2)
@@ -157,10 +157,10 @@ def test_an_explorer_waiting_for_weights_stops_when_the_trainer_finishes(tmp_pat
 
 def test_an_earlier_runs_end_does_not_stop_a_resumed_explorer(tmp_path, tiny_model_dir) -> None:
     """The end marker of the job's previous run predates this explorer: it waits as usual."""
-    earlier = CheckpointSync(explorer(tmp_path, tiny_model_dir, "fixed").config)
+    earlier = SyncSignals(explorer(tmp_path, tiny_model_dir, "fixed").config)
     earlier.finish(0)
     time.sleep(0.05)
     resumed = explorer(tmp_path, tiny_model_dir, "fixed", timeout=1)
-    assert resumed.engines.sync.method.root == earlier.root  # the same job: its marker is there
+    assert resumed.engines.sync.signals.root == earlier.root  # the same job: its marker is there
     with pytest.raises(SyncTimeout):
         synced_at(resumed, 2)
