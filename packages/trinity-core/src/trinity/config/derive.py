@@ -498,8 +498,8 @@ def _derive_token_budget(config: Config) -> None:
     Ulysses sequence parallelism splits each sample across its ranks, so a rank needs room for
     ``max_model_len / ulysses_sequence_parallel_size`` tokens of a full-length sample. The torch
     engine runs small models on a CPU or one GPU, where each micro-batch's fixed cost outweighs
-    its memory: Trinity-RFT's budget cut the quickstart's 128 rows of 38 tokens into 64
-    micro-batches and made its trainer step 5x slower.
+    its memory: Trinity-RFT's budget alone would cut a batch of short rows into many small
+    micro-batches.
     """
     trainer, max_len = config.trainer, config.model.max_model_len
     if max_len is None or trainer.max_token_len_per_gpu is not None:
