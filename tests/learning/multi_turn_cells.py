@@ -21,7 +21,7 @@ import os
 import random
 from pathlib import Path
 
-from learning_cells import FORMAT, Cell, Workspace, _run_in_process, _save, base_config
+from learning_cells import FORMAT, RL_START, Cell, Workspace, _run_in_process, _save, base_config
 
 from tool_model import CALCULATOR, tool_call_text
 
@@ -72,6 +72,7 @@ def sum_pair_cell(name: str, family: str, workflow: str, algorithm: str, *settin
         overrides=overrides,
         steps=120,
         margin=0.15,
+        model="warm",
         controls={"mask on the user's turns": lambda ws: masked},
         **fields,
     )
@@ -84,6 +85,7 @@ STEP_WISE_GRPO = sum_pair_cell(
     "multi_step_grpo",
     STEP_WISE_BATCH,
     test_steps=30,
+    control_steps=25,
     note=(
         "30 steps, seed 0, one trainer step per explorer step: 0.305 -> 0.787, 0.349 -> 0.698 and 0.311 -> 0.798 "
         "(+0.35 to +0.49) in three runs, 30-34 s each (2026-11-28). The runs differ (the engine batches concurrent "
@@ -120,6 +122,7 @@ MULTI_TURN = sum_pair_cell(
     "sum_pair_multi_turn",
     "grpo",
     test_steps=40,
+    control_steps=20,
     note="40 steps: 0.420 -> 0.882, 0.384 -> 0.909 and 0.315 -> 0.868 in three runs on 2026-11-27; control (mask on "
     "the user's turns) 0.248 -> 0.000.",
 )
@@ -149,7 +152,7 @@ def distill_cell(algorithm: str, **fields) -> Cell:
         overrides=overrides,
         steps=60,
         margin=0.15,
-        controls={"the student as its own teacher": lambda ws: [teacher(ws.warm_model)]},
+        controls={"the student as its own teacher": lambda ws: [teacher(ws.start_model(RL_START))]},
         **fields,
     )
 
@@ -157,6 +160,7 @@ def distill_cell(algorithm: str, **fields) -> Cell:
 ON_POLICY_DISTILL = distill_cell(
     "on_policy_distill",
     test_steps=30,
+    control_steps=20,
     note=(
         "30 steps: reward 0.419 -> 0.650, KL to the teacher 3.1 -> 1.4 (20 steps: +0.136, short of the "
         "margin). Control (self-teacher): 0.584 -> 0.619. Unexplained: the untrained student is at about "
@@ -374,6 +378,7 @@ TOOL_USE = Cell(
     ],
     steps=40,
     test_steps=20,
+    control_steps=12,
     model="tiny",
     margin=0.15,
     note=(
