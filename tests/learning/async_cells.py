@@ -39,8 +39,14 @@ NEVER_SYNCED = {"weights not synced": lambda ws: [f"synchronizer.sync_interval={
 """A sync interval beyond any budget: the trainer publishes once, after its last step."""
 TRAIN_BATCH = "buffer.train_batch_size=128"
 """16 tasks x 8 runs: a train process reads its batch size, it cannot derive it."""
-OVER_ROLLOUT = ("explorer.over_rollout.ratio=0.25", "explorer.over_rollout.wait_after_min=0")
-"""A step keeps the first 12 of its 16 task groups to finish and cancels the rest."""
+OVER_ROLLOUT = (
+    "explorer.over_rollout.ratio=0.25",
+    "explorer.over_rollout.wait_after_min=0",
+    "explorer.runner_per_model=12",
+)
+"""A step keeps the first 12 of its 16 task groups to finish and cancels the rest. With 16 runners
+the transformers engine batched every task's requests together, all 16 finished at once and none
+was ever dropped; with 12 the last 4 tasks wait for a runner and are cancelled."""
 
 
 def _style(style: str, *more: str):
