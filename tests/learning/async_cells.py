@@ -43,10 +43,12 @@ OVER_ROLLOUT = (
     "explorer.over_rollout.ratio=0.25",
     "explorer.over_rollout.wait_after_min=0",
     "explorer.runner_per_model=12",
+    "buffer.train_batch_size=96",
 )
 """A step keeps the first 12 of its 16 task groups to finish and cancels the rest. With 16 runners
 the transformers engine batched every task's requests together, all 16 finished at once and none
-was ever dropped; with 12 the last 4 tasks wait for a runner and are cancelled."""
+was ever dropped; with 12 the last 4 tasks wait for a runner and are cancelled. The trainer takes
+the 96 experiences a step keeps (12 x 8) as its batch: one trainer step per explorer step."""
 
 
 def _style(style: str, *more: str):
