@@ -96,10 +96,10 @@ def cases(tmp: str, postgres: str | None, ray: bool) -> dict[str, dict]:
 
 
 def throwaway_postgres(stack: ExitStack) -> str | None:
-    """A local cluster for the PostgreSQL rows (``tests/pg_cluster.py``), or None where none can start."""
+    """A local cluster for the PostgreSQL rows (``tests/helpers/pg_cluster.py``), or None where none can start."""
     sys.path.insert(0, str(REPO / "tests"))
-    from pg_cluster import missing_reason
-    from pg_cluster import throwaway_postgres as start
+    from helpers.pg_cluster import missing_reason
+    from helpers.pg_cluster import throwaway_postgres as start
 
     reason = missing_reason()
     if reason:

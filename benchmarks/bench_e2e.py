@@ -1,7 +1,7 @@
 """End-to-end figures of ``trinity run``: framework overhead, async speed-up, start-up (on a
 CPU), and the reference engines on a GPU.
 
-    python benchmarks/bench_e2e.py [quickstart|overhead|async|skewed|startup|all|gpu]
+    python benchmarks/bench_e2e.py [quickstart|overhead|async|skewed|partial|startup|all|gpu]
 
 Figures on a shared 2-core machine move 10-20% from run to run, so each is measured
 several times (``OVERHEAD_REPEATS``, ``ASYNC_REPEATS``, ``STARTUPS``), the compared variants
@@ -33,7 +33,11 @@ interleaved, and printed as median (min-max).
   3 s), as agent tasks wait on tools and environments. Fixed waits for the slowest task of
   every batch and alternates exploring and training; the other drops the slowest quarter of
   each batch and explores while the trainer trains. Prints the speed-up next to the
-  alternation's bound ((explore + train) / max of the two in the fixed run).
+  alternation's bound ((explore + train) / max of the two in the fixed run). Then partial
+  rollout: seconds per step of ``fully_async`` (sync_offset 1, two batches in flight) with and
+  without ``synchronizer.partial_rollout``, on a step whose responses differ in length: one task
+  in eight samples ``SKEWED_LENGTHS``' long budget, the rest its short one (EOS ignored, so the
+  lengths are exact), and the mean reward of each, interleaved runs.
 - startup: seconds from ``trinity run`` to the first rollout (the timestamp of the first
   explorer step's metrics minus that step's own duration), with ``trinity run`` starting
   Ray, and joining a local cluster that ``ray start --head`` started before; each over its
@@ -71,6 +75,26 @@ ASYNC_WORK = (4, 8, 128)
 OVERHEAD_REPEATS, ASYNC_REPEATS, STARTUPS, SKEWED_REPEATS = 5, 3, 5, 3
 SKEWED_WORK = (8, 8, 32)
 """The skewed bench's step (prompts, samples, tokens)."""
+SKEWED_LENGTHS = (8, 2, 8, 256)
+"""The partial-rollout bench's step: prompts, samples, a short task's tokens, a long task's."""
+LENGTH_SKEWED_WORKFLOW = """
+from trinity.plugin_api import hookimpl
+from trinity_workflows.workflows import MathWorkflow
+
+
+class LengthSkewedWorkflow(MathWorkflow):
+    \"\"\"The math workflow with one task in eight sampling {long} tokens, the rest {short}.\"\"\"
+
+    async def run_async(self):
+        tokens = {long} if self.task.index % 8 == 0 else {short}
+        self.sampling_overrides = {{"max_tokens": tokens, "min_tokens": tokens}}
+        return await super().run_async()
+
+
+@hookimpl
+def trinity_register_workflows(register):
+    register("length_skewed_workflow", LengthSkewedWorkflow)
+"""
 SKEWED_WORKFLOW = """
 import asyncio
 import random
@@ -356,6 +380,46 @@ def skewed(root: Path, model: Path, data: Path) -> None:
     print(
         f"skewed: fully_async + over_rollout over fixed {spread(speedups)} over {SKEWED_REPEATS} runs, bound {spread(bounds)}"
     )
+    skewed_partial(root, model, data)
+
+
+def skewed_partial(root: Path, model: Path, data: Path) -> None:
+    prompts, samples, short, long = SKEWED_LENGTHS
+    plugins = root / "plugins"
+    plugins.mkdir(exist_ok=True)
+    (plugins / "length_skewed.py").write_text(LENGTH_SKEWED_WORKFLOW.format(short=short, long=long))
+    os.environ["TRINITY_PLUGIN_DIRS"] = str(plugins)
+    common = (
+        *work(prompts, samples, long),
+        f"model.min_response_tokens={short}",
+        "explorer.rollout_model.ignore_eos=true",
+        "buffer.explorer_input.default_workflow_type=length_skewed_workflow",
+        "buffer.explorer_input.taskset.data_selector.selector_type=sequential",  # every step: one long task
+        "synchronizer.sync_style=fully_async",
+        "synchronizer.sync_offset=1",
+        "explorer.max_inflight_batches=2",
+    )
+    ratios = []
+    for repeat in range(SKEWED_REPEATS):
+        seconds, rewards = {}, {}
+        for variant, on in (("fully_async", "false"), ("partial", "true")):
+            name = f"lengths_{variant}{repeat}"
+            seconds[variant] = trinity_step_seconds(
+                root, model, data, name, *common, f"synchronizer.partial_rollout={on}"
+            )
+            trainer = metrics(root, name, "trainer")[WARMUP:]
+            rewards[variant] = sum(r["critic/score/mean"] for r in trainer) / len(trainer)
+            split = sum(r.get("partial_rollout_fraction", 0.0) for r in trainer) / len(trainer)
+            explore, train = (role_step_seconds(root, name, role, key) for role, key in ROLE_TIMERS)
+            print(
+                f"skewed lengths: {name}: {seconds[variant]:.2f} s/step (explore {explore:.2f} s, train "
+                f"{train:.2f} s), reward {rewards[variant]:.3f}, rows spanning versions {split:.2f}"
+            )
+        ratios.append(seconds["partial"] / seconds["fully_async"])
+        print(f"skewed lengths: partial rollout's step time / fully_async's {ratios[-1]:.3f}")
+    print(
+        f"skewed lengths: step time with partial rollout over without {spread(ratios, '.3f')} over {SKEWED_REPEATS} runs (target <= 0.70)"
+    )
 
 
 ROLE_TIMERS = (("explorer", "time/explore_step"), ("trainer", "time/train_step"))
@@ -486,11 +550,12 @@ def main() -> None:
             ("overhead", overhead),
             ("async", async_speedup),
             ("skewed", skewed),
+            ("partial", skewed_partial),
             ("startup", startup),
             ("gpu", gpu),
         )
         for name, bench in benches:
-            if which == name or (which == "all" and name != "gpu"):
+            if which == name or (which == "all" and name not in ("gpu", "partial")):  # skewed runs partial
                 bench(root, model, data)
 
 

@@ -4,6 +4,8 @@ and a test run that leaves the checkout clean."""
 from __future__ import annotations
 
 import ast
+import graphlib
+import importlib.util
 import shutil
 import subprocess
 from pathlib import Path
@@ -12,38 +14,17 @@ import pytest
 import tomllib
 from packaging.requirements import Requirement
 
-from house import imported_modules
+from helpers.house import ARCHITECTURE, TIERS, import_graph, imported_modules, redrawn, source_files, unit
 
 pytest_plugins = ("pytester",)
 
 CORE = Path(__file__).resolve().parents[1] / "packages" / "trinity-core" / "src" / "trinity"
-
-TIERS: tuple[tuple[str, ...], ...] = (
-    ("common",),  # DESIGN 1: a leaf
-    ("plugins",),  # DESIGN 3: hook specs and the registry need only common
-    ("config",),  # DESIGN 2: its checker resolves plugin names, so it sits above plugins
-    ("plugin_api",),  # DESIGN 3: the door of plugin packages; nothing in the core imports it
-    ("monitor", "buffer", "checkpoints"),  # DESIGN 4
-    ("algorithm", "runtime", "report", "progress", "summary", "studio"),  # DESIGN 4 (algorithm reads buffer, monitor)
-    ("engine",),  # DESIGN 4: the losses of the training engines come from algorithm
-    ("synchronizer", "placement", "convert", "joblog"),  # DESIGN 5
-    ("explorer", "trainer"),  # DESIGN 5: roles; neither imports the other
-    ("launcher",),  # DESIGN 6
-    ("cli",),  # DESIGN 6
-)
-"""The core's subpackages and top-level modules, lowest first: a module imports only from tiers below
-its own (never a peer of its tier). A new subpackage or module must be placed here."""
 
 MAX_CLASS_LINES, MAX_METHODS, MAX_DOCSTRING_LINES = 250, 25, 10
 
 
 def core_files() -> list[Path]:
     return sorted(CORE.rglob("*.py"))
-
-
-def unit(module: str) -> str:
-    """``trinity.engine.client`` -> ``engine``; ``trinity.cli`` -> ``cli``."""
-    return module.split(".")[1] if "." in module else ""
 
 
 def test_the_core_s_subpackages_import_only_downward():
@@ -68,6 +49,24 @@ def test_the_core_s_subpackages_import_only_downward():
                 wrong.append(f"{rel}:{line}: {own} (tier {tier[own]}) imports {module} (tier {tier[other]})")
     assert not unplaced, f"place these in TIERS: {sorted(unplaced)}"
     assert not wrong, "imports that do not point down TIERS:\n" + "\n".join(wrong)
+
+
+def test_no_module_imports_itself_through_others():
+    """No circle of imports between the modules of all packages (a -> b -> a, or longer), counting
+    imports in functions and under ``TYPE_CHECKING``: the shared piece belongs in a module below both."""
+    graph = import_graph(source_files())
+    try:
+        graphlib.TopologicalSorter(graph).prepare()
+    except graphlib.CycleError as exc:
+        pytest.fail("a circle of imports: " + " -> ".join(exc.args[1]), pytrace=False)
+
+
+def test_the_architecture_page_draws_the_layers_and_imports_of_the_code():
+    """``docs/architecture.md``'s picture is ``TIERS`` and the imports between them as they are."""
+    page = ARCHITECTURE.read_text()
+    assert redrawn(page) == page, (
+        "docs/architecture.md's picture has drifted: redraw it with `python tests/helpers/house.py`"
+    )
 
 
 def test_no_core_class_is_over_250_lines_or_25_methods():
@@ -101,11 +100,11 @@ def test_the_all_extra_installs_every_extra():
 
 
 def test_a_run_that_leaves_an_artefact_in_the_checkout_fails(pytester: pytest.Pytester):
-    """The clean-checkout check of ``tests/house.py`` in a git repository of its own: an artefact in
+    """The clean-checkout check of ``tests/helpers/house.py`` in a git repository of its own: an artefact in
     the checkout fails the session, one under tmp_path and a source file written meanwhile do not, and
     outside a git checkout nothing is compared."""
     pytester.makeini("[pytest]\n")
-    pytester.makeconftest("from house import checkout_left_clean  # noqa: F401\n")
+    pytester.makeconftest("from helpers.house import checkout_left_clean  # noqa: F401\n")
     (pytester.path / ".gitignore").write_text("__pycache__/\n.pytest_cache/\n")
     pytester.makepyfile(
         test_writes="""
@@ -128,6 +127,59 @@ def test_a_run_that_leaves_an_artefact_in_the_checkout_fails(pytester: pytest.Py
     dirty = pytester.runpytest("-k", "checkout")
     dirty.assert_outcomes(passed=1, errors=1)
     dirty.stdout.fnmatch_lines(["*the test run changed `git status`*", "?? sync/latest.json"])
+
+
+@pytest.mark.parametrize(
+    ("message", "refused"),
+    [
+        ("Short subject\n\nThe details, in a body\nof any length " + "x" * 100 + "\n", None),
+        ("Subject only\n", None),
+        ("# a comment line, as in git's editor, " + "x" * 80 + "\nSubject\n", None),
+        ("S" * 72 + "\n", None),
+        ("S" * 73 + "\n\nbody\n", "the subject is 73 characters, at most 72"),
+        ("Subject\nbody right under it\n", "a blank line goes between the subject and the body"),
+    ],
+)
+def test_the_commit_msg_hook_refuses_a_long_subject_or_a_body_without_a_blank_line(tmp_path, message, refused):
+    """``.githooks/commit-msg`` as git runs it (``core.hooksPath``) on a commit in a repository of its own."""
+    hooks = Path(__file__).resolve().parents[1] / ".githooks"
+    git = ["git", "-C", str(tmp_path), "-c", f"core.hooksPath={hooks}", "-c", "user.name=t", "-c", "user.email=t@t"]
+    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
+    commit = subprocess.run(
+        [*git, "commit", "-q", "--allow-empty", "--cleanup=strip", "-m", message], capture_output=True, text=True
+    )
+    logged = subprocess.run([*git, "log", "--format=%s"], capture_output=True, text=True).stdout
+    if refused:
+        assert commit.returncode != 0 and refused in commit.stderr and not logged, commit
+    else:
+        assert commit.returncode == 0 and logged, commit
+
+
+def test_no_pickled_file_is_tracked():
+    """Fixtures and data the repository holds are read without pickle (safetensors, JSON)."""
+    root = Path(__file__).resolve().parents[1]
+    tracked = subprocess.run(
+        ["git", "-C", str(root), "ls-files", "*.pt", "*.pth", "*.pkl", "*.pickle", "*.bin"],
+        capture_output=True,
+        text=True,
+    )
+    if tracked.returncode:
+        pytest.skip(f"not a git checkout: {tracked.stderr.strip()}")
+    assert not tracked.stdout.split(), tracked.stdout
+
+
+def test_every_recorded_figure_reads_and_a_malformed_line_is_named(tmp_path):
+    """``benchmarks/results/*.jsonl`` as ``benchmarks/results.py`` reads them."""
+    spec = importlib.util.spec_from_file_location("results", CORE.parents[3] / "benchmarks" / "results.py")
+    results = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(results)
+    assert {row["figure"] for row in results.read("ci")} >= {"ci.total_s", "ci.main_s", "ci.engines_s"}
+    good = '{"date": "2026-12-03", "commit": "abc", "machine": "m", "figure": "f", "value": [1, 2], "note": ""}'
+    (tmp_path / "x.jsonl").write_text(good + "\n" + good.replace("[1, 2]", '"fast"') + "\n")
+    with pytest.raises(results.ResultError, match="x.jsonl:2: value is a number or"):
+        results.read("x", tmp_path)
+    (tmp_path / "x.jsonl").write_text(good + "\n")
+    assert "| 2026-12-03 | abc | m | f | 1-2 |" in results.table(results.read("x", tmp_path))
 
 
 def test_only_role_processes_finds_ray_actors_by_their_process_title():

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from reference.tensor_tree import load_tree
 
 from trinity.algorithm import catalogue
 from trinity.algorithm.base import AlgorithmType
@@ -14,7 +15,7 @@ from trinity.config.check import ALGORITHM_FNS as FN_KINDS  # the fields the con
 from trinity.plugins import Kind, get_registry, resolve
 
 REPO = Path(__file__).resolve().parents[2]
-PRESETS = torch.load(Path(__file__).with_name("reference") / "trinity_rft_reference.pt")["presets"]
+PRESETS = load_tree(Path(__file__).with_name("reference") / "trinity_rft_reference.safetensors")["presets"]
 """Trinity-RFT 0.6.0's algorithm types, their functions as its config validator fills them, and flags."""
 
 EXPECTED = {

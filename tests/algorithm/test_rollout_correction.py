@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from reference.tensor_tree import load_tree
 
 from trinity.algorithm.policy_loss import PPOPolicyLoss
 from trinity.algorithm.rollout_correction import RolloutCorrector, correct, is_weights, rejection_mask
@@ -93,7 +94,7 @@ def compare(x: dict[str, torch.Tensor], cases: dict[str, dict], make_batch) -> l
 
 
 def test_against_recorded_verl_outputs(make_batch):
-    payload = torch.load(REFERENCE_DIR / "rollout_correction_reference.pt", weights_only=True)
+    payload = load_tree(REFERENCE_DIR / "rollout_correction_reference.safetensors")
     assert payload["verl_version"] == "0.9.1"
     for key, value in ref.make_inputs().items():  # the recorded inputs are the ones the script builds today
         assert torch.equal(payload["inputs"][key], value), key
@@ -102,7 +103,7 @@ def test_against_recorded_verl_outputs(make_batch):
 
 
 def test_presets_expand_as_verls():
-    payload = torch.load(REFERENCE_DIR / "rollout_correction_reference.pt", weights_only=True)
+    payload = load_tree(REFERENCE_DIR / "rollout_correction_reference.safetensors")
     assert ROLLOUT_CORRECTION_PRESETS == payload["presets"]
     for name, values in payload["presets"].items():
         expanded = RolloutCorrectionConfig(preset=name).model_dump(exclude={"preset"})
@@ -139,3 +140,29 @@ def test_against_live_verl(make_batch):
     cases = ref.build_cases(x)
     done = compare(x, cases, lambda mask, **f: make_batch(mask, dtype=torch.float64, **f))
     assert sorted(done) == sorted(cases)
+
+
+def test_partial_rollout_tokens_are_reported_by_their_own_staleness():
+    """Tokens sampled by older weights (partial rollout) are counted, and their log-ratio reported,
+    apart from the fresh ones; without token versions no such metric appears."""
+    from trinity.algorithm.rollout_correction import token_staleness_metrics
+    from trinity.common.batch import Batch
+    from trinity.common.experience import Experience
+
+    rows = [
+        Experience(
+            tokens=torch.tensor([1, 2, 3, 4, 5]),
+            prompt_length=1,
+            model_version=1,
+            info={"token_versions": [1, 1, 2, 2]},
+        ),
+        Experience(tokens=torch.tensor([1, 2, 3]), prompt_length=1, model_version=2),
+    ]
+    batch = Batch.from_experiences(rows).with_fields(global_steps=torch.tensor([3, 3]))  # trainer at version 2
+    log_ratio = torch.tensor([[0.4, -0.4, 0.1, 0.1], [0.1, -0.1, 9.0, 9.0]])  # padding's values never count
+    metrics = token_staleness_metrics(log_ratio, batch.response_mask, batch)
+    assert metrics["rollout_corr/token_fraction/staleness_1"] == pytest.approx(2 / 6)
+    assert metrics["rollout_corr/abs_log_ratio/staleness_1"] == pytest.approx(0.4)
+    assert metrics["rollout_corr/token_fraction/staleness_0"] == pytest.approx(4 / 6)
+    assert metrics["rollout_corr/abs_log_ratio/staleness_0"] == pytest.approx(0.1)
+    assert token_staleness_metrics(log_ratio, batch.response_mask, batch.with_fields(token_versions=None)) == {}

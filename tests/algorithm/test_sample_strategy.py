@@ -71,3 +71,20 @@ def test_batch_carries_run_step_ids_and_reward_baselines():
     assert batch.group_ids.tolist() == [0, 0, 0] and batch.reward_baselines.tolist() == [0.5, 0.5, 0.25]
     exps[2].info.clear()  # one row without a baseline: none at all
     assert DefaultSampleStrategy().sample(exps, step=0, current_version=0)[0].reward_baselines is None
+
+
+def test_partial_rollout_token_versions_reach_the_batch_and_the_staleness_metrics():
+    """A response a sync interrupted (tokens of versions 3 and 4) is stale by its first token and,
+    per token, by each one's weights; a row without marks counts its own version for every token."""
+    split = experience(3)
+    split.tokens = torch.tensor([1, 2, 3, 4, 5, 6])
+    split.logprobs = torch.tensor([-0.5] * 4)
+    split.info = {"token_versions": [3, 3, 4, 4]}
+    batch, metrics = DefaultSampleStrategy().sample([split, experience(5)], step=1, current_version=5)
+    assert batch.token_versions.tolist() == [[3, 3, 4, 4], [5, 5, 5, 5]]
+    assert metrics["staleness_mean"] == 1.0 and metrics["staleness_max"] == 2.0
+    # response tokens: 2, 2, 1, 1 and 0, 0 (the second row's padding is off the mask)
+    assert metrics["staleness_token_mean"] == pytest.approx(1.0) and metrics["staleness_token_max"] == 2.0
+    assert metrics["partial_rollout_fraction"] == 0.5
+    _, plain = DefaultSampleStrategy().sample([experience(5)], step=1, current_version=5)
+    assert "staleness_token_mean" not in plain and "partial_rollout_fraction" not in plain

@@ -16,6 +16,7 @@ import math
 from pathlib import Path
 
 import torch
+from reference.tensor_tree import load_tree
 from test_verl_reference import close
 
 from trinity.common.batch import Batch
@@ -28,7 +29,7 @@ _spec = importlib.util.spec_from_file_location(
 )
 ref = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(ref)
-PAYLOAD = torch.load(REFERENCE_DIR / "trinity_rft_reference.pt")
+PAYLOAD = load_tree(REFERENCE_DIR / "trinity_rft_reference.safetensors")
 X, CASES = PAYLOAD["inputs"], PAYLOAD["cases"]
 MASK = X["response_mask"]
 

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 from pydantic import TypeAdapter, ValidationError
 
-from ports import free_port
+from helpers.ports import free_port
 from trinity.algorithm.experience_ops import DataJuicer
 from trinity.buffer.data_juicer import MAX_RECIPES, TOKEN_ENV, DataJuicerError, RecipeClient, RecipeRunner, recipe
 from trinity.buffer.data_juicer_allowlist import ALLOWED, FILTER_ARGS, OPERATOR_ARGS

@@ -11,8 +11,8 @@ import pytest
 import sqlalchemy as sa
 from buffer_helpers import buffer_config, make_experience, rewards
 
-from pg_cluster import missing_reason, throwaway_postgres
-from pg_cut import CommitCutter
+from helpers.pg_cluster import missing_reason, throwaway_postgres
+from helpers.pg_cut import CommitCutter
 from trinity.buffer import open_experience_reader, open_experience_writer
 from trinity.buffer.errors import BufferUnavailable
 

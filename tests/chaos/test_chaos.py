@@ -17,7 +17,7 @@ import pytest
 from chaos_helpers import STEPS, Chain, audit, job_dir, meta_step, supervise, write_experiment
 from chaos_roles import start_role
 
-from role_processes import RUN_TAG, role_pids
+from helpers.role_processes import RUN_TAG, role_pids
 
 EXPLORER_POINTS = ["explorer.after_append:2", "explorer.after_meta:2"]
 TRAINER_POINTS = ["trainer.after_save", "trainer.after_rename", "trainer.after_meta", "trainer.after_commit"]

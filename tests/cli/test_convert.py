@@ -10,7 +10,7 @@ import torch
 from click.testing import CliRunner
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from engine_helpers import make_config
+from helpers.engine_helpers import make_config
 from trinity.cli import main
 from trinity.engine.torch_trainer import TorchTrainingEngine
 from trinity.report import record_config

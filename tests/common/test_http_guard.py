@@ -16,7 +16,7 @@ from fastapi.testclient import TestClient
 from websockets.exceptions import InvalidStatus
 from websockets.sync.client import connect
 
-from ports import free_port
+from helpers.ports import free_port
 from trinity.common.http_guard import (
     DEFAULT_MAX_JSON_DEPTH,
     LOOPBACK_HOSTS,

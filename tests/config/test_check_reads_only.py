@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from seed_env import set_seed_env
+from helpers.seed_env import set_seed_env
 from trinity.config.base import ConfigModel
 from trinity.config.check import check_config
 from trinity.config.derive import derive_config

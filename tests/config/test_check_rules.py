@@ -29,6 +29,10 @@ from trinity.config.schema import Config
 
 TASKSET = "buffer.explorer_input.taskset"
 GPUS = ["cluster.gpu_per_node=1"]
+RUNTIME_LORA = [
+    "model.lora_configs=[{name: policy, lora_rank: 8}]",
+    "explorer.rollout_model.enable_runtime_lora_updating=true",
+]
 
 
 @dataclass
@@ -81,9 +85,12 @@ RULES = [
          "every advantage would be 0"),
     Rule("unknown-algorithm-still-checks-fns", ["algorithm.algorithm_type=nope", "algorithm.advantage_fn=grpoo"],
          "error", "algorithm.advantage_fn", "unknown advantage function 'grpoo'"),
+    # check_router_replay
+    Rule("router-replay-trainer", ["algorithm.enable_router_replay=true", "trainer.trainer_type=verl"], "error",
+         "algorithm.enable_router_replay", "trainer.trainer_type 'verl' replays no MoE routing"),
+    Rule("router-replay-rollout", ["algorithm.enable_router_replay=true", "explorer.rollout_model.engine_type=vllm"],
+         "error", "algorithm.enable_router_replay", "engine_type 'vllm' records no MoE routing"),
     # check_rollout_correction
-    Rule("router-replay", ["algorithm.enable_router_replay=true"], "error", "algorithm.enable_router_replay",
-         "router replay (R3) is not supported"),
     Rule("rs-without-threshold", ["algorithm.rollout_correction={rollout_rs: token_k1}"], "error",
          "algorithm.rollout_correction.rollout_rs_threshold", "needs a threshold"),
     Rule("rs-bad-threshold", ["algorithm.rollout_correction={rollout_rs: token_k1, rollout_rs_threshold: 'abc'}"],
@@ -125,6 +132,17 @@ RULES = [
     Rule("lora-on-one-side-only", ["model.lora_configs=[{lora_rank: 8}]", "explorer.rollout_model.engine_type=external"],
          "error", "explorer.rollout_model.engine_type",
          "takes no LoRA adapter (model.lora_configs) yet, and the other engine does"),
+    # check_runtime_lora
+    Rule("runtime-lora-on-an-auxiliary-model",
+         ["explorer.auxiliary_models=[{model_path: /m, engine_type: transformers, enable_runtime_lora_updating: true}]"],
+         "inert", "explorer.auxiliary_models[0].enable_runtime_lora_updating", "is the rollout model's only"),
+    Rule("runtime-lora-without-an-adapter", ["explorer.rollout_model.enable_runtime_lora_updating=true"], "inert",
+         "explorer.rollout_model.enable_runtime_lora_updating", "the rollout model holds none"),
+    Rule("runtime-lora-on-another-engine", [*RUNTIME_LORA, "explorer.rollout_model.enable_openai_api=true"], "inert",
+         "explorer.rollout_model.enable_runtime_lora_updating",
+         "read by the vLLM engine only (explorer.rollout_model.engine_type is 'transformers')"),
+    Rule("runtime-lora-without-an-endpoint", [*RUNTIME_LORA, "explorer.rollout_model.engine_type=vllm"], "inert",
+         "explorer.rollout_model.enable_runtime_lora_updating", "set explorer.rollout_model.enable_openai_api"),
     # check_cluster
     Rule("no-gpu-left-for-the-trainer", GPUS, "error", "explorer.rollout_model.engine_num",
          "no GPU left for the trainer"),
@@ -138,6 +156,12 @@ RULES = [
     Rule("fully-async-evaluates-nothing",
          ["synchronizer.sync_style=fully_async", "buffer.explorer_input.eval_tasksets=[{path: /e.jsonl}]"], "error",
          "buffer.explorer_input.eval_tasksets", "does not evaluate"),
+    Rule("partial-rollout-without-loads-in-flight", ["synchronizer.partial_rollout=true"], "error",
+         "synchronizer.partial_rollout", "sync_style 'fixed' loads weights only when no generation is in flight"),
+    Rule("partial-rollout-on-an-engine-that-cannot-pause",
+         ["synchronizer.sync_style=fully_async", "synchronizer.partial_rollout=true",
+          "explorer.rollout_model.engine_type=external", "explorer.rollout_model.base_url=http://127.0.0.1:1/v1"],
+         "error", "synchronizer.partial_rollout", "engine_type 'external' cannot pause its generations"),
     # check_explorer, _check_engine_parallelism, check_doors
     Rule("engine-parallel-key-of-an-engine-that-spreads-none", ["explorer.rollout_model.pipeline_parallel_size=2"],
          "error", "explorer.rollout_model.pipeline_parallel_size",
@@ -232,10 +256,33 @@ def test_the_base_config_breaks_no_rule(tmp_path, monkeypatch):
     assert found["error"] == [] and found["at_run"] == [], found
 
 
+def test_vllm_serves_the_adapter_on_its_endpoint_only_with_runtime_lora_updating(tmp_path, monkeypatch):
+    """vLLM's OpenAI server with an adapter is refused unless ``enable_runtime_lora_updating`` serves the
+    adapter on it (trinity-vllm's check), the message naming the key and the adapter's name; with it, the
+    config is accepted without a word about the key."""
+    vllm_endpoint = [
+        *RUNTIME_LORA,
+        "explorer.rollout_model.engine_type=vllm",
+        "explorer.rollout_model.enable_openai_api=true",
+    ]
+    served = reported(Rule("served", vllm_endpoint, "error", "", ""), tmp_path, monkeypatch)
+    assert served["error"] == [] and served["at_run"] == [], served
+    assert not [line for line in served["inert"] + served["warning"] if "lora" in line.lower()], served
+    off_rule = Rule(
+        "off", [*vllm_endpoint, "explorer.rollout_model.enable_runtime_lora_updating=false"], "error", "", ""
+    )
+    off = reported(off_rule, tmp_path, monkeypatch)
+    assert off["error"] == [
+        "explorer.rollout_model.enable_openai_api: vLLM's OpenAI server would answer with the base model, not the "
+        "trained LoRA adapter: set explorer.rollout_model.enable_runtime_lora_updating: true to serve each synced "
+        "version of the adapter as model 'policy', or drop model.lora_configs"
+    ]
+
+
 REPORTS = re.compile(r"issues\.(add|warn|refuse_at_run|no_effect)\(|\(over_the_limit or issues\.add\)\(")
 """A place in check.py that reports an issue."""
 
-CHECKER_REPORTS = 48
+CHECKER_REPORTS = 54
 """Places in check.py that report an issue when the cases above were written: each is caught by a
 case (a report disabled in memory, one at a time, fails at least one case)."""
 

@@ -436,7 +436,12 @@ def test_grad_offload_on_an_engine_without_it_is_an_error_naming_the_way_out(tmp
     load_config(write(tmp_path), ["trainer.grad_offload=true"])  # the torch engine offloads them
 
 
-PARALLEL = {"data_parallel_size": 2, "pipeline_parallel_size": 2, "enable_expert_parallel": True}
+PARALLEL = {
+    "tensor_parallel_size": 2,
+    "data_parallel_size": 2,
+    "pipeline_parallel_size": 2,
+    "enable_expert_parallel": True,
+}
 """The rollout model's keys that spread one engine over several GPUs, each off its default."""
 
 
@@ -453,7 +458,7 @@ def test_engine_parallel_keys_reach_vllm_s_engines_and_other_engines_refuse_them
     load_config(write(tmp_path), ["explorer.rollout_model.data_parallel_size=1"])
     assert "data_parallel_size" not in caplog.text
     gpus = ["cluster.gpu_per_node=16", "explorer.rollout_model.engine_type=vllm"]
-    cfg = load_config(write(tmp_path), [*gpus, *overrides, "explorer.rollout_model.tensor_parallel_size=2"])
+    cfg = load_config(write(tmp_path), [*gpus, *overrides])
     assert cfg.explorer.rollout_model.gpu_per_engine == cfg.cluster.explorer_gpu_num == 8  # 2 x 2 x 2
 
 

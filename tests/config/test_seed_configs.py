@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
-from seed_env import set_seed_env
+from helpers.seed_env import set_seed_env
 from trinity.config import ConfigError, load_config
 from trinity.config.check import trainer_gpu_num
 

@@ -15,7 +15,8 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
-from ports import free_port
+from helpers.cli import TRINITY
+from helpers.ports import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 QUICKSTART = REPO / "examples" / "quickstart"
@@ -47,7 +48,7 @@ def write_experiment(tmp_path: Path, model: Path, data: Path, *changes: str, sta
 def _trinity(config: Path, overrides: tuple[str, ...]) -> dict:
     """What both ways of running ``trinity run`` on ``config`` share: command, env, cwd."""
     return {
-        "args": [sys.executable, "-m", "trinity.cli", "run", "--config", str(config), *overrides],
+        "args": [*TRINITY, "run", "--config", str(config), *overrides],
         "env": {**os.environ, "PYTHONUNBUFFERED": "1"},
         "cwd": config.parent,
     }

@@ -124,3 +124,41 @@ def test_a_taskset_position_saved_mid_interval_is_the_last_written_batch(tmp_pat
     meta = json.loads((tmp_path / "ckpt" / "quickstart" / "arithmetic" / "meta" / "explorer.json").read_text())
     assert meta["step"] == 3 and meta["tasksets"][0]["index"] == 9
     assert Path(tmp_path / "ckpt").is_dir()
+
+
+def test_partial_rollout_marks_each_token_with_its_weights_version(tmp_path, tiny_model_dir, arithmetic_data):
+    """fully_async with partial rollout: syncs land while long responses are sampled; the
+    experiences of an interrupted response carry two versions, in order, and the trainer's
+    metrics count its tokens by their own staleness (about 12 s in a warm Ray)."""
+    config = write_experiment(
+        tmp_path,
+        tiny_model_dir,
+        arithmetic_data,
+        "buffer.batch_size=4",
+        "buffer.total_steps=4",
+        "algorithm.repeat_times=4",
+        "buffer.trainer_input.experience_buffer.storage_type=sql",  # read back below
+        "synchronizer.sync_style=fully_async",
+        "synchronizer.sync_offset=1",
+        "synchronizer.partial_rollout=true",
+        "explorer.max_inflight_batches=2",
+        "explorer.rollout_model.ignore_eos=true",
+        "model.max_response_tokens=96",
+        "trainer.save_interval=0",
+    )
+    assert_ok(trinity_run(config))
+    job = tmp_path / "ckpt" / "quickstart" / "arithmetic"
+    buffer = ExperienceBufferConfig(name="experience_buffer", path=str(job / "buffer" / "experience_buffer.db"))
+    reader = open_experience_reader(buffer, "audit")
+    experiences = reader.read(64, timeout=10)
+    reader.close()
+    assert len(experiences) == 64
+    for exp in experiences:
+        versions = exp.info["token_versions"]
+        assert len(versions) == exp.response_length and versions == sorted(versions)
+        assert versions[0] == exp.model_version
+    split = [exp for exp in experiences if exp.info["token_versions"][-1] > exp.model_version]
+    assert split, "no sync interrupted a response"
+    trainer = metrics(tmp_path, "trainer")
+    assert max(r["partial_rollout_fraction"] for r in trainer) > 0
+    assert all(r["staleness_token_mean"] <= r["staleness_mean"] for r in trainer)

@@ -16,7 +16,7 @@ from PIL import Image
 from test_run import assert_ok, metrics
 from transformers import AutoConfig, AutoImageProcessor
 
-from mm_tasks import write_taskset
+from helpers.mm_tasks import write_taskset
 from trinity.buffer.serialization import deserialize_experience
 
 JOB = Path("ckpt") / "mm" / "shapes"

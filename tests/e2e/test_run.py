@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from e2e_helpers import EXPLORE_ONLY, ray_head, trinity_run, trinity_start, write_experiment
 
-from role_processes import RUN_TAG, role_pids
+from helpers.role_processes import RUN_TAG, role_pids
 from trinity.common.files import read_json
 from trinity.monitor.console import read_jsonl
 from trinity.monitor.learnable import reward_trend

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 from e2e_helpers import free_port, trinity_run, write_experiment
+from omegaconf import OmegaConf
 
 from trinity.monitor.console import read_jsonl
 
@@ -55,6 +56,25 @@ def dead_cluster_record(monkeypatch):
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
     yield
     shutil.rmtree(ray_tmpdir, ignore_errors=True)
+
+
+def test_a_run_with_the_default_folders_writes_only_checkpoints_into_its_working_directory(
+    tmp_path, tiny_model_dir, arithmetic_data
+):
+    """No ``checkpoint_root_dir``, ``project`` or ``name``: the job folder is
+    ``./checkpoints/Trinity-RFT/rft`` and nothing else appears in the working directory (about 15 s)."""
+    config_path = write_experiment(
+        tmp_path / "cwd", tiny_model_dir, arithmetic_data, "buffer.batch_size=4", "algorithm.repeat_times=2"
+    )
+    config = OmegaConf.load(config_path)
+    for key in ("checkpoint_root_dir", "project", "name"):
+        del config[key]
+    OmegaConf.save(config, config_path)
+    result = trinity_run(config_path, "buffer.total_steps=1", timeout=300)
+    assert result.returncode == 0, result.stderr[-5000:]
+    assert sorted(p.name for p in config_path.parent.iterdir()) == ["checkpoints", "experiment.yaml"]
+    job = config_path.parent / "checkpoints" / "Trinity-RFT" / "rft"
+    assert read_jsonl(job / "monitor" / "explorer.jsonl") and (job / "meta").is_dir()
 
 
 def test_logs_env_vars_and_evaluation_follow_the_run_settings(

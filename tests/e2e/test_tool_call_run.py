@@ -15,7 +15,7 @@ from e2e_helpers import trinity_run
 from test_run import assert_ok, metrics
 from transformers import AutoTokenizer
 
-from tool_model import taskset_rows
+from helpers.tool_model import taskset_rows
 from trinity.buffer.serialization import deserialize_experience
 
 JOB = Path("ckpt") / "tools" / "calculator"

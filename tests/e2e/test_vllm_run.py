@@ -123,6 +123,16 @@ def test_an_llm_judge_on_a_vllm_auxiliary_model_scores_the_rollouts(tmp_path, ti
     assert judged == pytest.approx([0.7] * 4)
 
 
+def _command_line(process) -> str:
+    """A process's command line; empty for one that exited meanwhile (a zombie not yet reaped)."""
+    import psutil
+
+    try:
+        return " ".join(process.cmdline())
+    except (psutil.NoSuchProcess, psutil.ZombieProcess):
+        return ""
+
+
 def kill_the_vllm_server_after_two_steps(tmp_path: Path, config: Path) -> tuple[subprocess.Popen, str]:
     """Start ``trinity run``, kill its vLLM engine's process once the explorer has finished two
     steps, and wait for the run's end: the run and its output."""
@@ -134,7 +144,7 @@ def kill_the_vllm_server_after_two_steps(tmp_path: Path, config: Path) -> tuple[
     while not (explored.is_file() and len(metrics(tmp_path, "explorer")) >= 2):
         assert run.poll() is None and time.monotonic() < deadline, "the explorer never finished two steps"
         time.sleep(0.2)
-    (server,) = [p for p in psutil.Process(run.pid).children(recursive=True) if "VLLMServer" in " ".join(p.cmdline())]
+    (server,) = [p for p in psutil.Process(run.pid).children(recursive=True) if "VLLMServer" in _command_line(p)]
     server.kill()
     output, _ = run.communicate(timeout=300)
     return run, output

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from ports import free_port
+from helpers.ports import free_port
 from trinity.config.schema import ExternalModelConfig, InferenceModelConfig, ModelConfig
 from trinity.engine.base import EngineStartError, SamplingArgs
 from trinity.engine.client import EngineClient

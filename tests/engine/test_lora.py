@@ -14,7 +14,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from engine_helpers import make_config
+from helpers.engine_helpers import make_config
 from trinity.common.batch import Batch
 from trinity.common.experience import EID, Experience
 from trinity.config import derive_and_check
@@ -23,6 +23,7 @@ from trinity.config.derive import derive_lora
 from trinity.config.load import IssueCollector
 from trinity.config.schema import Config, InferenceModelConfig, LoRAConfig, ModelConfig
 from trinity.engine.base import SamplingArgs
+from trinity.engine.lora import adapter_state, fresh_adapter_state, with_adapter, write_adapter_folder
 from trinity.engine.torch_trainer import TorchTrainingEngine
 from trinity.engine.transformers_rollout import TransformersRolloutEngine
 from trinity.plugins import Kind, resolve
@@ -188,6 +189,30 @@ def test_a_saved_adapter_is_the_starting_point(
     assert any(p.requires_grad for p in started.actor.parameters())
 
 
+def test_a_fresh_adapter_for_vllm_s_endpoint_is_the_base_model(tiny_model_dir: Path, tmp_path: Path) -> None:
+    """``fresh_adapter_state``, what vLLM's endpoint serves by the adapter's name before the first sync
+    (``enable_runtime_lora_updating`` without a ``path``): peft's layout of the adapter, all zeros, shaped
+    without reading the weights; written as a folder, peft loads it as the base model."""
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM
+
+    lora = LoRAConfig(lora_rank=RANK, lora_alpha=ALPHA)
+    fresh = fresh_adapter_state(str(tiny_model_dir), lora)
+    base = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32).eval()
+    ids = torch.tensor([[5, 17, 42, 9, 3]])
+    with torch.no_grad():
+        expected = base(ids).logits
+    layout = adapter_state(with_adapter(base, lora, trainable=False))
+    assert {n: t.shape for n, t in fresh.items()} == {n: t.shape for n, t in layout.items()}
+    assert all(not tensor.any() for tensor in fresh.values())
+    write_adapter_folder(tmp_path / "fresh", fresh, lora, str(tiny_model_dir))
+    served = PeftModel.from_pretrained(
+        AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32), tmp_path / "fresh"
+    )
+    with torch.no_grad():
+        torch.testing.assert_close(served.eval()(ids).logits, expected, atol=0, rtol=0)
+
+
 def checked(config: Config) -> IssueCollector:
     issues = IssueCollector()
     derive_lora(config, issues)
@@ -221,7 +246,8 @@ def test_config_derives_the_rollout_keys_and_refuses_what_cannot_run(tmp_path: P
 def test_verl_and_vllm_take_the_adapter_through_memory_or_checkpoint_sync() -> None:
     """Trinity-RFT's LoRA example pair (verl + vLLM) trains and samples the adapter; what vLLM
     cannot do with one is refused by key: an NCCL broadcast (full weights) and its own OpenAI
-    server (it would answer with the base model)."""
+    server (it would answer with the base model, unless enable_runtime_lora_updating serves the
+    adapter on it: tests/config/test_check_rules.py)."""
     config = Config(mode="both")
     config.model.lora_configs = [LoRAConfig()]
     config.explorer.rollout_model.engine_type = "vllm"

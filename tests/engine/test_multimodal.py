@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from engine_helpers import make_config, train_mode_trainer
-from mm_tasks import COLOURS, draw
+from helpers.engine_helpers import make_config, train_mode_trainer
+from helpers.mm_tasks import COLOURS, draw
 from trinity.buffer.errors import SerializationError
 from trinity.buffer.serialization import (
     deserialize_experience,

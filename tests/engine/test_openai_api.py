@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import http.client
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -11,7 +13,8 @@ import httpx
 import openai
 import pytest
 
-from tool_model import CALCULATOR, QUESTIONS, answer, tool_call_text
+from helpers.engine_helpers import transformers_client
+from helpers.tool_model import CALCULATOR, QUESTIONS, answer, tool_call_text
 from trinity.common.http_guard import KEEP_ALIVE_SECONDS
 from trinity.config.schema import InferenceModelConfig, ModelConfig
 from trinity.engine.base import EngineStartError, SamplingArgs
@@ -19,23 +22,23 @@ from trinity.engine.client import EngineClient
 from trinity.engine.model_wrapper import ModelWrapper
 from trinity.engine.openai_api import MAX_N, MAX_STOP_CHARS, MAX_STOPS
 from trinity.engine.tokenization import TOOL_CALL_PARSERS
-from trinity.engine.transformers_rollout import TransformersRolloutEngine
 
 MESSAGES = [{"role": "user", "content": "What is 1+1?"}]
 
 
-def serve(model: Path, **settings) -> EngineClient:
+@contextmanager
+def serve(model: Path, **settings) -> Iterator[EngineClient]:
+    """An engine client on ``model`` serving the endpoint with ``settings``, closed on exit."""
     config = InferenceModelConfig(model_path=str(model), engine_type="transformers", name="tiny", **settings)
-    client = EngineClient(TransformersRolloutEngine(config, ModelConfig(model_path=str(model), max_model_len=512)))
-    client.serve_openai(config)
-    return client
+    with transformers_client(config, ModelConfig(model_path=str(model), max_model_len=512)) as client:
+        client.serve_openai(config)
+        yield client
 
 
 @pytest.fixture(scope="module")
 def endpoint(tiny_model_dir: Path):
-    client = serve(tiny_model_dir)
-    yield client
-    client.close()
+    with serve(tiny_model_dir) as client:
+        yield client
 
 
 def test_chat_with_token_ids_and_logprobs_for_training(endpoint):
@@ -103,8 +106,7 @@ def test_requests_the_engine_cannot_serve_are_400s_naming_the_field(endpoint, pa
 def test_an_api_key_is_required_when_set_and_trinity_clients_send_it(tiny_model_dir):
     """``api_key`` set: a request without it is a 401 (``/health`` stays open); the official
     client given the key, and a workflow's client made by ``ModelWrapper``, get through."""
-    client = serve(tiny_model_dir, api_key="sesame")
-    try:
+    with serve(tiny_model_dir, api_key="sesame") as client:
         without = openai.OpenAI(base_url=client.api_url, api_key="EMPTY", max_retries=0)
         with pytest.raises(openai.AuthenticationError):
             without.chat.completions.create(model="tiny", messages=MESSAGES, max_tokens=1)
@@ -116,8 +118,6 @@ def test_an_api_key_is_required_when_set_and_trinity_clients_send_it(tiny_model_
         model = ModelWrapper(client, SamplingArgs(n=1), enable_history=True)
         model.get_openai_client().chat.completions.create(model="tiny", messages=MESSAGES, max_tokens=1)
         assert len(model.extract_experience_from_history()) == 1
-    finally:
-        client.close()
 
 
 def test_content_given_as_text_parts_is_served_as_its_text(endpoint):
@@ -169,13 +169,12 @@ def test_reasoning_and_tool_calls_are_parsed_when_configured(tiny_model_dir):
     )
     plain = _chat_choice(0, Completion([1], [2], [-0.1], "just text", "length"), request, reasoning=False, tools=hermes)
     assert plain["message"] == {"role": "assistant", "content": "just text"} and plain["finish_reason"] == "length"
-    client = serve(tiny_model_dir, enable_auto_tool_choice=True, tool_call_parser="hermes", reasoning_parser="qwen3")
-    try:
+    with serve(
+        tiny_model_dir, enable_auto_tool_choice=True, tool_call_parser="hermes", reasoning_parser="qwen3"
+    ) as client:
         api = openai.OpenAI(base_url=client.api_url, api_key="EMPTY")
         response = api.chat.completions.create(model="tiny", messages=MESSAGES, tools=request.tools, max_tokens=4)
         assert response.choices[0].message.tool_calls is None  # the tiny model calls no tool
-    finally:
-        client.close()
 
 
 def test_tools_are_rendered_by_the_chat_template(endpoint):
@@ -206,14 +205,14 @@ def test_tools_are_rendered_by_the_chat_template(endpoint):
 
 def test_an_unknown_tool_call_parser_fails_at_start(tiny_model_dir):
     with pytest.raises(EngineStartError, match="tool_call_parser 'mistral': this endpoint parses hermes"):
-        serve(tiny_model_dir, enable_auto_tool_choice=True, tool_call_parser="mistral")
+        with serve(tiny_model_dir, enable_auto_tool_choice=True, tool_call_parser="mistral"):
+            pass
 
 
 def test_a_model_that_calls_tools_gets_openai_tool_calls(tool_model_dir):
     """The model taught to call the calculator, through the official client: its call comes back
     parsed (hermes), and ``tool_choice: none`` leaves the text alone."""
-    client = serve(tool_model_dir, enable_auto_tool_choice=True, tool_call_parser="hermes")
-    try:
+    with serve(tool_model_dir, enable_auto_tool_choice=True, tool_call_parser="hermes") as client:
         api = openai.OpenAI(base_url=client.api_url, api_key="EMPTY")
         question, expression = next(iter(QUESTIONS.items()))
         messages = [{"role": "user", "content": question}]
@@ -230,24 +229,19 @@ def test_a_model_that_calls_tools_gets_openai_tool_calls(tool_model_dir):
         ]
         final = api.chat.completions.create(**{**ask, "messages": messages}).choices[0]
         assert final.message.content == answer(expression) and final.finish_reason == "stop"
-    finally:
-        client.close()
 
 
 def test_base_port_places_each_engine_s_endpoint_and_requests_are_logged_on_request(endpoint, tiny_model_dir, caplog):
     """Trinity-RFT's base_port (engine i on base_port + i) and enable_log_requests."""
-    from ports import free_port
+    from helpers.ports import free_port
 
     base = free_port() - 1  # engine 1 takes base + 1: the free port
-    client = serve(tiny_model_dir, base_port=base, engine_id=1, enable_log_requests=True)
-    try:
+    with serve(tiny_model_dir, base_port=base, engine_id=1, enable_log_requests=True) as client:
         assert client.api_url == f"http://127.0.0.1:{base + 1}/v1"
         with caplog.at_level("INFO", logger="trinity.engine.openai_api"):
             for served in (client, endpoint):  # the module's endpoint: the defaults, nothing logged
                 api = openai.OpenAI(base_url=served.api_url, api_key="EMPTY")
                 api.chat.completions.create(model="tiny", messages=MESSAGES, max_tokens=2)
-    finally:
-        client.close()
     logged = [r.getMessage() for r in caplog.records if r.name == "trinity.engine.openai_api"]
     assert len(logged) == 1
     assert logged == [

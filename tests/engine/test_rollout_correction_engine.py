@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from engine_helpers import train_mode_trainer
+from helpers.engine_helpers import train_mode_trainer
 from trinity.common.batch import Batch
 from trinity.common.experience import EID, Experience
 from trinity.trainer.trainer import Trainer

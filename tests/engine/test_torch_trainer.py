@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from engine_helpers import make_config
+from helpers.engine_helpers import make_config
 from trinity.common.batch import Batch
 from trinity.common.experience import EID, Experience
 from trinity.config.schema import InferenceModelConfig, ModelConfig, OptimizerConfig

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import torch
 
-from engine_helpers import train_mode_trainer
+from helpers.engine_helpers import train_mode_trainer
 from trinity.common.experience import EID, Experience
 
 

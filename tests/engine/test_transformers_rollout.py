@@ -228,7 +228,7 @@ def test_the_weights_dtype_is_float32_on_a_cpu_and_the_dtype_key_on_a_gpu():
 def test_rope_overrides_reach_the_rollout_and_the_training_engine_alike(tiny_model_dir: Path) -> None:
     """Trinity-RFT's model.rope_theta / rope_scaling over the checkpoint's RoPE, in both engines (through
     the one load_model): the logprobs move, and the trainer's match the rollout engine's."""
-    from engine_helpers import make_config
+    from helpers.engine_helpers import make_config
     from trinity.engine.torch_trainer import TorchTrainingEngine
 
     ids = [list(range(3, 60, 4))]

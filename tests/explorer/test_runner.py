@@ -8,19 +8,18 @@ from pathlib import Path
 import pytest
 import runner_workflows as flows
 
+from helpers.engine_helpers import transformers_client
 from trinity.common.experience import Task
 from trinity.config.schema import Config
 from trinity.engine.client import EngineClient
-from trinity.engine.transformers_rollout import TransformersRolloutEngine
 from trinity.explorer.runner import TaskRunner, over_rollout_minimum
 
 
 @pytest.fixture(scope="module")
 def client(tiny_model_dir: Path):
     config = config_of(tiny_model_dir)
-    client = EngineClient(TransformersRolloutEngine(config.explorer.rollout_model, config.model))
-    yield client
-    client.close()
+    with transformers_client(config.explorer.rollout_model, config.model) as client:
+        yield client
 
 
 def config_of(model: Path, **explorer) -> Config:

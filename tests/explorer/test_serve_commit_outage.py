@@ -1,4 +1,4 @@
-"""``/commit`` while the buffer's PostgreSQL connection is cut at its COMMIT (``tests/pg_cut.py``):
+"""``/commit`` while the buffer's PostgreSQL connection is cut at its COMMIT (``tests/helpers/pg_cut.py``):
 a cut the writer recovers from is a plain success; one with no server after it is a 503 that
 keeps the scored experiences, and the next ``/commit`` writes them, each once, whether the cut
 commit had landed or not. Never a 500, never a lost or doubled experience."""
@@ -10,9 +10,9 @@ import uuid
 import pytest
 from test_serve_proxy import KEY, _call, _chat_ids
 
-from pg_cluster import missing_reason, throwaway_postgres
-from pg_cut import CommitCutter
-from serve_helpers import serve_explorer
+from helpers.pg_cluster import missing_reason, throwaway_postgres
+from helpers.pg_cut import CommitCutter
+from helpers.serve_helpers import serve_explorer
 from trinity.buffer import open_experience_reader
 from trinity.explorer import serve
 

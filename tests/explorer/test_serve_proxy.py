@@ -20,7 +20,7 @@ import httpx
 import openai
 import pytest
 
-from serve_helpers import serve_explorer
+from helpers.serve_helpers import serve_explorer
 from trinity.engine.openai_api import guarded
 from trinity.explorer import serve
 from trinity.synchronizer.methods import TrainerFinished
@@ -46,7 +46,7 @@ def _client(proxy: serve.ServeProxy) -> httpx.AsyncClient:
 
 
 def _on_explorer_loop(proxy: serve.ServeProxy, work: Awaitable[T]) -> T:
-    """``work`` on the explorer's loop, where ``ServeHost.serve`` runs the proxy."""
+    """``work`` on the explorer's loop, where ``Explorer.serve`` runs the proxy."""
     return proxy.host.loop.run_until_complete(work)
 
 

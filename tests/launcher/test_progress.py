@@ -12,7 +12,7 @@ import pytest
 
 from trinity.config.schema import Config
 from trinity.monitor.console import ConsoleMonitor
-from trinity.progress import Interval, ProgressDisplay, RoleProgress
+from trinity.progress import PLANNED_STEPS_FILE, Interval, ProgressDisplay, RoleProgress
 
 
 class Terminal(io.StringIO):
@@ -61,6 +61,8 @@ def test_off_a_terminal_a_plain_line_per_interval_and_a_last_one(tmp_path: Path)
     out = io.StringIO()
     display = ProgressDisplay(config, ["trainer"], out)
     display.set_total("trainer", 5)
+    planned = Path(config.checkpoint_job_dir) / PLANNED_STEPS_FILE  # for the studio, which follows the job folder
+    assert json.loads(planned.read_text()) == {"trainer": 5}
     for step in range(1, 6):
         trainer.log({"actor/pg_loss": 1.0 / step}, step)
         display.update()

@@ -11,7 +11,7 @@ from contextlib import contextmanager
 import pytest
 from omegaconf import OmegaConf
 
-from ports import free_port
+from helpers.ports import free_port
 from trinity.launcher import RunFailed, ray_address
 
 

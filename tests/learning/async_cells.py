@@ -25,7 +25,7 @@ from learning_cells import Cell, Workspace, plugin_env
 from omegaconf import OmegaConf
 from single_turn_cells import GRPO, LORA
 
-from ports import free_port
+from helpers.ports import free_port
 
 BUDGET, TEST_BUDGET = GRPO.steps, GRPO.test_steps
 BASELINE_MARGIN = 0.1
@@ -252,6 +252,13 @@ FULLY_ASYNC = async_cell(
     _style("fully_async", "synchronizer.sync_offset=1", *OVER_ROLLOUT),
     drops_tasks=True,
 )
+PARTIAL_ROLLOUT = async_cell(
+    "sync: fully_async + partial rollout",
+    "sync style",
+    _style("fully_async", "synchronizer.sync_offset=1", "synchronizer.partial_rollout=true"),
+    note="a weight sync pauses the responses being sampled and resumes them with the new weights "
+    "(staleness_token_mean below the rows' staleness where it acts)",
+)
 TWO_PROCESSES = async_cell(
     "mode: train + explore (two processes)",
     "sync style",
@@ -308,4 +315,14 @@ LORA_ENGINES = Cell(
 )
 """LoRA through the production engines: verl trains the adapter alone, vLLM samples base + adapter."""
 
-CELLS = [TRAINER_DRIVEN, EXPLORER_DRIVEN, FULLY_ASYNC, TWO_PROCESSES, SERVE, VLLM_ROLLOUT, VERL_TRAINER, LORA_ENGINES]
+CELLS = [
+    TRAINER_DRIVEN,
+    EXPLORER_DRIVEN,
+    FULLY_ASYNC,
+    PARTIAL_ROLLOUT,
+    TWO_PROCESSES,
+    SERVE,
+    VLLM_ROLLOUT,
+    VERL_TRAINER,
+    LORA_ENGINES,
+]

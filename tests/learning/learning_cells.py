@@ -105,14 +105,22 @@ class Workspace:
         self.root.mkdir(parents=True, exist_ok=True)
         self.data = self.root / "data"
 
+    def _built(self, name: str) -> Path:
+        """``root/name``, written by ``trinity.common.tiny_model.build_<name>`` the first time."""
+        path = self.root / name
+        if not (path / "config.json").exists():
+            from trinity.common import tiny_model
+
+            getattr(tiny_model, f"build_{name}")(str(path))
+        return path
+
     @property
     def tiny_model(self) -> Path:
-        path = self.root / "tiny_model"
-        if not (path / "config.json").exists():
-            from trinity.common.tiny_model import build_tiny_model
+        return self._built("tiny_model")
 
-            build_tiny_model(str(path))
-        return path
+    @property
+    def tiny_moe_model(self) -> Path:
+        return self._built("tiny_moe_model")
 
     @property
     def arithmetic(self) -> Path:
@@ -125,17 +133,22 @@ class Workspace:
         return self.warmed(60)
 
     def start_model(self, name: str) -> Path:
-        """A cell's start by name: "tiny", "warm" or "warm_N" (:meth:`warmed` for N steps)."""
+        """A cell's start by name: "tiny", "warm", "warm_N" (:meth:`warmed` for N steps) or
+        "warm_moe" (the tiny Qwen3-MoE model after the same 60 steps)."""
         if name == "tiny":
             return self.tiny_model
+        if name == "warm_moe":
+            return self.warmed(60, moe=True)
         return self.warmed(60 if name == "warm" else int(name.removeprefix("warm_")))
 
-    def warmed(self, epochs: int) -> Path:
-        """The tiny model after ``epochs`` full-batch SFT steps on the 25 sums (built once)."""
-        path = self.root / ("warm_model" if epochs == 60 else f"warm_model_{epochs}")
+    def warmed(self, epochs: int, moe: bool = False) -> Path:
+        """The tiny model (``moe``: the tiny MoE model) after ``epochs`` full-batch SFT steps on
+        the 25 sums (built once)."""
+        name = f"warm{'_moe' if moe else ''}_model"
+        path = self.root / (name if epochs == 60 else f"{name}_{epochs}")
         if not (path / "config.json").exists():
-            out = self.root / f"warmup_{epochs}"
-            config = base_config(out, self.tiny_model, self.arithmetic)
+            out = self.root / f"warmup{'_moe' if moe else ''}_{epochs}"
+            config = base_config(out, self.tiny_moe_model if moe else self.tiny_model, self.arithmetic)
             config.merge_with_dotlist(
                 [
                     "mode=train",

@@ -23,7 +23,7 @@ from pathlib import Path
 
 from learning_cells import FORMAT, RL_START, Cell, Workspace, _run_in_process, _save, base_config
 
-from tool_model import CALCULATOR, tool_call_text
+from helpers.tool_model import CALCULATOR, tool_call_text
 
 TWO_TURN_PROMPT = "model.max_prompt_tokens=64"
 """The second turn's prompt (system, first sum, reply, second sum) is about 50 tokens."""

@@ -86,6 +86,22 @@ SHUFFLED = {
 (plugins/single_turn_plugins.py): the same reward statistics, no link to the answers."""
 GRPO = dataclasses.replace(rl_cell("grpo"), controls={**SHUFFLED, **negated("grpo")})
 """Single-turn RL learns: GRPO on the quickstart's arithmetic raises the rollout reward."""
+ROUTER_REPLAY = Cell(
+    name="algorithm: grpo, MoE router replay",
+    family="single-turn RL",
+    overrides=lambda ws: list(algorithm("grpo", "algorithm.enable_router_replay=true")),
+    steps=120,
+    test_steps=40,
+    margin=0.15,
+    model="warm_moe",
+    note=(
+        "The tiny Qwen3-MoE model (2 layers of 8 experts, 2 a token) after the same SFT warm-up; the "
+        "transformers engine records each token's experts and the torch trainer replays them. On a CPU both "
+        "sides compute in float32 and route alike, so this row shows a whole run carrying and replaying the "
+        "routing; what replay corrects (a bf16 rollout's routing flips) is tests/engine/test_router_replay.py's."
+    ),
+    controls=negated("grpo"),
+)
 PPO = rl_cell("ppo")
 OPMD = rl_cell("opmd")
 
@@ -400,6 +416,7 @@ the cells where a correction should matter, and rollout correction."""
 
 CELLS = [
     GRPO,
+    ROUTER_REPLAY,
     rl_cell("grpo_verl"),
     rl_cell(
         "gspo",

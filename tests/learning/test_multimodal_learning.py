@@ -26,8 +26,8 @@ import pytest
 import torch
 from PIL import Image
 
-from engine_helpers import make_config
-from mm_tasks import SHAPES, SIDE, draw
+from helpers.engine_helpers import make_config
+from helpers.mm_tasks import SHAPES, SIDE, draw
 from trinity.common.batch import Batch
 from trinity.common.experience import EID, Experience
 from trinity.config import load_config

@@ -1,6 +1,6 @@
 import pytest
 
-from ports import free_port
+from helpers.ports import free_port
 
 
 @pytest.fixture

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 import trinity.plugin_api as api
-from house import imported_modules
+from helpers.house import imported_modules
 
 PACKAGES = Path(__file__).resolve().parents[2] / "packages"
 SIBLINGS = ("trinity-workflows", "trinity-monitors", "trinity-vllm", "trinity-verl")

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import textwrap
@@ -12,18 +11,12 @@ from pathlib import Path
 
 import pytest
 
+from helpers.cli import trinity
 from trinity.plugins import DuplicatePluginError, Kind, UnknownPluginError, hookimpl
 from trinity.plugins.kinds import KNOWN_PROVIDERS
 from trinity.plugins.manager import build_registry
 
 SIBLINGS = ("trinity-core", "trinity-verl", "trinity-vllm", "trinity-monitors", "trinity-workflows")
-
-
-def run_cli(*args: str, env: dict | None = None, cwd: Path | None = None) -> subprocess.CompletedProcess:
-    full_env = {**os.environ, **(env or {})}
-    return subprocess.run(
-        [sys.executable, "-m", "trinity.cli", *args], capture_output=True, text=True, env=full_env, cwd=cwd
-    )
 
 
 def test_every_hook_registers_into_its_kind():
@@ -43,7 +36,7 @@ def test_every_hook_registers_into_its_kind():
 
 
 def test_plugins_json_lists_names_from_all_five_packages():
-    result = run_cli("plugins", "--json")
+    result = trinity("plugins", "--json")
     assert result.returncode == 0, result.stderr
     rows = json.loads(result.stdout)
     assert set(rows[0]) == {"kind", "name", "target", "distribution"}
@@ -57,7 +50,7 @@ def test_plugins_json_lists_names_from_all_five_packages():
 
 
 def test_plugins_table_output():
-    result = run_cli("plugins")
+    result = trinity("plugins")
     assert result.returncode == 0
     header, *lines = result.stdout.splitlines()
     assert header.split() == ["kind", "name", "distribution", "target"]
@@ -262,10 +255,10 @@ def test_third_party_plugin_resolves_from_config(third_party, tmp_path):
         )
     )
     env = {"PYTHONPATH": str(third_party)}
-    result = run_cli("config", "check", str(config), env=env, cwd=tmp_path)
+    result = trinity("config", "check", str(config), env=env, cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     assert "default_workflow_type: echo_workflow" in result.stdout
-    listing = json.loads(run_cli("plugins", "--json", env=env).stdout)
+    listing = json.loads(trinity("plugins", "--json", env=env).stdout)
     assert {
         "kind": "workflow",
         "name": "echo_workflow",
@@ -275,7 +268,7 @@ def test_third_party_plugin_resolves_from_config(third_party, tmp_path):
 
 
 def test_broken_plugin_is_reported_and_the_rest_keep_working(third_party):
-    result = run_cli("plugins", "--json", env={"PYTHONPATH": str(third_party)})
+    result = trinity("plugins", "--json", env={"PYTHONPATH": str(third_party)})
     assert result.returncode == 0
     assert "plugin broken_plugin (trinity-broken-plugin) failed to load: RuntimeError: boom at import" in result.stderr
     assert any(row["name"] == "echo_workflow" for row in json.loads(result.stdout))
@@ -283,7 +276,7 @@ def test_broken_plugin_is_reported_and_the_rest_keep_working(third_party):
 
 def test_disable_env_blocks_a_third_party_plugin(third_party):
     env = {"PYTHONPATH": str(third_party), "TRINITY_DISABLE_PLUGINS": "trinity-echo-plugin, broken_plugin"}
-    result = run_cli("plugins", "--json", env=env)
+    result = trinity("plugins", "--json", env=env)
     assert result.stderr == ""
     assert not any(row["name"] == "echo_workflow" for row in json.loads(result.stdout))
 
@@ -302,7 +295,7 @@ def test_third_party_duplicate_of_a_core_name_is_refused(tmp_path):
         """,
     )
     target = pip_install_to(tmp_path / "site", dup)
-    result = run_cli("plugins", env={"PYTHONPATH": str(target)})
+    result = trinity("plugins", env={"PYTHONPATH": str(target)})
     assert result.returncode != 0
     assert "advantage function 'grpo' is registered twice" in result.stderr
     assert "trinity-core" in result.stderr and "trinity-dup-plugin" in result.stderr

@@ -32,6 +32,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import httpx
 import pytest
@@ -41,8 +42,8 @@ from hypothesis import strategies as st
 from websockets.exceptions import InvalidStatus
 from websockets.sync.client import connect
 
-from ports import free_port
-from serve_helpers import serve_explorer
+from helpers.ports import free_port
+from helpers.serve_helpers import serve_explorer
 from trinity.common.http_guard import json_depth
 
 schemathesis = pytest.importorskip("schemathesis", reason="schemathesis is not installed (requirements-dev.txt)")
@@ -418,7 +419,13 @@ def test_the_studio(tmp_path: Path) -> None:
                 assert changed <= {str(target), *map(str, target.parents)}, changed
                 assert str(target) in changed
 
-        fuzz_schema(door, positive=60, negative=60)
+        run_routes = ("GET /api/runs/{run_id}", "POST /api/runs/{run_id}/stop")  # no invalid string to generate
+        fuzz_schema(door, positive=60, negative=60, skip=run_routes)
+        run_ids = st.text(max_size=40) | st.sampled_from(["..", "../..", "%2e%2e", "x/../..", "20261203-000000-x"])
+        fuzz(run_ids, 40, lambda run_id: door.send("GET", f"/api/runs/{quote(run_id, safe='')}"))
+        fuzz(run_ids, 40, lambda run_id: door.send("POST", f"/api/runs/{quote(run_id, safe='')}/stop"))
+        fuzz(st.fixed_dictionaries({"path": SAVE_PATHS}), 80, lambda b: door.send("POST", "/api/runs", json=b))
+        assert door.send("GET", "/api/runs").json() == {"runs": []}  # no config here checks: nothing started
         save_bodies = st.fixed_dictionaries(
             {"config": STUDIO_TREES, "path": SAVE_PATHS},
             optional={"overwrite": st.booleans() | JSON, "save_anyway": st.booleans() | JSON},
@@ -552,17 +559,15 @@ ENGINE_FIELDS = {
 def test_the_engine_openai_endpoint(tiny_model_dir: Path) -> None:
     """The transformers engine's endpoint on the tiny model (a 24-token context keeps 1,000
     requests quick); the engine answers a fixed prompt after the fuzz as it did before."""
+    from helpers.engine_helpers import transformers_client
     from trinity.config.schema import InferenceModelConfig, ModelConfig
-    from trinity.engine.client import EngineClient
     from trinity.engine.openai_api import openai_app
-    from trinity.engine.transformers_rollout import TransformersRolloutEngine
 
     config = InferenceModelConfig(
         model_path=str(tiny_model_dir), engine_type="transformers", name="tiny", api_key=TOKEN
     )
     model = ModelConfig(model_path=str(tiny_model_dir), max_model_len=24)
-    client = EngineClient(TransformersRolloutEngine(config, model))
-    try:
+    with transformers_client(config, model) as client:
         url = client.serve_openai(config).removesuffix("/v1")
         door = Door("engine OpenAI endpoint", url, openai_app(client, config))
         greedy = {"model": "tiny", "prompt": "1+1=", "max_tokens": 4, "temperature": 0.0, "return_token_ids": True}
@@ -574,8 +579,6 @@ def test_the_engine_openai_endpoint(tiny_model_dir: Path) -> None:
         oversized(door, 8 * 2**20)
         hostile(door, ENGINE_FIELDS, limit=8 * 2**20, huge=2**20)
         assert door.send("POST", "/v1/completions", json=greedy).json()["choices"] == before
-    finally:
-        client.close()
     door.report()
 
 

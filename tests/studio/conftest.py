@@ -2,17 +2,21 @@
 
 from __future__ import annotations
 
+import os
 import shutil
+import signal
 import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import psutil
 import pytest
 import uvicorn
 
-from ports import free_port
+from helpers.ports import free_port
 from trinity.studio.app import create_app
+from trinity.studio.runs import StudioRuns
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 CHROMIUM_ARGS = [
@@ -53,6 +57,20 @@ def studio(tmp_path) -> Iterator[Callable[[Path | None], str]]:
     for server, thread in servers:
         server.should_exit = True
         thread.join(timeout=10)
+    stop_runs_left(tmp_path)
+
+
+def stop_runs_left(root: Path) -> None:
+    """Stop what a failed test left running of the runs it started (they outlive the studio):
+    Ctrl-C, then SIGKILL to the run's process group after 60 s."""
+    runs = StudioRuns(root)
+    for record in runs.records():
+        if runs.alive(record):
+            os.killpg(record.pid, signal.SIGINT)
+            try:
+                psutil.Process(record.pid).wait(timeout=60)
+            except psutil.TimeoutExpired:
+                os.killpg(record.pid, signal.SIGKILL)
 
 
 @pytest.fixture(scope="module")

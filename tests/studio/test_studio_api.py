@@ -12,7 +12,7 @@ import httpx
 import yaml
 from fastapi.testclient import TestClient
 
-from ports import free_port
+from helpers.ports import free_port
 from trinity.studio.app import create_app
 
 TOKEN = "api-test-token"

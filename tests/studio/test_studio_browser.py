@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from seed_env import set_seed_env
+from helpers.seed_env import set_seed_env
 from trinity.config import check_tree
 from trinity.config.load import read_yaml
 
@@ -75,6 +75,7 @@ def test_beginner_mode_shows_an_error_by_its_field_and_saves_a_config_that_check
 
     fill(page, {"buffer.batch_size": "8", "cluster.gpu_per_node": "0"})
     fill(page, {"explorer.rollout_model.engine_type": "transformers", "trainer.trainer_type": "torch"})
+    fill(page, {"explorer.rollout_model.tensor_parallel_size": ""})  # one device per transformers engine
     wait_checked(page)
     assert error.inner_text() == ""
     assert page.locator("#summary").inner_text() == "valid: passes trinity config check"

@@ -11,6 +11,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from trinity.studio.app import StudioError, create_app
+from trinity.studio.runs import RUNS_DIR
 
 TOKEN = "door-test-token"
 TASKSET = "buffer.explorer_input.taskset"
@@ -43,15 +44,22 @@ def save(studio: TestClient, path, overwrite: bool | None = None, project: str =
         ("POST", "/api/check"),
         ("POST", "/api/load"),
         ("POST", "/api/save"),
+        ("GET", "/api/runs"),
+        ("POST", "/api/runs"),
+        ("GET", "/api/runs/x"),
+        ("POST", "/api/runs/x/stop"),
     ],
 )
 def test_every_route_needs_the_token(tmp_path, method, url):
+    (tmp_path / "run.yaml").write_text("project: x\n")
     body = {"config": {"project": "x"}, "path": "x.yaml", "text": "project: x\n"}
+    if url == "/api/runs":
+        body = {"path": "run.yaml"}
     for token in (None, "wrong-token"):
         answer = client(tmp_path, token=token).request(method, url, json=body if method == "POST" else None)
         assert answer.status_code == 401, (url, token, answer.text)
         assert "studio.js" not in answer.text
-    assert not (tmp_path / "x.yaml").exists()
+    assert not (tmp_path / "x.yaml").exists() and not (tmp_path / RUNS_DIR).exists()
 
 
 def test_the_printed_url_sets_a_strict_http_only_cookie_that_opens_the_api(tmp_path):
@@ -192,6 +200,25 @@ def test_check_imports_no_dotted_workflow(tmp_path, marker_module, dotted):
     assert "dotted path" in notes["monitor.monitor_type[0]"]
     assert not [e for e in result["errors"] if "importme" in e["message"]]
     assert f"default_workflow_type: {dotted}" in result["yaml"]  # saved as written
+
+
+def test_a_dotted_workflow_for_every_taskset_is_left_to_the_run_where_the_config_copies_it(tmp_path):
+    """The beginner form's ``explorer_input.default_workflow_type`` is copied to each taskset: the
+    copy is the run's to check too (a false error there kept the studio from starting the run)."""
+    tree = {
+        "model": {"model_path": "m", "max_prompt_tokens": 8, "max_response_tokens": 8},
+        "buffer": {
+            "batch_size": 4,
+            "explorer_input": {"taskset": {"path": "t.jsonl"}, "default_workflow_type": "my_pkg.MyWorkflow"},
+        },
+    }
+    result = client(tmp_path).post("/api/check", json={"config": tree}).json()
+    assert result["errors"] == []
+    notes = {w["path"]: w["message"] for w in result["warnings"]}
+    assert "imported at run time" in notes["buffer.explorer_input.default_workflow_type"]
+    tree["buffer"]["explorer_input"]["default_workflow_type"] = "no_such_workflow"  # a plain name is checked
+    errors = client(tmp_path).post("/api/check", json={"config": tree}).json()["errors"]
+    assert [e["path"] for e in errors] == [f"{TASKSET}.default_workflow_type"]
 
 
 def test_check_resolves_no_environment_variable(tmp_path, monkeypatch):

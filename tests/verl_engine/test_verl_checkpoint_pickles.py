@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 import torch
 
-from engine_helpers import make_config, one_grpo_step
+from helpers.engine_helpers import make_config, one_grpo_step
 
 pytest.importorskip("verl")
 

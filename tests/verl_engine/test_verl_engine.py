@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 import torch
 
-from engine_helpers import make_config
+from helpers.engine_helpers import make_config
 
 pytest.importorskip("verl")
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from engine_helpers import make_config, one_grpo_step
+from helpers.engine_helpers import make_config, one_grpo_step
 
 pytest.importorskip("verl")
 

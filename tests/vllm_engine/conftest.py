@@ -9,22 +9,23 @@ from pathlib import Path
 
 import pytest
 
+from helpers.fixtures import local_ray
+
 os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")  # GiB; vLLM's CPU default is far larger
 API_KEY = "vllm-sesame"
 """The shared engine's endpoint requires it (``api_key``): trinity's own clients must send it."""
 
 
+@pytest.fixture(scope="package", autouse=True)
+def folder_ray():
+    """One Ray for the whole folder: the shared engine's actor outlives each module's
+    ``ray_session``, which finds this Ray running and leaves it up."""
+    with local_ray("trinity-vllm-tests"):
+        yield
+
+
 @pytest.fixture(scope="package")
-def ray_session():
-    import ray
-
-    ray.init(num_cpus=2, include_dashboard=False, namespace="trinity-vllm-tests")
-    yield
-    ray.shutdown()
-
-
-@pytest.fixture(scope="package")
-def shared_vllm_engine(ray_session, tiny_model_dir: Path):
+def shared_vllm_engine(tiny_model_dir: Path):
     """The shared engine, started on first use and again after a test killed it (the crash
     test does), so no test depends on running before another."""
     from trinity.config.schema import InferenceModelConfig, ModelConfig

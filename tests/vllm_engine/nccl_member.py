@@ -11,11 +11,18 @@ from trinity_vllm.nccl import GroupAddress, WeightGroup, meta_of
 
 
 def member(address: dict, rank: int, weights: dict[str, torch.Tensor], received: multiprocessing.Queue) -> None:
-    """Rank 0 sends ``weights``; rank 1 puts what it receives (on the CPU) in ``received``."""
+    """Rank 0 sends ``weights``; rank 1 puts what it receives in ``received`` as plain values
+    (name, dtype, nested lists): a tensor put as itself shares its storage through this process,
+    which may have exited before the test reads the queue."""
     if address["backend"] == "nccl":
         torch.cuda.set_device(rank)
     group = WeightGroup(GroupAddress(**address), rank)
     if rank == 0:
         group.send(weights)
     else:
-        received.put({name: tensor.cpu() for name, tensor in group.receive(meta_of(weights))})
+        received.put(
+            [
+                (name, str(tensor.dtype).removeprefix("torch."), tensor.cpu().float().tolist())
+                for name, tensor in group.receive(meta_of(weights))
+            ]
+        )

@@ -159,7 +159,7 @@ def test_weight_group_broadcasts_every_tensor(backend: str) -> None:
     members = [spawn.Process(target=member, args=(address, rank, weights, received)) for rank in (0, 1)]
     for process in members:
         process.start()
-    got = received.get(timeout=120)
+    got = {name: torch.tensor(values, dtype=getattr(torch, dtype)) for name, dtype, values in received.get(timeout=120)}
     for process in members:
         process.join(timeout=60)
     assert [m.exitcode for m in members] == [0, 0]

@@ -3,40 +3,30 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
 import yaml
 
+from helpers.cli import trinity
+from helpers.engine_helpers import transformers_client
 from trinity.common.experience import Task
-from trinity.common.tiny_model import build_tiny_model
 from trinity.config.schema import Config, InferenceModelConfig, ModelConfig
 from trinity.engine.base import SamplingArgs
 from trinity.engine.client import EngineClient
 from trinity.engine.model_wrapper import ModelWrapper
-from trinity.engine.transformers_rollout import TransformersRolloutEngine
 from trinity.explorer.runner import TaskRunner
 from trinity.explorer.workflow import Workflow
 from trinity.plugins import Kind, resolve
 
 
 @pytest.fixture(scope="session")
-def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return build_tiny_model(tmp_path_factory.mktemp("tiny_model"))
-
-
-@pytest.fixture(scope="session")
 def client(tiny_model_dir: Path):
     path = str(tiny_model_dir)
-    engine = TransformersRolloutEngine(
-        InferenceModelConfig(model_path=path, engine_type="transformers", seed=0), ModelConfig(model_path=path)
-    )
-    client = EngineClient(engine)
-    yield client
-    client.close()
+    inference = InferenceModelConfig(model_path=path, engine_type="transformers", seed=0)
+    with transformers_client(inference, ModelConfig(model_path=path)) as client:
+        yield client
 
 
 @pytest.fixture
@@ -82,9 +72,7 @@ def make_workflow(model: ModelWrapper):
 
 
 def _trinity(env: dict[str, str], *args: str) -> str:
-    result = subprocess.run(
-        [sys.executable, "-m", "trinity.cli", *args], env=env, capture_output=True, text=True, timeout=300
-    )
+    result = trinity(*args, env=env, inherit=False, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
     return result.stdout
 
@@ -148,7 +136,7 @@ def hosted_judge():
     import uvicorn
     from fastapi import FastAPI
 
-    from ports import free_port
+    from helpers.ports import free_port
 
     app, prompts = FastAPI(), []
 

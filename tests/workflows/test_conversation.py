@@ -9,12 +9,11 @@ import pytest
 import torch
 from transformers import AutoTokenizer
 
+from helpers.engine_helpers import transformers_client
 from trinity.common.experience import Task
 from trinity.config.schema import InferenceModelConfig, ModelConfig
 from trinity.engine.base import SamplingArgs
-from trinity.engine.client import EngineClient
 from trinity.engine.model_wrapper import ModelWrapper
-from trinity.engine.transformers_rollout import TransformersRolloutEngine
 from trinity.plugins import Kind, resolve
 from trinity_workflows.base import WorkflowError
 from trinity_workflows.rewards import math_reward
@@ -79,13 +78,10 @@ def test_a_conversation_that_outgrows_max_prompt_tokens_ends_there(tiny_model_di
     )
     path = str(tiny_model_dir)
     config = ModelConfig(model_path=path, max_prompt_tokens=len(first_prompt["input_ids"]) + room)
-    client = EngineClient(TransformersRolloutEngine(InferenceModelConfig(model_path=path), config))
-    try:
+    with transformers_client(InferenceModelConfig(model_path=path), config) as client:
         model = ModelWrapper(client, SamplingArgs(max_tokens=16))
         task = Task(workflow_type="multi_turn_workflow", raw=ROW, reward_fn_type="math_reward", taskset_name="t")
         (exp,) = resolve(Kind.WORKFLOW, "multi_turn_workflow")(task, model).run()
-    finally:
-        client.close()
     assert [m["role"] for m in exp.messages] == ["user", "assistant"]
     assert exp.truncate_status == "prompt_truncated"
     if room > 0:  # the first turn still trains; the cut prompt's length is recorded

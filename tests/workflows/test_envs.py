@@ -10,14 +10,13 @@ from pathlib import Path
 
 import pytest
 
+from helpers.engine_helpers import transformers_client
 from trinity.common.experience import Task
 from trinity.config.check import plugin_args
 from trinity.config.load import IssueCollector
 from trinity.config.schema import InferenceModelConfig, ModelConfig
 from trinity.engine.base import SamplingArgs
-from trinity.engine.client import EngineClient
 from trinity.engine.model_wrapper import ModelWrapper
-from trinity.engine.transformers_rollout import TransformersRolloutEngine
 from trinity.plugins import Kind, resolve
 from trinity_workflows.base import WorkflowError
 from trinity_workflows.envs.base import action_in_tags
@@ -111,16 +110,13 @@ def test_frozen_lake_workflow_plays_an_episode_with_the_tiny_model(make_workflow
 def play_frozen_lake(model_dir: Path, max_prompt_tokens: int):
     """One frozen_lake_workflow episode (3 moves at most) under ``max_prompt_tokens``."""
     config = ModelConfig(model_path=str(model_dir), max_prompt_tokens=max_prompt_tokens)
-    client = EngineClient(TransformersRolloutEngine(InferenceModelConfig(model_path=str(model_dir)), config))
-    try:
+    with transformers_client(InferenceModelConfig(model_path=str(model_dir)), config) as client:
         model = ModelWrapper(client, SamplingArgs(max_tokens=8))
         raw = {"size": 3, "p": 0.9, "seed": 7}
         task = Task(
             workflow_type="frozen_lake_workflow", raw=raw, taskset_name="t", workflow_args={"agent_max_steps": 3}
         )
         (experience,) = resolve(Kind.WORKFLOW, "frozen_lake_workflow")(task, model).run()
-    finally:
-        client.close()
     return experience
 
 

@@ -8,7 +8,7 @@ import random
 import pytest
 from PIL import Image
 
-from mm_tasks import draw
+from helpers.mm_tasks import draw
 from trinity.engine.multimodal import MediaError
 from trinity.plugins import Kind, resolve
 from trinity_workflows.base import WorkflowError

@@ -3,10 +3,10 @@ seeded random batches, for tests/algorithm/test_rollout_correction.py.
 
 Run with the engines venv (verl 0.9.1; see make_verl_reference.py for making one):
 
-    ~/.cache/trinity-engines-venv/bin/python tests/algorithm/reference/make_rollout_correction_reference.py [OUT.pt]
+    ~/.cache/trinity-engines-venv/bin/python tests/algorithm/reference/make_rollout_correction_reference.py [OUT.safetensors]
 
-It imports only torch and verl; ``build_cases`` is also run by the live test where verl imports.
-Inputs are float64; the fixture holds tensors, floats and strings only (``weights_only`` loads it).
+It imports only torch, safetensors and verl; ``build_cases`` is also run by the live test where verl imports.
+Inputs are float64; the fixture is safetensors (``tensor_tree.py``), read without pickle.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from pathlib import Path
 
 import torch
 
-FIXTURE = Path(__file__).with_name("rollout_correction_reference.pt")
+FIXTURE = Path(__file__).with_name("rollout_correction_reference.safetensors")
 B, R = 16, 32
 
 IS_CASES = {  # name -> (rollout_is, rollout_is_threshold, rollout_is_batch_normalize)
@@ -201,12 +201,12 @@ def _actor(actor_cls, policy_loss_cls, **policy_loss):
 
 def main() -> None:
     import verl
+    from tensor_tree import save_tree  # beside this script
 
     out = Path(sys.argv[1]) if len(sys.argv) > 1 else FIXTURE
     x = make_inputs()
     payload = {"verl_version": verl.__version__, "inputs": x, "presets": presets(), "cases": build_cases(x)}
-    torch.save(payload, out)
-    torch.load(out, weights_only=True)  # plain data only
+    save_tree(payload, out)
     print(f"wrote {out} ({out.stat().st_size} bytes, verl {verl.__version__}, {len(payload['cases'])} cases)")
 
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import torch
 
-FIXTURE = Path(__file__).with_name("trinity_rft_reference.pt")
+FIXTURE = Path(__file__).with_name("trinity_rft_reference.safetensors")
 _spec = importlib.util.spec_from_file_location(
     "make_verl_reference", Path(__file__).with_name("make_verl_reference.py")
 )
@@ -227,6 +227,8 @@ def presets() -> dict[str, dict]:
 
 
 def main() -> None:
+    from tensor_tree import save_tree  # beside this script
+
     import trinity
 
     if not Path(trinity.__file__).parent.joinpath("algorithm", "advantage_fn").is_dir():
@@ -234,7 +236,7 @@ def main() -> None:
     out = Path(sys.argv[1]) if len(sys.argv) > 1 else FIXTURE
     x = verl_ref.make_inputs()
     payload = {"trinity_rft_version": trinity.__version__, "inputs": x, "cases": build_cases(x), "presets": presets()}
-    torch.save(payload, out)
+    save_tree(payload, out)
     print(f"wrote {out} ({out.stat().st_size} bytes, Trinity-RFT {trinity.__version__}, {len(payload['cases'])} cases)")
 
 

@@ -4,9 +4,9 @@ verl's pins fight the main environment's, so this runs in its own venv:
 
     python3 -m venv /tmp/verl-venv
     /tmp/verl-venv/bin/pip install torch==2.13.0 && /tmp/verl-venv/bin/pip install verl==0.9.1
-    /tmp/verl-venv/bin/python tests/algorithm/reference/make_verl_reference.py [OUT.pt]
+    /tmp/verl-venv/bin/python tests/algorithm/reference/make_verl_reference.py [OUT.safetensors]
 
-It imports only torch and verl; ``build_cases`` is also run by the live test where verl imports.
+It imports only torch, safetensors and verl; ``build_cases`` is also run by the live test where verl imports.
 Inputs are float64 so that the recorded outputs are exact to rounding.
 """
 
@@ -19,7 +19,7 @@ from types import SimpleNamespace
 import numpy as np
 import torch
 
-FIXTURE = Path(__file__).with_name("verl_reference.pt")
+FIXTURE = Path(__file__).with_name("verl_reference.safetensors")
 B, R = 16, 32
 GROUP = 4
 
@@ -237,6 +237,7 @@ def build_cases(x: dict[str, torch.Tensor]) -> dict[str, dict[str, torch.Tensor]
 
 def main() -> None:
     import verl
+    from tensor_tree import save_tree  # beside this script
 
     out = Path(sys.argv[1]) if len(sys.argv) > 1 else FIXTURE
     x, edge = make_inputs(), make_edge_inputs()
@@ -248,7 +249,7 @@ def main() -> None:
         "edge_inputs": edge,
         "edge_cases": build_edge_cases(edge),
     }
-    torch.save(payload, out)
+    save_tree(payload, out)
     count = len(payload["cases"]) + len(payload["edge_cases"])
     print(f"wrote {out} ({out.stat().st_size} bytes, verl {verl.__version__}, {count} cases)")
 

@@ -453,12 +453,21 @@ def buffer_migrate(database: str, trust_pickled_rows: bool) -> None:
 @click.option("--hidden-size", default=128, show_default=True)
 @click.option("--num-layers", default=2, show_default=True)
 @click.option("--seed", default=0, show_default=True)
-def tiny_model(out_dir: str, hidden_size: int, num_layers: int, seed: int) -> None:
-    """Build a tiny Qwen2-architecture model with a locally trained tokenizer in OUT_DIR (no download)."""
-    from trinity.common.tiny_model import build_tiny_model
+@click.option(
+    "--arch",
+    type=click.Choice(["qwen2", "qwen3_moe"]),
+    default="qwen2",
+    show_default=True,
+    help="qwen2: dense; qwen3_moe: a mixture of experts (8 experts, 2 a token), for router replay.",
+)
+def tiny_model(out_dir: str, hidden_size: int, num_layers: int, seed: int, arch: str) -> None:
+    """Build a tiny Qwen2-architecture (or Qwen3-MoE) model with a locally trained tokenizer in OUT_DIR
+    (no download)."""
+    from trinity.common.tiny_model import build_tiny_model, build_tiny_moe_model
 
-    path = build_tiny_model(out_dir, hidden_size=hidden_size, num_layers=num_layers, seed=seed)
-    click.echo(f"tiny model written to {path}")
+    build = build_tiny_moe_model if arch == "qwen3_moe" else build_tiny_model
+    path = build(out_dir, hidden_size=hidden_size, num_layers=num_layers, seed=seed)
+    click.echo(f"tiny {arch} model written to {path}")
 
 
 if __name__ == "__main__":

@@ -31,7 +31,7 @@ from trinity.monitor.learnable import nothing_learnable
 from trinity.placement import Placement, PlacementError, node_names, place_roles, where_am_i
 from trinity.plugins import Kind, resolve
 from trinity.progress import ProgressDisplay
-from trinity.report import read_records, record_config, record_summary
+from trinity.report import JOB_FOLDER_LINE, read_records, record_config, record_summary
 from trinity.runtime import WORKER_NICENESS, default_threads, quiet_console
 
 logger = logging.getLogger(__name__)
@@ -94,6 +94,7 @@ def run(config_path: str, overrides: list[str] | None = None, verbose: bool = Fa
     """
     import ray
 
+    _catch_stop_signals()  # a stop while Ray starts is a stop too, not a KeyboardInterrupt
     stages = load_stage_configs(config_path, overrides, run=True)
     raw = read_yaml(config_path, overrides)
     started_ray = not ray.is_initialized()
@@ -105,8 +106,7 @@ def run(config_path: str, overrides: list[str] | None = None, verbose: bool = Fa
             log_to_driver=True,
             logging_level=logging.INFO if verbose else logging.WARNING,
         )
-    for stop_signal in (signal.SIGTERM, signal.SIGINT):  # after ray.init, whose SIGTERM handler dumps stacks
-        signal.signal(stop_signal, _STOP_SIGNALS)
+    _catch_stop_signals()  # again after ray.init, whose SIGTERM handler dumps stacks
     detected = detected_cluster(stages[0], OmegaConf.select(raw, "mode", default="both"))
     if detected:
         stages = load_stage_configs(config_path, [*(overrides or []), *detected], warn=False, run=True)
@@ -114,6 +114,8 @@ def run(config_path: str, overrides: list[str] | None = None, verbose: bool = Fa
     model_path = None
     try:
         for index, config in enumerate(stages):
+            if _STOP_SIGNALS.received:  # stopped before this stage began
+                raise Stopped(_STOP_SIGNALS.received)
             done = read_json(stage_done_path(config)) if config.continue_from_checkpoint else None
             if done and len(stages) > 1:
                 logger.info("stage %s already finished: skipping", config.name)
@@ -131,6 +133,11 @@ def run(config_path: str, overrides: list[str] | None = None, verbose: bool = Fa
         if started_ray:
             _shutdown_local_ray()
     return summaries
+
+
+def _catch_stop_signals() -> None:
+    for stop_signal in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(stop_signal, _STOP_SIGNALS)
 
 
 def _shutdown_local_ray() -> None:
@@ -228,6 +235,7 @@ def run_stage(config: Config, verbose: bool = True) -> dict[str, Any]:
 
     started = time.time()
     record_config(config)
+    print(f"{JOB_FOLDER_LINE}{config.checkpoint_job_dir}", flush=True)
     if config.data_processor.task_pipeline is not None and config.mode in ("both", "explore", "colocate"):
         _run_task_pipeline(config)
     roles: dict[str, Any] = {}
@@ -291,6 +299,9 @@ def run_stage(config: Config, verbose: bool = True) -> dict[str, Any]:
         if _STOP_SIGNALS.received:  # the roles ended (the trainer saved) before the loop looked again
             raise Stopped(_STOP_SIGNALS.received)
         where = _where(places)
+    except Stopped as stop:  # the stopped stage's summary too: what its roles returned, and why it ended
+        record_summary({**_stage_summary(config, started, results, where), "stopped": str(stop)})
+        raise
     finally:
         if display:
             display.close()
@@ -299,6 +310,13 @@ def run_stage(config: Config, verbose: bool = True) -> dict[str, Any]:
         for actor in [*roles.values(), *shared]:
             ray.kill(actor)
         placement.remove()
+    summary = _stage_summary(config, started, results, where)
+    record_summary(summary)
+    return summary
+
+
+def _stage_summary(config: Config, started: float, results: dict[str, Any], where: dict[str, Any]) -> dict[str, Any]:
+    """What a stage's summary holds (``meta/summary.json``, the end of ``trinity run``)."""
     summary = {"stage": config.name, "mode": config.mode, "seconds": time.time() - started, "roles": results}
     summary["placement"] = where
     trainer_result = results.get(config.trainer.name)
@@ -306,7 +324,6 @@ def run_stage(config: Config, verbose: bool = True) -> dict[str, Any]:
         summary["model_path"] = trainer_result["model_path"]
     summary["job_dir"] = config.checkpoint_job_dir
     summary["nothing_learnable"] = _stalls(config, list(results))
-    record_summary(summary)
     return summary
 
 

@@ -61,7 +61,10 @@ _ON_FIRST_USE = {
     **dict.fromkeys(["endpoint_port", "guarded"], "trinity.engine.openai_api"),
     **dict.fromkeys(["door_server"], "trinity.common.http_guard"),
     **dict.fromkeys(["ModelWrapper"], "trinity.engine.model_wrapper"),
-    **dict.fromkeys(["is_adapter_folder", "synced_adapter_tensors", "write_adapter_folder"], "trinity.engine.lora"),
+    **dict.fromkeys(
+        ["fresh_adapter_state", "is_adapter_folder", "synced_adapter_tensors", "write_adapter_folder"],
+        "trinity.engine.lora",
+    ),
     **dict.fromkeys(["Workflow", "set_reward"], "trinity.explorer.workflow"),
     **dict.fromkeys(["Monitor", "MonitorError"], "trinity.monitor.base"),
     **dict.fromkeys(

@@ -17,9 +17,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
+from trinity.common.files import write_json
 from trinity.config.schema import Config
 from trinity.monitor.learnable import Streak
 
+PLANNED_STEPS_FILE = Path("meta") / "planned_steps.json"
+"""In the job folder: each role's planned steps, as ``trinity run`` learns them (``{"explorer": 200}``)."""
 HEADLINE_KEYS = ("rollout/reward/mean", "actor/pg_loss", "actor/sft_loss", "actor/dpo_loss", "actor/loss")
 """The metrics a progress line names, the first two a role logs (reward for the explorer, a loss
 for the trainer)."""
@@ -126,6 +129,7 @@ class ProgressDisplay:
 
     def __init__(self, config: Config, roles: list[str], out: IO[str] | None = None) -> None:
         monitor_dir = Path(config.checkpoint_job_dir) / "monitor"
+        self.planned_path = Path(config.checkpoint_job_dir) / PLANNED_STEPS_FILE
         self.progress = {role: RoleProgress(role, monitor_dir / f"{role}.jsonl") for role in roles}
         for progress in self.progress.values():  # a resumed run's earlier steps are history, not progress
             progress.poll()
@@ -143,8 +147,10 @@ class ProgressDisplay:
             }
 
     def set_total(self, role: str, total: int | None) -> None:
-        """The role's planned steps, once it knows them (None: it runs to the end of its data)."""
+        """The role's planned steps, once it knows them (None: it runs to the end of its data); kept
+        in the job folder for who follows the run from there (the studio)."""
         self.progress[role].total = total
+        write_json(self.planned_path, {name: progress.total for name, progress in self.progress.items()})
         if role in self._bars and total:
             self._bars[role].total = total
             self._bars[role].refresh()

@@ -30,6 +30,8 @@ PLOTS_DIR = "plots"
 SUMMARY_FILE = Path("meta") / "summary.json"
 CONFIG_FILE = "config.yaml"
 STEP_PREFIX = "global_step_"
+JOB_FOLDER_LINE = "job folder: "
+"""How ``trinity run`` starts the line naming a stage's job folder, as the stage starts."""
 
 
 def read_records(path: Path) -> list[dict[str, Any]]:
@@ -130,7 +132,10 @@ def plot(series: list[Series], title: str, ylabel: str, path: Path) -> None:
     """A PNG of the series against step (raw faint, smoothed solid)."""
     from matplotlib.figure import Figure  # lazily: only reports need matplotlib; no pyplot state
 
-    figure = Figure(figsize=(6.4, 3.4), layout="constrained")
+    figure = Figure(figsize=(6.4, 3.4))
+    # Fixed margins, not a layout engine: constrained layout measured every tick label and took
+    # over half of the report's time; the tick formatter keeps labels short (offsets, 1e-5).
+    figure.subplots_adjust(left=0.13, right=0.98, top=0.9, bottom=0.15)
     axes = figure.subplots()
     for line in series:
         raw = axes.plot(line.steps, line.values, alpha=0.3, linewidth=1)[0]
@@ -174,6 +179,8 @@ class Job:
             rows["mode"] = summary["mode"]
         if "seconds" in summary:
             rows["duration"] = f"{summary['seconds']:.0f} s"
+        if "stopped" in summary:
+            rows["stopped"] = f"by {summary['stopped']} (what was checkpointed stays)"
         for role, records in self.metrics.items():
             steps = [r["step"] for r in records if _number(r.get("step")) is not None]
             rows[f"{role} steps"] = f"{int(max(steps))}" if steps else "none logged"

@@ -72,6 +72,13 @@ class VLLMRolloutEngine(RolloutEngine):
         if env.get("VLLM_API_KEY"):  # vLLM would demand a key trinity's clients do not know
             logger.warning("%s: VLLM_API_KEY is ignored: the endpoint's key is the model's api_key", self.name)
         env["VLLM_API_KEY"] = ""  # also over a value the actor inherits from Ray's environment
+        if env.get("VLLM_ALLOW_RUNTIME_LORA_UPDATING", "").strip().lower() in ("1", "true"):
+            logger.warning(
+                "%s: VLLM_ALLOW_RUNTIME_LORA_UPDATING is ignored: its routes would load any adapter folder a request "
+                "names; enable_runtime_lora_updating serves each synced adapter",
+                self.name,
+            )
+        env["VLLM_ALLOW_RUNTIME_LORA_UPDATING"] = "0"
         actor = ray.remote(num_cpus=0, num_gpus=gpus, max_restarts=0)(VLLMServer)
         self.server = actor.options(runtime_env={"env_vars": env}).remote(config, model, self.name)
         self.model_version = 0

@@ -66,9 +66,16 @@ def trinity_check_config(config, issues):
                 "'nccl' broadcasts the full weights into vLLM's model; a LoRA adapter (model.lora_configs) "
                 "reaches vLLM as a folder: use memory (mode both) or checkpoint",
             )
-        if rollout.enable_openai_api:
+        if rollout.enable_openai_api and not rollout.enable_runtime_lora_updating:
             issues.add(
                 "explorer.rollout_model.enable_openai_api",
-                "vLLM's OpenAI server would answer with the base model, not the trained LoRA adapter: "
-                "use engine_type transformers for an endpoint with an adapter, or drop model.lora_configs",
+                "vLLM's OpenAI server would answer with the base model, not the trained LoRA adapter: set "
+                "explorer.rollout_model.enable_runtime_lora_updating: true to serve each synced version of the "
+                f"adapter as model '{adapter_name(config.model.lora_configs[0])}', or drop model.lora_configs",
             )
+
+
+def adapter_name(lora) -> str:
+    """The adapter's name in vLLM (its ``LoRARequest``, and on the endpoint with
+    ``enable_runtime_lora_updating``): ``lora.name``, else Trinity-RFT's examples' ``lora``."""
+    return lora.name or "lora"

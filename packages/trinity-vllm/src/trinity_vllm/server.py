@@ -30,6 +30,7 @@ from trinity.plugin_api import (
     door_server,
     endpoint_port,
     first,
+    fresh_adapter_state,
     guarded,
     is_adapter_folder,
     response_budget,
@@ -37,6 +38,7 @@ from trinity.plugin_api import (
     synced_adapter_tensors,
     write_adapter_folder,
 )
+from trinity_vllm.plugin import adapter_name
 
 WORKER_EXTENSION = "trinity_vllm.worker.WeightLoader"
 LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
@@ -56,9 +58,12 @@ class VLLMServer:
         self.version = 0
         # LoRA: vLLM holds the frozen base; each adapter version the trainer sends is written to
         # a folder and becomes the LoRARequest every request carries (a fresh one, B = 0, is the
-        # base model: no request until the first update)
+        # base model: no request until the first update, unless the endpoint serves the adapter
+        # by its name, enable_runtime_lora_updating)
         self.lora = (model.lora_configs or [None])[0] if config.enable_lora else None
         self.adapter: Any = None
+        self.serves_adapter = self.lora is not None and config.enable_openai_api and config.enable_runtime_lora_updating
+        self._served_models: Any = None
         self._adapters = tempfile.TemporaryDirectory(prefix="trinity-vllm-lora-") if self.lora else None
         self.engine: Any = None
         self.api_url: str | None = None
@@ -74,6 +79,8 @@ class VLLMServer:
         self._check_head_size()
         if self.lora is not None and self.lora.path:
             self.adapter = self._adapter_request(self.lora.path, 0)
+        elif self.serves_adapter:  # the endpoint names an adapter from the start: a fresh one until the first sync
+            self.adapter = self._adapter_request(self._fresh_adapter(), 0)
         try:
             self.engine = AsyncLLM.from_engine_args(AsyncEngineArgs(**self.engine_args()))
         except Exception as exc:
@@ -104,6 +111,8 @@ class VLLMServer:
         tasks = await self.engine.get_supported_tasks()
         app = build_app(args, tasks, self.engine.model_config)
         await init_app_state(self.engine, app.state, args, tasks)
+        if self.serves_adapter:
+            await self._serve_adapter(app.state.openai_serving_models)
         app = guarded(app, host, self.config.endpoint_key())
         # uvicorn directly: vLLM's serve_http installs signal handlers, which only the main
         # thread may (a Ray actor's event loop runs on another).
@@ -115,6 +124,23 @@ class VLLMServer:
                 raise EngineStartError(f"{self.name}: vLLM's OpenAI server on {host} stopped while starting")
             await asyncio.sleep(0.01)
         return f"http://{host}:{port}/v1"
+
+    async def _serve_adapter(self, models: Any) -> None:
+        """Requests naming the adapter sample through its current version: each sync's
+        ``_load_adapter`` swaps it in vLLM's registry of served models (``OpenAIServingModels``),
+        with no ``/v1/load_lora_adapter`` route (it would load any folder a request names).
+        ``/v1/models`` lists it first: a client that takes the first model gets the policy in training."""
+        await self.engine.add_lora(self.adapter)  # a broken adapter fails the start, not a request
+        models.lora_requests[self.adapter.lora_name] = self.adapter
+        listing = models.show_available_models
+
+        async def adapter_first() -> Any:
+            found = await listing()
+            found.data.sort(key=lambda card: card.id != self.adapter.lora_name)
+            return found
+
+        models.show_available_models = adapter_first
+        self._served_models = models
 
     def openai_argv(self, chat_template: str | None, template_kwargs: dict) -> list[str]:
         """vLLM's OpenAI server arguments from the config (parsed in this process: the key
@@ -321,6 +347,8 @@ class VLLMServer:
             write_adapter_folder(folder, state_dict, self.lora, self.path)
         previous, self.adapter = self.adapter, self._adapter_request(folder, version)
         await self.engine.add_lora(self.adapter)
+        if self._served_models is not None:
+            self._served_models.lora_requests[self.adapter.lora_name] = self.adapter
         if previous is not None:
             await self.engine.remove_lora(previous.lora_int_id)
             if Path(previous.lora_path).parent == Path(self._adapters.name):
@@ -330,7 +358,14 @@ class VLLMServer:
         from vllm.lora.request import LoRARequest
 
         # ids are vLLM's cache keys: one per version (0 is not a valid id)
-        return LoRARequest(self.lora.name or "lora", version + 1, str(folder))
+        return LoRARequest(adapter_name(self.lora), version + 1, str(folder))
+
+    def _fresh_adapter(self) -> Path:
+        """A fresh adapter's folder (B = 0: the base model's outputs)."""
+        folder = Path(self._adapters.name) / "v0"
+        state = fresh_adapter_state(self.path, self.lora, self.config.trust_remote_code)
+        write_adapter_folder(folder, state, self.lora, self.path)
+        return folder
 
     async def init_weight_group(self, address: dict[str, Any], rank_offset: int) -> None:
         """nccl sync: every worker joins the trainer's weight group (``WeightLoader.init_weight_group``)."""

@@ -301,6 +301,24 @@ def correct(
     return weights, kept, {f"{PREFIX}{key}": value for key, value in metrics.items()}
 
 
+def token_staleness_metrics(log_ratio: torch.Tensor, mask: torch.Tensor, batch: Batch) -> Metrics:
+    """With partial rollout (``batch.token_versions``): the tokens' share and mean ``|log r|`` by how
+    many weight versions behind the trainer's each token's sampling weights are,
+    ``rollout_corr/token_fraction/staleness_K`` and ``rollout_corr/abs_log_ratio/staleness_K``.
+    Each token's rollout logprob is its own weights', so the weights above already correct it alone."""
+    if batch.token_versions is None or batch.global_steps is None:
+        return {}
+    staleness = (batch.global_steps[:, None] - 1 - batch.token_versions).to(log_ratio.device)
+    mask = mask.bool()
+    total = int(mask.sum())
+    metrics: Metrics = {}
+    for value in torch.unique(staleness[mask]).tolist():
+        tokens = mask & (staleness == value)
+        metrics[f"{PREFIX}token_fraction/staleness_{value}"] = int(tokens.sum()) / total
+        metrics[f"{PREFIX}abs_log_ratio/staleness_{value}"] = float(log_ratio.detach()[tokens].abs().mean())
+    return metrics
+
+
 def reinforce_loss(
     logprobs: torch.Tensor, batch: Batch, weights: torch.Tensor | None, mode: str
 ) -> tuple[torch.Tensor, Metrics]:
@@ -353,6 +371,8 @@ class RolloutCorrector:
             return batch, {}
         mask = batch.response_mask[rows]
         weights, kept, metrics = correct(batch.old_logprobs[rows], batch.rollout_logprobs[rows], mask, self.settings)
+        log_ratio = batch.old_logprobs[rows] - batch.rollout_logprobs[rows]
+        metrics.update(token_staleness_metrics(log_ratio, mask, batch.select(torch.nonzero(rows).squeeze(-1))))
         new_mask = batch.response_mask.clone()
         new_mask[rows] = kept.to(new_mask.dtype)
         changes: dict[str, Any] = {"response_mask": new_mask}
@@ -371,6 +391,7 @@ class RolloutCorrector:
             return policy(logprobs, batch)
         with torch.no_grad():
             weights, kept, metrics = correct(logprobs.detach(), batch.old_logprobs, mask, self.settings)
+            metrics.update(token_staleness_metrics(logprobs.detach() - batch.old_logprobs, mask, batch))
         masked = batch.with_fields(response_mask=kept.to(mask.dtype))
         if self.settings.loss_type == "reinforce":
             mode = getattr(policy, "loss_agg_mode", None) or "token-mean"

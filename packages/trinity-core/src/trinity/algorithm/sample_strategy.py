@@ -28,10 +28,20 @@ def collate(experiences: Sequence[Experience], step: int) -> Batch:
 
 
 def _staleness_metrics(batch: Batch, current_version: int) -> Metrics:
+    """Rows' staleness (their first token's weights); with partial rollout also the response tokens'
+    (``staleness_token_*``) and the share of rows whose tokens span versions (``partial_rollout_fraction``)."""
     if batch.batch_size == 0:
         return {}
     staleness = (current_version - batch.model_versions).float()
-    return {"staleness_mean": staleness.mean().item(), "staleness_max": staleness.max().item()}
+    metrics = {"staleness_mean": staleness.mean().item(), "staleness_max": staleness.max().item()}
+    if batch.token_versions is not None:
+        mask = batch.response_mask.bool()
+        tokens = (current_version - batch.token_versions).float()[mask]
+        spans = batch.token_versions.masked_fill(~mask, -1).amax(-1) > batch.model_versions
+        if tokens.numel():
+            metrics.update({"staleness_token_mean": tokens.mean().item(), "staleness_token_max": tokens.max().item()})
+        metrics["partial_rollout_fraction"] = spans.float().mean().item()
+    return metrics
 
 
 class DefaultSampleStrategy(SampleStrategy):

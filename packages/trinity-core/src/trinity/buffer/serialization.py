@@ -47,6 +47,7 @@ TENSOR_FIELDS = (  # the Experience fields that hold tensors
     "chosen",
     "rejected",
     "teacher_logprobs",
+    "routed_experts",
 )
 MEDIA_PREFIX = "mm:"
 """Stored tensor names of ``Experience.multi_modal_inputs``' entries: ``mm:pixel_values``..."""
@@ -250,7 +251,13 @@ def experience_to_dict(exp: Experience) -> dict[str, Any]:
     return out
 
 
-_LIST_DTYPES = {"tokens": torch.long, "chosen": torch.long, "rejected": torch.long, "action_mask": None}
+_LIST_DTYPES = {
+    "tokens": torch.long,
+    "chosen": torch.long,
+    "rejected": torch.long,
+    "action_mask": None,
+    "routed_experts": torch.int16,
+}
 
 
 def experience_from_dict(row: dict[str, Any]) -> Experience:

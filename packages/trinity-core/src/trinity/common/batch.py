@@ -13,7 +13,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, fields, replace
 
-from trinity.common.experience import Experience
+from trinity.common.experience import TOKEN_VERSIONS, Experience
 from trinity.common.lazy_import import lazy_module
 
 torch = lazy_module("torch")
@@ -54,6 +54,8 @@ class Batch:
     rollout_logprobs: torch.Tensor | None = None  # [B, R] the rollout engine's, kept when old_logprobs are recomputed
     rollout_is_weights: torch.Tensor | None = None  # [B, R] rollout correction's importance weights (decoupled)
     multi_modal_inputs: list[dict[str, torch.Tensor] | None] | None = None  # [B] a row's image tensors, or None
+    routed_experts: torch.Tensor | None = None  # [B, P + R, layers, top_k] int16 MoE routing, -1: none
+    token_versions: torch.Tensor | None = None  # [B, R] long: the weights' version of each token (partial rollout)
 
     @property
     def batch_size(self) -> int:
@@ -149,6 +151,14 @@ class Batch:
                     per_token[name][i, : min(r, value.numel())] = value[:r].float()
         position_ids = (attention_mask.cumsum(dim=1) - 1).clamp(min=0)
         media = [exp.multi_modal_inputs for exp, _, _, _ in rows]
+        token_versions = None
+        if any(TOKEN_VERSIONS in exp.info for exp, _, _, _ in rows):  # partial rollout: else the row's version
+            token_versions = versions[:, None].repeat(1, response_width)
+            for i, (exp, _, response, _) in enumerate(rows):
+                marked = exp.info.get(TOKEN_VERSIONS)
+                if marked and exp.chosen is None:
+                    length = min(int(response.numel()), len(marked))
+                    token_versions[i, :length] = torch.tensor(marked[:length], dtype=torch.long)
         return cls(
             input_ids=input_ids,
             attention_mask=attention_mask,
@@ -179,4 +189,25 @@ class Batch:
                 else None
             ),
             multi_modal_inputs=media if any(media) else None,
+            routed_experts=_routed_experts(rows, prompt_width + response_width, prompt_width),
+            token_versions=token_versions,
         )
+
+
+def _routed_experts(
+    rows: list[tuple[Experience, torch.Tensor, torch.Tensor, float]], width: int, prompt_width: int
+) -> torch.Tensor | None:
+    """``Batch.routed_experts`` of the rows (each experience's routing placed on its tokens' columns,
+    -1 elsewhere); None when no experience has any."""
+    routed = [exp.routed_experts if exp.chosen is None else None for exp, _, _, _ in rows]
+    shapes = {tuple(r.shape[1:]) for r in routed if r is not None}
+    if not shapes:
+        return None
+    if len(shapes) > 1:
+        raise ValueError(f"experiences with MoE routing of different shapes (layers, top_k): {sorted(shapes)}")
+    out = torch.full((len(rows), width, *shapes.pop()), -1, dtype=torch.int16)
+    for i, ((_, prompt, _, _), value) in enumerate(zip(rows, routed, strict=True)):
+        if value is not None:
+            start = prompt_width - int(prompt.numel())
+            out[i, start : start + value.shape[0]] = value[: width - start]
+    return out

@@ -24,6 +24,10 @@ beside the tokens): a stored row naming another is refused, not passed to the mo
 TRUNCATED_FROM = "truncated_from"
 """The ``info`` key of a truncated prompt's length in tokens before ``max_prompt_tokens`` cut it."""
 
+TOKEN_VERSIONS = "token_versions"
+"""The ``info`` key of the weights' version that sampled each response token (partial rollout: a
+response a weight sync interrupted holds tokens of two versions or more; ``model_version`` is its first's)."""
+
 
 @dataclass(frozen=True)
 class EID:
@@ -82,6 +86,10 @@ class Experience:
     multi_modal_inputs: dict[str, torch.Tensor] | None = None
     """A vision-language prompt's image tensors (``pixel_values``, ``image_grid_thw``), which the
     trainer passes with the tokens; None for text."""
+    routed_experts: torch.Tensor | None = None
+    """MoE router replay: the experts the rollout routed each token to, int16 ``[len(tokens) - 1,
+    MoE layers, top_k]`` (vLLM's ``routed_experts``: every token fed to the model, the last one
+    never is); None where the rollout engine recorded none (``trinity.engine.moe_routing``)."""
     messages: list[dict[str, Any]] | None = None
     metrics: dict[str, float] = field(default_factory=dict)
     info: dict[str, Any] = field(default_factory=dict)

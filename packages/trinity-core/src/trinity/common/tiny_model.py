@@ -1,4 +1,5 @@
-"""A tiny Qwen2-architecture model built locally, for tests and the quickstart (no downloads).
+"""Tiny Qwen2-architecture models (dense, mixture-of-experts, vision) built locally, for tests and
+the quickstart (no downloads).
 
 The tokenizer is a byte-level BPE trained with ``tokenizers`` on ``tiny_corpus.txt`` with
 the exact pipeline ``Qwen2Tokenizer`` rebuilds on load (NFC, Qwen's regex split, ByteLevel
@@ -8,6 +9,7 @@ without its own regex), so ids round-trip through ``AutoTokenizer``. The default
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -129,12 +131,78 @@ def build_tiny_model(
     return out
 
 
-def _save_random(model_class: type, config: Any, tokenizer: Any, ids: dict[str, int], out: Path, seed: int) -> None:
+def build_tiny_moe_model(
+    out_dir: str | Path,
+    hidden_size: int = 128,
+    num_layers: int = 2,
+    num_experts: int = 8,
+    experts_per_token: int = 2,
+    moe_intermediate_size: int = 64,
+    expert_std: float = 0.2,
+    seed: int = 0,
+) -> Path:
+    """Write a randomly initialised Qwen3-MoE model (every layer a sparse MoE block of
+    ``num_experts`` experts, ``experts_per_token`` routed per token, top-k weights renormalised)
+    with ``build_tiny_model``'s tokenizer to ``out_dir``: the model router replay is tested on.
+
+    The experts' weights are drawn with ``expert_std``, ten times the other weights' 0.02: at 0.02
+    a random expert's output is a rounding error beside the residual stream and no routing choice
+    would change a logprob, where a trained MoE's experts carry its MLP's work. Deterministic for a
+    given ``seed``."""
+    from transformers import AutoConfig, AutoTokenizer, Qwen3MoeConfig, Qwen3MoeForCausalLM
+
+    out = Path(out_dir)
+    dense = build_tiny_model(out, hidden_size, num_layers, seed=seed)
+    tokenizer = AutoTokenizer.from_pretrained(dense)
+    text = AutoConfig.from_pretrained(dense)
+    ids = {token: tokenizer.convert_tokens_to_ids(token) for token in SPECIAL_TOKENS}
+    config = Qwen3MoeConfig(
+        vocab_size=text.vocab_size,
+        hidden_size=hidden_size,
+        num_hidden_layers=num_layers,
+        num_attention_heads=text.num_attention_heads,
+        num_key_value_heads=text.num_key_value_heads,
+        head_dim=hidden_size // text.num_attention_heads,
+        intermediate_size=text.intermediate_size,
+        moe_intermediate_size=moe_intermediate_size,
+        num_experts=num_experts,
+        num_experts_per_tok=experts_per_token,
+        norm_topk_prob=True,
+        decoder_sparse_step=1,
+        max_position_embeddings=4096,
+        tie_word_embeddings=True,
+        bos_token_id=ids["<|endoftext|>"],
+        eos_token_id=ids["<|im_end|>"],
+        pad_token_id=ids["<|endoftext|>"],
+    )
+
+    def scale_experts(model: torch.nn.Module) -> None:
+        for name, param in model.named_parameters():
+            if ".experts." in name:
+                torch.nn.init.normal_(param, std=expert_std)
+
+    _save_random(Qwen3MoeForCausalLM, config, tokenizer, ids, out, seed, scale_experts)
+    return out
+
+
+def _save_random(
+    model_class: type,
+    config: Any,
+    tokenizer: Any,
+    ids: dict[str, int],
+    out: Path,
+    seed: int,
+    init: Callable[[torch.nn.Module], None] | None = None,
+) -> None:
     """A ``model_class`` of ``config`` with random weights from ``seed`` (global RNG state left
-    untouched), ending at ``<|im_end|>`` / ``<|endoftext|>``, saved with ``tokenizer`` to ``out``."""
+    untouched; ``init`` redraws some), ending at ``<|im_end|>`` / ``<|endoftext|>``, saved with
+    ``tokenizer`` to ``out``."""
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         model = model_class(config)
+        if init is not None:
+            with torch.no_grad():
+                init(model)
     model.generation_config.eos_token_id = [ids["<|im_end|>"], ids["<|endoftext|>"]]
     model.generation_config.pad_token_id = ids["<|endoftext|>"]
     for stale in out.glob("*.safetensors"):

@@ -60,7 +60,12 @@ MEGATRON_REFUSAL = (
     "with trainer.ulysses_sequence_parallel_size to split long sequences"
 )
 
-ENGINE_PARALLEL_KEYS = ("data_parallel_size", "pipeline_parallel_size", "enable_expert_parallel")
+ENGINE_PARALLEL_KEYS = (
+    "tensor_parallel_size",
+    "data_parallel_size",
+    "pipeline_parallel_size",
+    "enable_expert_parallel",
+)
 """The inference model's keys that spread one engine over several GPUs: an engine that acts on them says
 so (``takes_parallel_keys``); set for another, they are refused."""
 
@@ -270,17 +275,35 @@ def check_algorithm(config: Config, issues: IssueCollector) -> None:
     for field_name, kind in ALGORITHM_FNS.items():
         resolved_plugin(issues, kind, getattr(algo_cfg, field_name), f"algorithm.{field_name}")
     check_rollout_correction(config, issues)
+    check_router_replay(config, issues)
+
+
+def check_router_replay(config: Config, issues: IssueCollector) -> None:
+    """Router replay (R3) needs a rollout engine that records the MoE routing and a trainer that
+    replays it (``records_routing`` / ``replays_routing``); an unknown engine is reported elsewhere."""
+    if not config.algorithm.enable_router_replay:
+        return
+    engines = []
+    if explorer_runs(config):
+        engine = config.explorer.rollout_model.engine_type
+        engines.append((Kind.ROLLOUT_ENGINE, engine, "explorer.rollout_model.engine_type", "records", "transformers"))
+    if trainer_runs(config):
+        engines.append((Kind.TRAINER_ENGINE, config.trainer.trainer_type, "trainer.trainer_type", "replays", "torch"))
+    lacking = [
+        f"{key} '{name}' {verb} no MoE routing (use '{works}')"
+        for kind, name, key, verb, works in engines
+        if (engine := registered(kind, name)) is not None and not getattr(engine, f"{verb}_routing", False)
+    ]
+    if lacking:
+        issues.add(
+            "algorithm.enable_router_replay",
+            f"router replay (R3): {'; '.join(lacking)}; docs/algorithms.md says why. Or set it to false",
+        )
 
 
 def check_rollout_correction(config: Config, issues: IssueCollector) -> None:
-    """``algorithm.rollout_correction`` against verl's rules; router replay refused."""
+    """``algorithm.rollout_correction`` against verl's rules."""
     algo = config.algorithm
-    if algo.enable_router_replay:
-        issues.add(
-            "algorithm.enable_router_replay",
-            "router replay (R3) is not supported: no rollout engine here records the MoE routing and no trainer "
-            "replays it, and there is no MoE test model to check it on; set it to false",
-        )
     rc = algo.rollout_correction
     if rc is None:
         return
@@ -396,6 +419,23 @@ def check_lora(config: Config, issues: IssueCollector) -> None:
         )
 
 
+def check_runtime_lora(config: Config, issues: IssueCollector) -> None:
+    """``enable_runtime_lora_updating`` serves the rollout model's adapter on vLLM's OpenAI endpoint:
+    set where there is no adapter, no such engine or no endpoint, it warns."""
+    for path, model in config.explorer.inference_models():
+        if not model.enable_runtime_lora_updating:
+            continue
+        key = f"{path}.enable_runtime_lora_updating"
+        if path != "explorer.rollout_model":
+            issues.no_effect(key, "the LoRA adapter (model.lora_configs) is the rollout model's only")
+        elif not model.enable_lora:
+            issues.no_effect(key, "it serves the LoRA adapter of model.lora_configs, and the rollout model holds none")
+        elif not model.engine_type.startswith("vllm"):
+            issues.no_effect(key, f"read by the vLLM engine only ({path}.engine_type is '{model.engine_type}')")
+        elif not model.enable_openai_api:
+            issues.no_effect(key, f"it serves the LoRA adapter on the OpenAI endpoint: set {path}.enable_openai_api")
+
+
 def check_cluster(config: Config, issues: IssueCollector) -> None:
     """The GPU split of Trinity-RFT: explorer engines first, the rest (whole nodes) to the trainer."""
     cluster = config.cluster
@@ -420,10 +460,32 @@ def plugin_checks(config: Config, issues: IssueCollector) -> None:
 def check_synchronizer(config: Config, issues: IssueCollector) -> None:
     sync = config.synchronizer
     plugin_ok(issues, Kind.SYNC_METHOD, sync.sync_method, "synchronizer.sync_method")
+    if sync.partial_rollout:
+        _check_partial_rollout(config, issues)
     if sync.sync_style == "fully_async" and config.buffer.explorer_input.eval_tasksets:
         issues.add(
             "buffer.explorer_input.eval_tasksets",
             "the fully_async sync style does not evaluate: remove the eval tasksets",
+        )
+
+
+def _check_partial_rollout(config: Config, issues: IssueCollector) -> None:
+    """Partial rollout acts where weights load while generations run (fully_async's loads before
+    each batch, the batches before it still sampling), on an engine that can pause them."""
+    style = config.synchronizer.sync_style
+    if style != "fully_async":
+        issues.add(
+            "synchronizer.partial_rollout",
+            f"sync_style {style!r} loads weights only when no generation is in flight, so nothing would be "
+            "paused: use sync_style fully_async, or leave partial_rollout off",
+        )
+    engine_type = config.explorer.rollout_model.engine_type
+    engine = registered(Kind.ROLLOUT_ENGINE, engine_type)
+    if explorer_runs(config) and engine is not None and not engine.takes_partial_rollout:
+        issues.add(
+            "synchronizer.partial_rollout",
+            f"explorer.rollout_model.engine_type {engine_type!r} cannot pause its generations for new weights: "
+            "use engine_type transformers, or leave partial_rollout off",
         )
 
 
@@ -444,7 +506,7 @@ def check_explorer(config: Config, issues: IssueCollector) -> None:
 
 
 def _check_engine_parallelism(model: InferenceModelConfig, path: str, issues: IssueCollector) -> None:
-    """Data, pipeline or expert parallelism needs an engine that spreads over GPUs (an unknown or
+    """Tensor, data, pipeline or expert parallelism needs an engine that spreads over GPUs (an unknown or
     dotted engine is reported, or checked at run, elsewhere)."""
     changed = changed_keys(model, ENGINE_PARALLEL_KEYS)
     engine = registered(Kind.ROLLOUT_ENGINE, model.engine_type) if changed else None
@@ -668,6 +730,7 @@ CHECKS = (
     check_synchronizer,
     check_explorer,
     check_lora,
+    check_runtime_lora,
     check_buffer,
     check_trainer,
     check_gpu_memory,

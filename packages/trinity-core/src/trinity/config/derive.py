@@ -174,7 +174,8 @@ def derive_model(config: Config, issues: IssueCollector) -> None:
             inference.chat_template = _chat_template(inference.chat_template, config)
         else:
             _derive_token_limits(inference, path, issues)
-        inference.enable_return_routed_experts = config.algorithm.enable_router_replay
+        # the rollout model's routing is replayed; auxiliary models (judges, teachers) may be dense
+        inference.enable_return_routed_experts = is_rollout and config.algorithm.enable_router_replay
         # Trinity-RFT's launcher sets these per engine; here one config serves engine_num engines the
         # explorer starts (engine_id per engine), Ray places and names none of them.
         inference.engine_id, inference.node_rank, inference.bundle_indices = 0, 0, ""

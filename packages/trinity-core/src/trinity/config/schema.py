@@ -628,7 +628,9 @@ class InferenceModelConfig(ConfigModel):
     node_rank: int = derived(
         0, "Node of the engine: 0, an engine runs on one node here (set per engine by Trinity-RFT's launcher).", ge=0
     )
-    enable_return_routed_experts: bool = derived(False, "algorithm.enable_router_replay.")
+    enable_return_routed_experts: bool = derived(
+        False, "Record each token's MoE experts with the completion (vLLM's name): algorithm.enable_router_replay."
+    )
     weight_sync_buffer_size: int = Field(
         1024,
         ge=1,
@@ -650,13 +652,11 @@ class InferenceModelConfig(ConfigModel):
         None, "GPUs of the engine: none, Ray assigns them here (set per engine by Trinity-RFT's launcher)."
     )
     enable_lora: bool = derived(False, "Whether model.lora_configs is set (the rollout model only).")
-    enable_runtime_lora_updating: bool = inert(
+    enable_runtime_lora_updating: bool = Field(
         False,
-        "vLLM's loading of adapters through its OpenAI server (/v1/load_lora_adapter).",
-        reason=(
-            "the vLLM engine loads each synced adapter itself, and its OpenAI server is refused with an adapter "
-            "(it would answer with the base model)"
-        ),
+        description="Serve the trained LoRA adapter on the vLLM engine's OpenAI endpoint as model "
+        "model.lora_configs[0].name (unset: lora; listed first), each synced version swapped in without a restart; "
+        "the base model keeps its own name. Needs enable_openai_api and model.lora_configs.",
     )
     lora_modules: list[dict[str, Any]] | None = derived(None, "The adapters of model.lora_configs, for the engine.")
     lora_kwargs: dict[str, Any] = derived(
@@ -859,8 +859,9 @@ class AlgorithmConfig(ConfigModel):
     loss_agg_mode: LossAggMode = Field("token-mean", description="How token losses are averaged.")
     enable_router_replay: bool = Field(
         False,
-        description="Replay the rollout's MoE routing in training (R3). Refused: no engine here records or "
-        "replays routed experts, and there is no MoE test model to check it on.",
+        description="Replay the rollout's MoE routing in training (R3): the rollout engine records each token's "
+        "experts, the trainer's forward uses them. Engines: transformers rollout, torch trainer (vLLM and verl "
+        "refused: docs/algorithms.md).",
     )
     bypass_old_logprobs: bool = Field(
         True,
@@ -1072,6 +1073,11 @@ class SynchronizerConfig(ConfigModel):
         0, ge=0, description="Steps the explorer may run ahead of the trainer (fully_async and trainer_driven too)."
     )
     sync_timeout: int = Field(3600, gt=0, description="Seconds a sync may wait before it fails.")
+    partial_rollout: bool = Field(
+        False,
+        description="fully_async: a weight sync pauses the generations in flight, loads the new weights and "
+        "resumes them, each token's version recorded (verl's async_training.partial_rollout).",
+    )
     group_name: str = Field(
         "rollout_weight_sync",
         min_length=1,
@@ -1170,7 +1176,11 @@ class Config(ConfigModel):
     project: str = Field("Trinity-RFT", description="Project name (job folder and trackers).")
     group: str = Field("", description="Group of experiments (a folder level between project and name).")
     name: str = Field("rft", description="Experiment name.")
-    checkpoint_root_dir: str = Field("", description="Root of job folders; relative to the working directory.")
+    checkpoint_root_dir: str = Field(
+        "./checkpoints",
+        description='Root of job folders; relative to the working directory ("": the working directory itself, '
+        "Trinity-RFT's default).",
+    )
     checkpoint_job_dir: str = derived("", "<checkpoint_root_dir>/<project>/<group>/<name>, absolute.")
     ray_namespace: str = Field("", description="Ray namespace of the run; unset: <project>/<group>/<name>.")
     continue_from_checkpoint: bool = Field(True, description="Resume from the job folder's last checkpoint.")

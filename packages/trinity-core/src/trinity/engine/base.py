@@ -61,6 +61,11 @@ class Completion:
     model_version: int = 0
     multi_modal_inputs: dict[str, torch.Tensor] | None = None
     """The image tensors the model took beside the prompt (``trinity.engine.multimodal``); None: text only."""
+    routed_experts: torch.Tensor | None = None
+    """MoE routing of prompt and response (``Experience.routed_experts``); None: not recorded."""
+    token_versions: list[int] | None = None
+    """With partial rollout, the weights' version that sampled each response token (``model_version``
+    is the first's); None without it."""
 
     @property
     def prompt_truncated(self) -> bool:
@@ -107,9 +112,18 @@ class RolloutEngine(ABC):
     takes_lora: ClassVar[bool] = False
     """Whether the engine holds the base model with the LoRA adapter of ``model.lora_configs``,
     whose tensors alone ``update_weights`` then receives (``trinity.engine.lora``)."""
+    records_routing: ClassVar[bool] = False
+    """Whether the engine records the MoE routing of each completion (``enable_return_routed_experts``,
+    for router replay: ``trinity.engine.moe_routing``)."""
     takes_parallel_keys: ClassVar[bool] = False
     """Whether one engine spreads over several GPUs as the model's ``data_parallel_size``,
     ``pipeline_parallel_size`` and ``enable_expert_parallel`` say; the checker refuses them set for another."""
+    takes_partial_rollout: ClassVar[bool] = False
+    """Whether ``update_weights`` may run beside a sampling call, pausing it and resuming its unfinished
+    responses with the new weights (``synchronizer.partial_rollout``); the checker refuses the key for another."""
+    partial_rollout: bool = False
+    """Set on the rollout model's engines when ``synchronizer.partial_rollout`` is on: the explorer's
+    client then calls ``update_weights`` at once, not after the sampling call in progress."""
     crashed: bool = False
     """Set by an engine whose process died (it raised ``EngineCrashed``), until ``restart``."""
     in_explorer_process: ClassVar[bool] = True
@@ -208,6 +222,9 @@ class TrainingEngine(ABC):
     """Whether the engine passes experiences' image tensors (``Batch.multi_modal_inputs``) to the model."""
     offloads_gradients: ClassVar[bool] = False
     """Whether the engine keeps accumulated gradients on the CPU between micro-batches (``trainer.grad_offload``)."""
+    replays_routing: ClassVar[bool] = False
+    """Whether the engine's actor forwards route as the experiences' ``routed_experts`` say
+    (``algorithm.enable_router_replay``, ``trinity.engine.moe_routing``)."""
     takes_lora: ClassVar[bool] = False
     """Whether the engine trains the LoRA adapter of ``model.lora_configs`` (only the adapter's
     tensors then go to ``weights_for_sync``)."""

@@ -47,6 +47,7 @@ class EngineClient:
         self._api_server: Any = None
         self._loop = asyncio.new_event_loop()
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="rollout-engine")
+        self._updates = ThreadPoolExecutor(max_workers=1, thread_name_prefix="rollout-weights")
         self._pending: dict[str, tuple[str, SamplingArgs, list[tuple[list, asyncio.Future]]]] = {}
         self._starting: set[object] = set()  # announced callers not heard from yet (loop thread only)
         self._flushing = False
@@ -81,7 +82,10 @@ class EngineClient:
         self._loop.call_soon_threadsafe(self._starting.discard, caller)
 
     def call(self, method: str, *args: Any) -> Future:
-        """Run another engine method (``update_weights``, ...) on the engine's thread."""
+        """Run another engine method (``update_weights``, ...) on the engine's thread; with partial
+        rollout, ``update_weights`` on a thread of its own, beside the sampling call it pauses."""
+        if method == "update_weights" and self.engine.partial_rollout:
+            return self._updates.submit(self.engine.update_weights, *args)
         return self._executor.submit(getattr(self.engine, method), *args)
 
     async def request(self, method: str, items: list, args: SamplingArgs | None = None, caller: object = None) -> list:
@@ -174,4 +178,5 @@ class EngineClient:
             self._api_server.should_exit = True
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._executor.shutdown(wait=False)
+        self._updates.shutdown(wait=False)
         self.engine.shutdown()

@@ -70,6 +70,20 @@ def describe_adapter(model: torch.nn.Module) -> str:
     return f"{trainable:,} of {total:,} parameters ({trainable / total:.1%}), {size / 2**20:.2f} MiB"
 
 
+def fresh_adapter_state(model_path: str, lora: LoRAConfig, trust_remote_code: bool = False) -> dict[str, torch.Tensor]:
+    """A fresh adapter's tensors for the model at ``model_path``, all zeros (base + adapter is the
+    base), shaped on the meta device (no weights read): for an engine that must name an adapter
+    before the trainer syncs one."""
+    from peft import get_peft_model
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    config = AutoConfig.from_pretrained(model_path, trust_remote_code=trust_remote_code)
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(config, trust_remote_code=trust_remote_code)
+    shapes = adapter_state(get_peft_model(model, peft_config(lora)))
+    return {name: torch.zeros(tensor.shape, dtype=tensor.dtype) for name, tensor in shapes.items()}
+
+
 def is_adapter_model(model: torch.nn.Module) -> bool:
     """Whether ``model`` is a peft model; never imports peft (1.9 s on 2 cores, paid by every
     rollout engine's first generate when it did): a model built without it cannot be one."""

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
-from trinity.common.experience import TRUNCATED_FROM, Experience
+from trinity.common.experience import TOKEN_VERSIONS, TRUNCATED_FROM, Experience
 from trinity.common.lazy_import import lazy_module
 from trinity.engine.base import Completion, SamplingArgs
 from trinity.engine.client import EngineClient
@@ -182,6 +182,8 @@ def _to_experience(completion: Completion, messages: list[dict[str, Any]] | None
     info = {"response_text": completion.text, "finish_reason": completion.finish_reason}
     if completion.prompt_truncated:
         info[TRUNCATED_FROM] = completion.truncated_from
+    if completion.token_versions is not None:
+        info[TOKEN_VERSIONS] = completion.token_versions
     if messages is not None and completion.multi_modal_inputs is None and media_parts(messages):
         raise MediaError(
             "the rollout engine returned no image tensors for a prompt with images, so the trainer could not "
@@ -194,6 +196,7 @@ def _to_experience(completion: Completion, messages: list[dict[str, Any]] | None
         model_version=completion.model_version,
         truncate_status=status,
         multi_modal_inputs=completion.multi_modal_inputs,
+        routed_experts=completion.routed_experts,
         messages=(
             [*without_media(messages), {"role": "assistant", "content": completion.text}]
             if messages is not None

@@ -14,7 +14,7 @@ import logging
 import re
 import time
 import uuid
-from typing import TYPE_CHECKING, Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal, Protocol
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
@@ -26,7 +26,6 @@ from trinity.engine.tokenization import TOOL_CALL_PARSERS, ToolCallParser, tool_
 
 if TYPE_CHECKING:
     from trinity.config.schema import InferenceModelConfig
-    from trinity.engine.client import EngineClient
 
 REASONING_PARSERS = ("deepseek_r1", "qwen3")
 """Parsers of ``<think>...</think>`` reasoning text (vLLM's names)."""
@@ -138,7 +137,13 @@ class CompletionRequest(_Request):
     prompt: str = Field(min_length=1)
 
 
-def openai_app(client: EngineClient, config: InferenceModelConfig) -> FastAPI:
+class Requests(Protocol):
+    """What the endpoint asks of the engine client (``EngineClient``, which serves the endpoint)."""
+
+    async def request(self, method: str, items: list, args: SamplingArgs | None = None) -> list: ...
+
+
+def openai_app(client: Requests, config: InferenceModelConfig) -> FastAPI:
     """The endpoint's app; its handlers run on the client's event loop."""
     app = FastAPI(title="trinity OpenAI-compatible endpoint")
     name = config.name or config.model_path or "model"

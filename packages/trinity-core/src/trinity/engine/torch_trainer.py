@@ -39,6 +39,7 @@ from trinity.engine.modeling import (
     response_logits,
     token_logprobs,
 )
+from trinity.engine.moe_routing import replay_routing, require_moe
 from trinity.engine.multimodal import MediaInputs, collate_media
 from trinity.engine.tokenization import load_tokenizer
 from trinity.plugins import Kind, resolve
@@ -148,6 +149,15 @@ def _media(mb: Batch) -> MediaInputs | None:
     return collate_media(mb.multi_modal_inputs) or None if mb.multi_modal_inputs is not None else None
 
 
+def _routing(model: torch.nn.Module, mb: Batch, input_ids: torch.Tensor, prompt: int, replay: bool) -> Any:
+    """With ``replay``, ``model``'s forward of ``input_ids`` (the micro-batch's columns from ``prompt``
+    before its responses, ``_trimmed``) routes as the rollout did where it recorded the routing."""
+    if not replay or mb.routed_experts is None:
+        return replay_routing(model, None)
+    start = mb.prompt_width - prompt
+    return replay_routing(model, mb.routed_experts[:, start : start + input_ids.shape[1]])
+
+
 def _pad_to(values: torch.Tensor, width: int) -> torch.Tensor:
     return F.pad(values, (0, width - values.shape[1]))
 
@@ -158,6 +168,7 @@ class TorchTrainingEngine(TrainingEngine):
     takes_lora = True
     takes_images = True
     offloads_gradients = True
+    replays_routing = True
 
     def __init__(self, config: Config) -> None:
         self.config = config
@@ -176,6 +187,9 @@ class TorchTrainingEngine(TrainingEngine):
             self.actor = with_adapter(self.actor, self.lora, trainable=True)
             logger.info("LoRA adapter %r trains and syncs alone: %s", self.lora.name, describe_adapter(self.actor))
         self.actor.to(self.device).train()
+        self.router_replay = algo_cfg.enable_router_replay
+        if self.router_replay:
+            require_moe(self.actor, path)
         self.reference: torch.nn.Module | None = None
         if self.algorithm.needs_reference(algo_cfg.kl_loss_fn, algo_cfg.kl_penalty_fn):
             # with LoRA the base model is the reference: the actor with its adapter disabled
@@ -198,12 +212,12 @@ class TorchTrainingEngine(TrainingEngine):
         self, model: torch.nn.Module, mb: Batch, with_entropy: bool = False
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Response logprobs (and entropy) ``[b, R]`` of a micro-batch, zero past its used columns."""
-        input_ids, mask, positions, _, width = _trimmed(mb)
+        input_ids, mask, positions, prompt, width = _trimmed(mb)
         full = mb.responses.shape[1]
         if width == 0:
             zeros = torch.zeros_like(mb.response_mask, dtype=torch.float32)
             return zeros, (zeros if with_entropy else None)
-        with self._autocast():
+        with self._autocast(), _routing(model, mb, input_ids, prompt, self.router_replay):
             logprobs, entropy = token_logprobs(model, input_ids, mask, positions, width, with_entropy, _media(mb))
         return _pad_to(logprobs, full), (_pad_to(entropy, full) if entropy is not None else None)
 
@@ -227,10 +241,10 @@ class TorchTrainingEngine(TrainingEngine):
 
     def _entropy_scores(self, mb: Batch) -> torch.Tensor:
         """``[b, R, 2]``: the actor's ``entropy_scores``, zero past the used columns."""
-        input_ids, mask, positions, _, width = _trimmed(mb)
+        input_ids, mask, positions, prompt, width = _trimmed(mb)
         scores = torch.zeros((*mb.response_mask.shape, 2), dtype=torch.float32, device=mb.response_mask.device)
         if width:
-            with self._autocast():
+            with self._autocast(), _routing(self.actor, mb, input_ids, prompt, self.router_replay):
                 logits = response_logits(self.actor, input_ids, mask, positions, width, _media(mb))
             scores[:, :width] = entropy_scores(logits, input_ids[:, -width:])
         return scores
@@ -250,9 +264,11 @@ class TorchTrainingEngine(TrainingEngine):
         return self._per_token(batch, lambda mb: self._logprobs(self.actor, mb)[0])
 
     def compute_ref_logprobs(self, batch: Batch) -> torch.Tensor:
-        """Reference-model logprobs ``[B, R]`` (for KL losses and penalties, DPO)."""
+        """Reference-model logprobs ``[B, R]`` (for KL losses and penalties, DPO), routed by the reference
+        itself (router replay makes the actor's forwards the rollout's, as verl's R3)."""
         if self.reference is None:
             raise RuntimeError(f"algorithm '{self.algorithm.name}' with no KL function has no reference model")
+        batch = batch.with_fields(routed_experts=None)
         if self.lora is not None:
             with self.actor.disable_adapter():
                 return self._per_token(batch, lambda mb: self._logprobs(self.actor, mb)[0])

@@ -5,13 +5,15 @@ Semantics follow vLLM's where a workflow can tell: ``n`` samples per prompt in o
 through the one completing it, text before it) or at the token limit (``length``), never
 before ``min_tokens``; ``response_logprobs`` are the raw model's (temperature 1, before any
 logits processor), as the trainer recomputes them. Sampling settings come from the config and
-``SamplingArgs`` only, from the engine's own RNG stream. docs/engines.md gives the rest
-(prompt truncation, images, LoRA).
+``SamplingArgs`` only, from the engine's own RNG stream. With partial rollout, a weight update
+pauses the sampling between decode steps; the unfinished rows resume with the new weights
+(``_sample``). docs/engines.md gives the rest (prompt truncation, images, LoRA).
 """
 
 from __future__ import annotations
 
 import inspect
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -30,6 +32,7 @@ from trinity.engine.modeling import (
     read_hf_weights,
     token_logprobs,
 )
+from trinity.engine.moe_routing import RoutingRecorder, require_moe
 from trinity.engine.multimodal import MediaError, MediaInputs, VisionInputs, collate_media, media_parts, model_media
 from trinity.engine.prompts import first as _first
 from trinity.engine.prompts import response_budget
@@ -87,11 +90,50 @@ class _RawLogprobs(StoppingCriteria):
         return torch.stack(self.columns, dim=1).cpu() if self.columns else None
 
 
+class WeightGate:
+    """Weights change between forward passes only: a pass holds ``computing``; ``swap`` waits for
+    the one in progress, and while it waits ``waiting`` is set, on which partial rollout's
+    sampling pauses (``_Paused``) and waits (``wait_open``) before its next pass."""
+
+    def __init__(self) -> None:
+        self.computing = threading.Lock()
+        self._changed = threading.Condition()
+        self.waiting = False
+
+    @contextmanager
+    def swap(self) -> Iterator[None]:
+        with self._changed:
+            self.waiting = True
+        try:
+            with self.computing:
+                yield
+        finally:
+            with self._changed:
+                self.waiting = False
+                self._changed.notify_all()
+
+    def wait_open(self) -> None:
+        with self._changed:
+            self._changed.wait_for(lambda: not self.waiting)
+
+
+class _Paused(StoppingCriteria):
+    """Ends ``generate`` after the current decode step while a weight update waits (partial rollout)."""
+
+    def __init__(self, gate: WeightGate) -> None:
+        self.gate = gate
+
+    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor, **kwargs: Any) -> torch.Tensor:
+        return torch.full((input_ids.shape[0],), self.gate.waiting, dtype=torch.bool, device=input_ids.device)
+
+
 class TransformersRolloutEngine(RolloutEngine):
     """``AutoModelForCausalLM`` (``AutoModelForImageTextToText`` for a VLM) and its tokenizer
     (``load_tokenizer``) from a local directory (or a hub id)."""
 
     takes_lora = True
+    takes_partial_rollout = True
+    records_routing = True
 
     def __init__(self, config: InferenceModelConfig, model: ModelConfig) -> None:
         self.config, self.model_config = config, model
@@ -100,6 +142,8 @@ class TransformersRolloutEngine(RolloutEngine):
         rope = (_first(config.rope_scaling, model.rope_scaling), _first(config.rope_theta, model.rope_theta))
         self.model = load_model(path, model_dtype(self.device, config.dtype), config.trust_remote_code, rope)
         self.model.to(self.device).eval()
+        if config.enable_return_routed_experts:
+            require_moe(self.model, path)
         self.vision: VisionInputs | None = None
         if getattr(self.model.config, "vision_config", None) is not None:
             self.vision = VisionInputs(path, self.model.config, config.trust_remote_code)
@@ -124,6 +168,7 @@ class TransformersRolloutEngine(RolloutEngine):
         # 0 and 1 mean the same here: a response has a token (EOS at the least) before a stop applies
         self.min_response_tokens = max(1, _first(config.min_response_tokens, model.min_response_tokens, 1))
         self._rng = _RngStream(self.device, config.seed)
+        self.gate = WeightGate()
 
     # -- public API ---------------------------------------------------------------------
 
@@ -168,7 +213,8 @@ class TransformersRolloutEngine(RolloutEngine):
         for row, ids in enumerate(token_ids):
             input_ids[row, : len(ids)] = torch.tensor(ids, dtype=torch.long)
             mask[row, : len(ids)] = 1
-        values = self._logprobs(input_ids, mask, width - 1) if width > 1 else input_ids[:, :0].float()
+        with self.gate.computing:
+            values = self._logprobs(input_ids, mask, width - 1) if width > 1 else input_ids[:, :0].float()
         return [[0.0] + values[row, : len(ids) - 1].tolist() for row, ids in enumerate(token_ids)]
 
     def update_weights(
@@ -179,11 +225,15 @@ class TransformersRolloutEngine(RolloutEngine):
     ) -> None:
         """Copy new weights in place, from a (possibly partial) state dict or from the
         ``*.safetensors`` of a HF directory / training checkpoint; then set ``model_version``.
-        With LoRA, the adapter's tensors (a LoRA checkpoint's ``adapter_model.safetensors``)."""
+        With LoRA, the adapter's tensors (a LoRA checkpoint's ``adapter_model.safetensors``).
+        Called beside a sampling call (``partial_rollout``), it pauses that call after its
+        current decode step and loads while it waits."""
         if (state_dict is None) == (checkpoint_path is None):
             raise ValueError("update_weights needs exactly one of state_dict or checkpoint_path")
-        load_weights_into(self.model, state_dict if state_dict is not None else read_hf_weights(checkpoint_path))
-        self.model_version = version
+        weights = state_dict if state_dict is not None else read_hf_weights(checkpoint_path)
+        with self.gate.swap():
+            load_weights_into(self.model, weights)
+            self.model_version = version
 
     def shutdown(self) -> None:
         del self.model
@@ -205,7 +255,8 @@ class TransformersRolloutEngine(RolloutEngine):
         return self.vision.prepare(self.chat_tokenizer.prompt_ids(messages, tools), parts)
 
     def _empty(self, prompt: list[int], truncated_from: int) -> Completion:
-        return Completion(prompt, [], [], "", "length", truncated_from=truncated_from, model_version=self.model_version)
+        versions = [] if self.partial_rollout else None
+        return Completion(prompt, [], [], "", "length", truncated_from, self.model_version, token_versions=versions)
 
     @property
     def stop_ids(self) -> list[int]:
@@ -238,67 +289,76 @@ class TransformersRolloutEngine(RolloutEngine):
     def _sample(
         self, prompts: list[list[int]], args: SamplingArgs, media: list[MediaInputs | None]
     ) -> list[Completion]:
+        """``args.n`` completions per prompt; with partial rollout, the rows an update paused resume under the
+        new weights, prompt and tokens so far prefilled again; images do not pause (docs/explorer.md)."""
         rows = [ids for ids in prompts for _ in range(args.n)]
         row_media = [inputs for inputs in media for _ in range(args.n)]
         media_inputs = {k: v.to(self.device) for k, v in collate_media(row_media).items()}
+        gen_config = self._generation_config(args, max(len(ids) for ids in rows))
+        pausable = self.partial_rollout and not media_inputs
+        sampled = [_Sampled() for _ in rows]
+        pending, ending = list(range(len(rows))), (self.tokenizer, self.stop_ids, args.stop)
+        with self._rng(args.seed):
+            while pending:
+                done = len(sampled[pending[0]].tokens)  # the rows still sampling have advanced together
+                segment = [rows[r] + sampled[r].tokens for r in pending]
+                config = _remaining(gen_config, done)
+                generated, logprobs, version, routed = self._segment(
+                    segment, args, config, media_inputs, pausable, not done
+                )
+                for k, r in enumerate(pending):
+                    sampled[r].add(generated[k], None if logprobs is None else logprobs[k], version, routed, k)
+                pending = [r for r in pending if pausable and not _ended(sampled[r].tokens, *ending, gen_config)]
+        cuts = [_cut(row.tokens, *ending, gen_config.min_new_tokens) for row in sampled]
+        return [
+            row.completion(ids, cut, inputs, self.partial_rollout)
+            for row, ids, cut, inputs in zip(sampled, rows, cuts, row_media, strict=True)
+        ]
+
+    def _segment(
+        self,
+        rows: list[list[int]],
+        args: SamplingArgs,
+        gen_config: GenerationConfig,
+        media: dict,
+        pausable: bool,
+        first: bool,
+    ) -> tuple[torch.Tensor, torch.Tensor | None, int, list[torch.Tensor] | None]:
+        """One ``generate`` over ``rows`` (prompts, then with their tokens so far) until all end or an update
+        pauses it: tokens, raw logprobs or None, the weights' version, each row's routing or None."""
         width = max(len(ids) for ids in rows)
-        input_ids = torch.full((len(rows), width), self.pad_id, dtype=torch.long)
-        prompt_mask = torch.zeros_like(input_ids)
-        for row, ids in enumerate(rows):
-            input_ids[row, width - len(ids) :] = torch.tensor(ids, dtype=torch.long)
-            prompt_mask[row, width - len(ids) :] = 1
-        inputs = model_media(self.model, input_ids.to(self.device), media_inputs) if media_inputs else {}
-        gen_config = self._generation_config(args, width)
+        share = args.n if args.n > 1 and not media and first and width > 1 else 1  # as shared_prompt_cache runs
+        input_ids, prompt_mask = (t.to(self.device) for t in _left_padded(rows, width, self.pad_id))
+        inputs = model_media(self.model, input_ids, media) if media else {}
         recorder = _RawLogprobs(self.model) if args.logprobs else None
         stopping = StoppingCriteriaList([recorder] if recorder else [])
         if args.stop:
-            stopping.append(_StopStrings(self.tokenizer, args.stop, width, gen_config.min_new_tokens))
-        if args.n > 1 and not media_inputs:
-            inputs = shared_prompt_cache(self.model, input_ids.to(self.device), prompt_mask.to(self.device), args.n)
+            stopping.append(_StopStrings(self.tokenizer, args.stop, width, max(gen_config.min_new_tokens, 1)))
+        if pausable:
+            stopping.append(_Paused(self.gate))
+            self.gate.wait_open()
+        routes = RoutingRecorder(self.model) if self.config.enable_return_routed_experts else None
         try:
-            with self._rng(args.seed):
+            with self.gate.computing:
+                if share > 1:
+                    inputs = shared_prompt_cache(self.model, input_ids, prompt_mask, args.n)
                 output = self.model.generate(
-                    input_ids=input_ids.to(self.device),
-                    attention_mask=prompt_mask.to(self.device),
+                    input_ids=input_ids,
+                    attention_mask=prompt_mask,
                     generation_config=gen_config,
                     stopping_criteria=stopping,
                     **inputs,
                 ).cpu()
+                version = self.model_version
         finally:
             if recorder:
                 recorder.remove()
-        logprobs = recorder.logprobs() if recorder else None
+            if routes:
+                routes.remove()
         generated = output[:, width:]
-        cuts = [self._cut(tokens.tolist(), args.stop, gen_config.min_new_tokens) for tokens in generated]
-        return [
-            Completion(
-                prompt_token_ids=rows[row],
-                response_token_ids=generated[row, :length].tolist(),
-                response_logprobs=logprobs[row, :length].tolist() if logprobs is not None else [],
-                text=text,
-                finish_reason=reason,
-                model_version=self.model_version,
-                multi_modal_inputs=row_media[row],
-            )
-            for row, (length, text, reason) in enumerate(cuts)
-        ]
-
-    def _cut(self, tokens: list[int], stops: list[str], min_tokens: int) -> tuple[int, str, str]:
-        """Where a generated row ends: ``(token count, text, finish_reason)``."""
-        eos_at = next((i for i, t in enumerate(tokens) if i >= min_tokens - 1 and t in self.stop_ids), None)
-        body = tokens if eos_at is None else tokens[:eos_at]
-        if stops:
-            text = self.tokenizer.decode(body, skip_special_tokens=True)
-            floor = len(self.tokenizer.decode(body[: max(min_tokens - 1, 0)], skip_special_tokens=True))
-            hits = [(at, stop) for stop in stops if (at := text.find(stop, max(floor - len(stop) + 1, 0))) >= 0]
-            if hits:
-                at, stop = min(hits)
-                end = at + len(stop)
-                length = _tokens_covering(self.tokenizer, body, end)
-                return length, text[:at], "stop"
-        if eos_at is not None:
-            return eos_at + 1, self.tokenizer.decode(body, skip_special_tokens=True), "stop"
-        return len(tokens), self.tokenizer.decode(tokens, skip_special_tokens=True), "length"
+        lengths = [generated.shape[1]] * len(rows)
+        routed = routes.sequences([len(ids) for ids in rows], width, lengths, share) if routes else None
+        return generated, recorder.logprobs() if recorder else None, version, routed
 
     def _logprobs(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, width: int) -> torch.Tensor:
         """Raw-model logprobs of the last ``width`` tokens, in row chunks bounded by ``_LOGIT_BUDGET``."""
@@ -333,6 +393,91 @@ def shared_prompt_cache(model: Any, input_ids: torch.Tensor, mask: torch.Tensor,
     decoder(input_ids=prompts, attention_mask=prompt_mask, position_ids=positions, use_cache=True, **{name: cache})
     cache.batch_repeat_interleave(n)
     return {name: cache}
+
+
+class _Sampled:
+    """A row's response so far: tokens, their raw logprobs and the weights' version of each."""
+
+    def __init__(self) -> None:
+        self.tokens: list[int] = []
+        self.logprobs: list[float] = []
+        self.versions: list[int] = []
+        self.routed: torch.Tensor | None = None
+
+    def add(
+        self, tokens: torch.Tensor, logprobs: torch.Tensor | None, version: int, routed: list | None, row: int
+    ) -> None:
+        """A segment's tokens; its routing (``row`` of ``routed``) covers all positions so far: it replaces."""
+        self.routed = routed[row] if routed is not None else None
+        self.tokens += tokens.tolist()
+        self.logprobs += logprobs.tolist() if logprobs is not None else []
+        self.versions += [version] * tokens.numel()
+
+    def completion(
+        self, prompt: list[int], cut: tuple[int, str, str], media: MediaInputs | None, versions: bool
+    ) -> Completion:
+        """The response up to its ``cut`` (``_cut``); with ``versions``, each token's."""
+        length, text, reason = cut
+        marks = self.versions[:length] if versions else None
+        routed = self.routed[: len(prompt) + length - 1].clone() if self.routed is not None else None
+        return Completion(
+            prompt,
+            self.tokens[:length],
+            self.logprobs[:length],
+            text,
+            reason,
+            None,
+            self.versions[0],
+            media,
+            token_versions=marks,
+            routed_experts=routed,
+        )
+
+
+def _left_padded(rows: list[list[int]], width: int, pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """``rows`` of token ids left-padded to ``width``, and their attention mask."""
+    input_ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
+    mask = torch.zeros_like(input_ids)
+    for row, ids in enumerate(rows):
+        input_ids[row, width - len(ids) :] = torch.tensor(ids, dtype=torch.long)
+        mask[row, width - len(ids) :] = 1
+    return input_ids, mask
+
+
+def _remaining(gen_config: GenerationConfig, done: int) -> GenerationConfig:
+    """``gen_config``'s budgets less the ``done`` tokens a resumed row has (itself for none)."""
+    if not done:
+        return gen_config
+    config = GenerationConfig.from_dict(gen_config.to_dict())
+    config.max_new_tokens -= done
+    config.min_new_tokens = max(config.min_new_tokens - done, 0)
+    return config
+
+
+def _ended(tokens: list[int], tokenizer: Any, stop_ids: list[int], stops: list[str], config: GenerationConfig) -> bool:
+    """Whether a row's ``tokens`` so far end its response (EOS, a stop string, the budget)."""
+    ending = _cut(tokens, tokenizer, stop_ids, stops, config.min_new_tokens)[2]
+    return ending == "stop" or len(tokens) >= config.max_new_tokens
+
+
+def _cut(
+    tokens: list[int], tokenizer: Any, stop_ids: list[int], stops: list[str], min_tokens: int
+) -> tuple[int, str, str]:
+    """Where a generated row ends: ``(token count, text, finish_reason)``."""
+    eos_at = next((i for i, t in enumerate(tokens) if i >= min_tokens - 1 and t in stop_ids), None)
+    body = tokens if eos_at is None else tokens[:eos_at]
+    if stops:
+        text = tokenizer.decode(body, skip_special_tokens=True)
+        floor = len(tokenizer.decode(body[: max(min_tokens - 1, 0)], skip_special_tokens=True))
+        hits = [(at, stop) for stop in stops if (at := text.find(stop, max(floor - len(stop) + 1, 0))) >= 0]
+        if hits:
+            at, stop = min(hits)
+            end = at + len(stop)
+            length = _tokens_covering(tokenizer, body, end)
+            return length, text[:at], "stop"
+    if eos_at is not None:
+        return eos_at + 1, tokenizer.decode(body, skip_special_tokens=True), "stop"
+    return len(tokens), tokenizer.decode(tokens, skip_special_tokens=True), "length"
 
 
 def _tokens_covering(tokenizer: Any, tokens: list[int], chars: int) -> int:

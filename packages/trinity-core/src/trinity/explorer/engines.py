@@ -46,6 +46,10 @@ class RolloutEngines:
             self._start(key, model, cls, first)
             for (key, model), cls, first in zip(models, classes, firsts, strict=True)
         ]
+        for client in (
+            self.clients
+        ):  # weight syncs pause its generations (the checker allows it on a takes_partial_rollout engine)
+            client.engine.partial_rollout = config.synchronizer.partial_rollout
         self.sync = ExplorerSync(config, writer)  # the writer tells the trainer when a fetch waits
         self.sync.connect(self.clients)
         self.version = 0

@@ -91,8 +91,13 @@ class Explorer:
             await self.evaluator.evaluate(self.writer.step)
 
     def serve(self) -> None:
-        """Mode serve: the OpenAI-compatible proxy of ``trinity.explorer.serve``, until the run is stopped."""
-        self.serve_host.serve()
+        """Mode serve: the OpenAI-compatible proxy of ``trinity.explorer.serve`` over ``serve_host``,
+        on ``explorer.listen_address``:``proxy_port`` until the run is stopped."""
+        from trinity.explorer.serve import ServeProxy  # its web stack only in this mode
+
+        explorer = self.config.explorer
+        proxy = ServeProxy(self.serve_host)
+        self.serve_host.loop.run_until_complete(proxy.serve(explorer.listen_address, explorer.proxy_port))
 
     def benchmark(self) -> dict[str, Any]:
         """Mode bench: evaluate every saved checkpoint (or the latest only) in step order."""

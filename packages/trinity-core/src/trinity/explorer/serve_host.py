@@ -47,13 +47,6 @@ class ServeHost:
     _unreported: tuple[int, int] = dataclasses.field(default=(0, 0), init=False)
     """Experiences written and dropped since a commit last returned."""
 
-    def serve(self) -> None:
-        """Run the proxy on ``explorer.listen_address``:``proxy_port`` until the run is stopped."""
-        from trinity.explorer.serve import ServeProxy
-
-        explorer = self.config.explorer
-        self.loop.run_until_complete(ServeProxy(self).serve(explorer.listen_address, explorer.proxy_port))
-
     def commit(self, experiences: list[Experience]) -> tuple[int, int, int]:
         """The scored experiences through the experience pipeline, and the ones it keeps durable
         in the buffer as the next step; the last step written, and how many experiences this

@@ -1,4 +1,4 @@
-"""The studio's HTTP side: the JSON Schema, checking a config tree, loading and saving YAML.
+"""The studio's HTTP side: the JSON Schema, checking a config tree, loading and saving YAML, runs.
 
 The browser keeps the user's config as a plain tree (only the keys they set or loaded, so a
 loaded file keeps every key it had) and sends it here on each edit. A leaf the form could not
@@ -6,8 +6,8 @@ type itself (a YAML textarea) arrives as ``{"__yaml__": text}`` and is parsed he
 
 A door on the user's machine (``docs/security.md``): every route needs the launch's token
 (``RequestGuard``), YAML is read within ``YAML_LIMITS``, saves write trinity configs only inside
-its root (``save``), and a check runs no code and reads no environment variable or file that the
-page did not send.
+its root (``save``), a check runs no code and reads nothing the page did not send, and a run is
+``trinity run`` of a checked config saved in the root (``runs``); nothing else is executed.
 """
 
 from __future__ import annotations
@@ -36,6 +36,7 @@ from trinity.config.load import IssueCollector, children
 from trinity.config.reference import json_schema
 from trinity.plugins import Kind
 from trinity.plugins.manager import get_registry
+from trinity.studio.runs import StudioRuns
 
 STATIC = Path(__file__).parent / "static"
 YAML_LEAF = "__yaml__"
@@ -121,6 +122,11 @@ class SaveRequest(TreeRequest):
 
 class LoadRequest(BaseModel):
     text: str
+
+
+class RunRequest(BaseModel):
+    path: str
+    """The saved config to run (as for a save: a relative path is from the root)."""
 
 
 YAML_LIMITS = {"aliases": 100, "depth": 32, "nodes": 100_000}
@@ -291,8 +297,11 @@ def left_to_the_run(tree: dict[str, Any]) -> tuple[dict[str, Any], dict[str, str
 
 
 def owed_to_the_run(path: str, message: str, notes: dict[str, str]) -> bool:
-    """Whether an issue at ``path`` comes from a key left to the run: at or below it, or a
-    required key beside a file key left out (``taskset.path`` beside ``taskset.task_dir``)."""
+    """Whether an issue at ``path`` comes from a key left to the run: at or below it, about its
+    placeholder where the config copied it (``explorer_input.default_workflow_type`` to each
+    taskset's), or a required key beside a file key left out (``taskset.path`` beside ``taskset.task_dir``)."""
+    if AT_RUN_TIME in message:
+        return True
     for left in notes:
         if path == left or path.startswith((f"{left}.", f"{left}[")):
             return True
@@ -448,6 +457,7 @@ def create_app(config_path: Path | None = None, *, root: Path, token: str) -> Fa
                 "start it in the file's folder or pass --root"
             )
     cookie = cookie_name(token)
+    runs = StudioRuns(root)
     app = FastAPI(title="trinity studio", docs_url=None, redoc_url=None)
     # Every route but the page needs the token (the page takes it from ?token= or the cookie);
     # another site's page gets 403, a text/plain or form body 415, a name that is not loopback 403.
@@ -519,11 +529,7 @@ def create_app(config_path: Path | None = None, *, root: Path, token: str) -> Fa
         result = check(request.config)
         errors = result["errors"]
         if errors and not request.save_anyway:
-            listed = "; ".join(f"{e['path'] or 'config'}: {e['message']}" for e in errors[:3])
-            detail = (
-                f"not saved: the config has {len(errors)} error(s) ({listed}{'; ...' if len(errors) > 3 else ''}); "
-                'to save it as it is, ask to save anyway ("save_anyway": true)'
-            )
+            detail = f'not saved: {has_errors(errors)}; to save it as it is, ask to save anyway ("save_anyway": true)'
             return JSONResponse(status_code=422, content={"detail": detail, "errors": errors})
         write_config(target, result["yaml"], request.overwrite)
         quoted = shlex.quote(str(target))
@@ -533,7 +539,38 @@ def create_app(config_path: Path | None = None, *, root: Path, token: str) -> Fa
             saved["note"] = f"saved as asked, with {len(errors)} error(s): trinity run refuses it until they are fixed"
         return saved
 
+    @app.get("/api/runs")
+    def list_runs() -> dict[str, Any]:
+        return {"runs": [runs.listing(record) for record in runs.records()]}
+
+    @app.post("/api/runs", status_code=201, response_model=None)
+    def start_run(request: RunRequest) -> dict[str, Any] | JSONResponse:
+        """Start ``trinity run`` of a saved config: a file ``save_target`` accepts (inside the root),
+        that exists (404) and checks without errors (422 naming them); 409 while it runs already."""
+        target = save_target(root, request.path)
+        if not target.is_file():
+            raise HTTPException(404, f"{target} does not exist: save the config first")
+        errors = check(read_tree(target.read_text(encoding="utf-8", errors="replace")))["errors"]
+        if errors:
+            detail = f"not started: {target} {has_errors(errors).removeprefix('the config ')}; fix them and save"
+            return JSONResponse(status_code=422, content={"detail": detail, "errors": errors})
+        return runs.start(target)
+
+    @app.get("/api/runs/{run_id}")
+    def show_run(run_id: str) -> dict[str, Any]:
+        return runs.detail(run_id)
+
+    @app.post("/api/runs/{run_id}/stop")
+    def stop_run(run_id: str) -> dict[str, Any]:
+        return runs.stop(run_id)
+
     return app
+
+
+def has_errors(errors: list[dict[str, str]]) -> str:
+    """``the config has 2 error(s) (buffer.batch_size: ...; ...)``: the first three named."""
+    listed = "; ".join(f"{e['path'] or 'config'}: {e['message']}" for e in errors[:3])
+    return f"the config has {len(errors)} error(s) ({listed}{'; ...' if len(errors) > 3 else ''})"
 
 
 def serve(app: FastAPI, port: int) -> None:

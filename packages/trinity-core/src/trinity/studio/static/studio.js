@@ -379,6 +379,119 @@ function download() {
   link.click();
   link.remove();
 }
+// --- runs: `trinity run` of the saved config, followed live from its files
+const runs = { selected: null, timer: null };
+const COLORS = ["#1d5fb0", "#c2410c", "#176b2c", "#7c3aed", "#b00020", "#0e7490"];
+const SVG = "http://www.w3.org/2000/svg";
+
+async function getJson(url) {
+  const response = await fetch(url);
+  const data = await response.json();
+  if (!response.ok) throw new Error(data.detail || response.statusText);
+  return data;
+}
+async function startRun() {
+  // Saves the page's config where the path box says (confirmed as Save is), then starts it.
+  const note = document.getElementById("run-note");
+  try {
+    const saved = await saveTo(document.getElementById("save-path").value);
+    const run = await post("/api/runs", { path: saved.path });
+    note.textContent = `started ${run.id}`;
+    runs.selected = run.id;
+  } catch (err) {
+    note.textContent = `not started: ${err.message}`;
+  }
+  await refreshRuns();
+}
+async function refreshRuns() {
+  clearTimeout(runs.timer);
+  let running = false;
+  try {
+    const list = (await getJson("/api/runs")).runs;
+    running = list.some((r) => r.status === "running");
+    const none = el("li", { class: "none", text: "none started from this folder yet" });
+    document.getElementById("runs").replaceChildren(
+      ...(list.length ? [] : [none]),
+      ...list.map((r) => {
+        const item = el("li", { "data-run": r.id, "data-status": r.status, onclick: () => ((runs.selected = r.id), refreshRuns()) },
+          `${r.id} `, el("span", { class: `status status-${r.status}`, text: r.status }));
+        item.classList.toggle("selected", r.id === runs.selected);
+        return item;
+      }));
+    if (runs.selected) showRun(await getJson(`/api/runs/${encodeURIComponent(runs.selected)}`));
+  } catch (err) {
+    document.getElementById("run-note").textContent = `runs: ${err.message}`;
+  }
+  runs.timer = setTimeout(refreshRuns, running ? 1500 : 5000);
+}
+function showRun(run) {
+  document.getElementById("run-detail").hidden = false;
+  const status = document.getElementById("run-status");
+  status.dataset.status = run.status;
+  status.replaceChildren(`${run.id} `, el("span", { class: `status status-${run.status}`, text: run.status }));
+  const stop = document.getElementById("stop-run");
+  stop.hidden = run.status !== "running";
+  stop.textContent = run.stop_requested ? "Stop now" : "Stop";
+  document.getElementById("run-progress").replaceChildren(
+    ...run.progress.map((p) => el("li", { text: run.status === "running" ? p.line : `[${p.role}] step ${p.step}` + (p.total ? `/${p.total}` : "") })));
+  for (const [stem, panel] of Object.entries(run.plots)) drawPlot(document.getElementById(`plot-${stem}`), panel);
+  const summary = document.getElementById("run-summary");
+  summary.replaceChildren(...(run.status === "running" ? [] : run.summaries.map((s) => {
+    const table = el("table", {}, ...Object.entries(s.rows).map(([k, v]) => el("tr", {}, el("th", { text: k }), el("td", { text: String(v) }))));
+    return el("div", { class: "summary" }, el("h3", { text: `summary: ${s.stage}` }), table);
+  })));
+  const log = document.getElementById("run-log");
+  const atEnd = log.scrollTop + log.clientHeight >= log.scrollHeight - 4;
+  log.textContent = run.log;
+  if (atEnd) log.scrollTop = log.scrollHeight;
+}
+function svg(tag, attrs, text) {
+  const e = document.createElementNS(SVG, tag);
+  for (const [k, v] of Object.entries(attrs)) e.setAttribute(k, v);
+  if (text !== undefined) e.textContent = text;
+  return e;
+}
+function drawPlot(box, panel) {
+  // One line per series against step, 360 wide, a legend line per series under it: the report's
+  // panel, drawn as the run goes.
+  const [left, right, top, bottom] = [44, 350, 18, 122];
+  box.setAttribute("viewBox", `0 0 360 ${136 + 12 * Math.max(1, panel.series.length)}`);
+  const steps = panel.series.flatMap((s) => s.steps);
+  const values = panel.series.flatMap((s) => s.values);
+  const parts = [svg("text", { x: left, y: 12, class: "title" }, panel.title)];
+  if (!steps.length) {
+    parts.push(svg("text", { x: left, y: 70 }, "nothing logged yet"));
+    box.replaceChildren(...parts);
+    return;
+  }
+  const [x0, x1] = [Math.min(...steps), Math.max(...steps)];
+  let [y0, y1] = [Math.min(...values), Math.max(...values)];
+  if (y0 === y1) [y0, y1] = [y0 - 0.5, y1 + 0.5];
+  const x = (v) => left + ((v - x0) / (x1 - x0 || 1)) * (right - left);
+  const y = (v) => bottom - ((v - y0) / (y1 - y0)) * (bottom - top);
+  parts.push(svg("rect", { x: left, y: top, width: right - left, height: bottom - top, fill: "none", stroke: "#dde1e8" }));
+  parts.push(svg("text", { x: left - 4, y: top + 8, "text-anchor": "end" }, y1.toPrecision(3)));
+  parts.push(svg("text", { x: left - 4, y: bottom, "text-anchor": "end" }, y0.toPrecision(3)));
+  parts.push(svg("text", { x: left, y: bottom + 12 }, `step ${x0}`));
+  parts.push(svg("text", { x: right, y: bottom + 12, "text-anchor": "end" }, `${x1}`));
+  panel.series.forEach((s, i) => {
+    const color = COLORS[i % COLORS.length];
+    const points = s.steps.map((step, j) => `${x(step).toFixed(1)},${y(s.values[j]).toFixed(1)}`).join(" ");
+    parts.push(svg("polyline", { points, fill: "none", stroke: color, "stroke-width": 1.5, "data-label": s.label }));
+    parts.push(svg("text", { x: left, y: 144 + 12 * i, fill: color }, s.label));
+  });
+  box.replaceChildren(...parts);
+}
+async function stopRun() {
+  // Ctrl-C to the run: the trainer saves at its step's end; pressed again, the run stops at once.
+  try {
+    await post(`/api/runs/${encodeURIComponent(runs.selected)}/stop`, {});
+  } catch (err) {
+    document.getElementById("run-note").textContent = `not stopped: ${err.message}`;
+  }
+  await refreshRuns();
+}
+
 function setMode(mode) {
   state.mode = mode;
   document.getElementById("mode-beginner").classList.toggle("active", mode === "beginner");
@@ -398,10 +511,13 @@ async function start() {
   document.getElementById("save").onclick = () => save(false);
   document.getElementById("download").onclick = download;
   document.getElementById("run").onclick = () => save(true); // saves, then shows how to run the file
+  document.getElementById("start-run").onclick = startRun;
+  document.getElementById("stop-run").onclick = stopRun;
   document.getElementById("load-file").onchange = async (event) => {
     const file = event.target.files[0];
     if (file) await loadText(await file.text());
   };
   rerender();
+  refreshRuns();
 }
 start();

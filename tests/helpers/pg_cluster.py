@@ -17,7 +17,7 @@ import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from ports import free_port
+from helpers.ports import free_port
 
 SERVER_USER = "nobody"
 

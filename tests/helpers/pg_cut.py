@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import threading
 
-from ports import free_port
+from helpers.ports import free_port
 
 _COMMIT = b"COMMIT\x00"
 """How the statement ends in the frontend protocol (a Query or Parse message)."""

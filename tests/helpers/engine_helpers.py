@@ -1,8 +1,11 @@
-"""Helpers of the training-engine tests (tests/engine, tests/verl)."""
+"""Engines for tests: an engine client over the transformers rollout engine, and configs and
+trainers for the training-engine tests (tests/engine, tests/verl_engine)."""
 
 from __future__ import annotations
 
 import textwrap
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -10,8 +13,20 @@ from trinity.config import load_config
 from trinity.config.check import check_algorithm
 from trinity.config.derive import derive_algorithm
 from trinity.config.load import IssueCollector
-from trinity.config.schema import Config
+from trinity.config.schema import Config, InferenceModelConfig, ModelConfig
+from trinity.engine.client import EngineClient
+from trinity.engine.transformers_rollout import TransformersRolloutEngine
 from trinity.trainer.trainer import Trainer
+
+
+@contextmanager
+def transformers_client(inference: InferenceModelConfig, model: ModelConfig) -> Iterator[EngineClient]:
+    """An ``EngineClient`` over the transformers rollout engine, closed on exit."""
+    client = EngineClient(TransformersRolloutEngine(inference, model))
+    try:
+        yield client
+    finally:
+        client.close()
 
 
 def one_grpo_step(engine: Any) -> None:
