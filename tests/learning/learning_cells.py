@@ -8,7 +8,8 @@ runs it: :func:`run_cell` calls ``trinity.launcher.run`` in this process (the te
 Ray) or the CLI in a subprocess (the benchmark). Its measure is one metric of
 ``monitor/<role>.jsonl``: its first value, the policy before any update (the first explorer step
 samples the weights the run started with; an evaluation's first is at step 0; a trainer's first
-loss is taken before its first optimizer step), against the mean of its last ``window`` values;
+loss is taken before its first optimizer step; serve mode's first two steps, its trainer started
+after them), against the mean of its last ``window`` values;
 the cell learns when that moves the right way by at least ``margin``.
 """
 
@@ -43,10 +44,12 @@ DIP_WINDOW = 10
 @dataclass(frozen=True)
 class Measure:
     """Which metric shows learning, and which way it should move; ``window``: the values whose
-    mean is the end."""
+    mean is the end; ``start_steps``: the first values, all sampled before any update, whose mean
+    is the start (more than one where the run guarantees it: serve mode)."""
 
     key: str = "rollout/reward/mean"
     role: str = "explorer"
+    start_steps: int = 1
     window: int = 5
     higher_is_better: bool = True
     label: str = "reward"
@@ -64,21 +67,25 @@ class Measure:
         return [value for _, value in self.points(job_dir)]
 
     def start_end(self, values: Sequence[float]) -> tuple[float, float]:
-        """The first value (before any update) and the mean of the last ``window`` after it."""
-        if len(values) < 2:
+        """The mean of the first ``start_steps`` values (before any update) and of the last
+        ``window`` after them."""
+        first = self.start_steps
+        if len(values) <= first:
             return math.nan, math.nan
-        k = min(self.window, len(values) - 1)
-        return values[0], sum(values[-k:]) / k
+        k = min(self.window, len(values) - first)
+        return sum(values[:first]) / first, sum(values[-k:]) / k
 
     def dip(self, values: Sequence[float]) -> float:
         """How far the worst running mean of :data:`DIP_WINDOW` values (fewer in a shorter series)
         falls below the start, in the bad direction; 0 when none does."""
-        if len(values) < 2:
+        start = self.start_end(values)[0]
+        if math.isnan(start):
             return math.nan
-        k = min(DIP_WINDOW, len(values) - 1)
-        means = [sum(values[i : i + k]) / k for i in range(1, len(values) - k + 1)]
+        first = self.start_steps
+        k = min(DIP_WINDOW, len(values) - first)
+        means = [sum(values[i : i + k]) / k for i in range(first, len(values) - k + 1)]
         worst = min(means) if self.higher_is_better else max(means)
-        return max(0.0, (values[0] - worst) if self.higher_is_better else (worst - values[0]))
+        return max(0.0, (start - worst) if self.higher_is_better else (worst - start))
 
 
 RL_START = "warm_40"
@@ -351,6 +358,10 @@ def check_learns(cell: Cell, control: str | None, workspace: Workspace, out_dir:
     extra = [*kwargs.pop("extra", ()), *(cell.controls[control](workspace) if control else ())]
     steps = cell.control_steps if control else cell.test_steps
     result = run_cell(cell, workspace, out_dir, steps=steps, extra=extra, **kwargs)
+    # the measurement, in the test's captured output (pytest -rA shows it for a passing test too)
+    print(
+        result.describe(), f"[control: {control}]" if control else "", "series:", [round(v, 3) for v in result.series]
+    )
     assert not cell.drops_tasks or result.dropped_tasks > 0, f"{cell.name}: over_rollout dropped no task"
     if control:
         assert not result.learned, f"{result.describe()} [control: {control}]: the measure cannot fail"
@@ -358,6 +369,7 @@ def check_learns(cell: Cell, control: str | None, workspace: Workspace, out_dir:
     assert result.learned, result.describe()
     if cell.control_steps:
         early = result.first(cell.control_steps)
+        print(f"by step {cell.control_steps}:", early.describe())
         assert early.learned, f"{early.describe()}: not learned by the controls' budget"
     return result
 
