@@ -1,7 +1,8 @@
-"""trinity against the peer a user would pick instead: TRL's ``GRPOTrainer``, on identical
-settings, whole processes, runs interleaved.
+"""trinity against the peer a user would pick instead: TRL's ``GRPOTrainer`` (or, with
+``--algorithm rloo``, its ``RLOOTrainer`` against trinity's ``rloo``), on identical settings,
+whole processes, runs interleaved.
 
-    python benchmarks/bench_peers.py [quickstart|vocab|all] [--pairs N] [--steps N]
+    python benchmarks/bench_peers.py [quickstart|vocab|all] [--pairs N] [--steps N] [--algorithm rloo]
 
 TRL is installed pinned (``TRL``) in a bench-only environment, ``benchmarks/out/peers-venv``
 (``python -m venv --system-site-packages``: the same torch and transformers as trinity's side);
@@ -47,6 +48,8 @@ from e2e_helpers import QUICKSTART, write_experiment  # noqa: E402
 TRL = "trl==1.16.0"
 VENV = REPO / "benchmarks" / "out" / "peers-venv"
 THRESHOLD, WINDOW = 0.9, 10
+TRL_SIDES = {"grpo": "TRL GRPOTrainer", "rloo": "TRL RLOOTrainer"}
+"""TRL's trainer for each ``--algorithm``; trinity runs its algorithm type of the same name."""
 
 TRL_SCRIPT = textwrap.dedent(
     """
@@ -54,7 +57,7 @@ TRL_SCRIPT = textwrap.dedent(
     import torch
     from datasets import Dataset
     from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
-    from trl import GRPOConfig, GRPOTrainer
+    from trl import GRPOConfig, GRPOTrainer, RLOOConfig, RLOOTrainer
 
     settings = json.loads(sys.argv[1])
     torch.manual_seed(settings["seed"])
@@ -91,7 +94,8 @@ TRL_SCRIPT = textwrap.dedent(
                         "step_seconds": time.time() - self.began, "generate_seconds": generating[0]}
                 print("STEP " + json.dumps(line), flush=True)
 
-    config = GRPOConfig(
+    Config, Trainer = {"grpo": (GRPOConfig, GRPOTrainer), "rloo": (RLOOConfig, RLOOTrainer)}[settings["algorithm"]]
+    config = Config(
         output_dir=settings["out"], per_device_train_batch_size=settings["prompts"] * settings["samples"],
         num_generations=settings["samples"], max_completion_length=settings["tokens"],
         temperature=1.0, learning_rate=settings["lr"], lr_scheduler_type="constant", warmup_steps=0,
@@ -99,7 +103,7 @@ TRL_SCRIPT = textwrap.dedent(
         use_cpu=True, seed=settings["seed"], disable_tqdm=True,
         generation_kwargs={"min_new_tokens": settings["min_tokens"]} if settings["min_tokens"] else None,
     )
-    trainer = GRPOTrainer(model=model, processing_class=tokenizer, reward_funcs=exact_match,
+    trainer = Trainer(model=model, processing_class=tokenizer, reward_funcs=exact_match,
                           args=config, train_dataset=dataset, callbacks=[Record()])
     trainer.train()
     """
@@ -198,7 +202,7 @@ def run_trl(python: Path, root: Path, settings: dict, tag: str) -> dict:
     for step in steps:
         step["train_seconds"] = step["step_seconds"] - step["generate_seconds"]
         step["began"] = step["timestamp"] - step["step_seconds"]
-    return summary("TRL GRPOTrainer", start, end, peak, steps)
+    return summary(TRL_SIDES[settings["algorithm"]], start, end, peak, steps)
 
 
 def run_trinity(root: Path, config: Path, tag: str) -> dict:
@@ -243,7 +247,7 @@ def warm_model(root: Path) -> tuple[Path, Path]:
     return warm / "actor" / "huggingface", data
 
 
-def quickstart_settings(model: Path, data: Path, steps: int) -> dict:
+def quickstart_settings(model: Path, data: Path, steps: int, algorithm: str) -> dict:
     shipped = OmegaConf.load(QUICKSTART / "quickstart.yaml")
     return {
         "model": str(model),
@@ -256,6 +260,7 @@ def quickstart_settings(model: Path, data: Path, steps: int) -> dict:
         "lr": float(shipped.algorithm.optimizer.lr),
         "steps": steps,
         "seed": 0,
+        "algorithm": algorithm,
     }
 
 
@@ -274,7 +279,8 @@ def print_row(result: dict) -> None:
 
 def compare(name: str, pairs: int, trinity_config, trl_settings: dict, python: Path, root: Path) -> None:
     """``pairs`` interleaved runs of each side (the order alternating), then the medians' ratios."""
-    results: dict[str, list[dict]] = {"trinity run": [], "TRL GRPOTrainer": []}
+    peer = TRL_SIDES[trl_settings["algorithm"]]
+    results: dict[str, list[dict]] = {"trinity run": [], peer: []}
     for pair in range(pairs):
         order = ["trinity", "trl"] if pair % 2 == 0 else ["trl", "trinity"]
         for side in order:
@@ -284,12 +290,12 @@ def compare(name: str, pairs: int, trinity_config, trl_settings: dict, python: P
                 result = run_trinity(root, trinity_config(f"{name}{pair}"), f"{name}{pair}")
             results[result["side"]].append(result)
             print_row(result)
-    ours, theirs = results["trinity run"], results["TRL GRPOTrainer"]
+    ours, theirs = results["trinity run"], results[peer]
     ratios = [a["wall"] / b["wall"] for a, b in zip(ours, theirs, strict=True)]
     print(f"{name}: trinity / TRL whole-process time {spread(ratios, '.3f')} over {pairs} pairs", flush=True)
     edges = [a["startup"] + a["shutdown"] for a in ours]
     print(f"{name}: trinity start-up + shut-down {spread(edges, '.1f')} s (target <= 5 s)", flush=True)
-    if name == "vocab":
+    if name.startswith("vocab"):
         train = [a["train"] / b["train"] for a, b in zip(ours, theirs, strict=True)]
         explore = [a["generate"] / b["generate"] for a, b in zip(ours, theirs, strict=True)]
         print(f"{name}: training step trinity / TRL {spread(train, '.3f')} (target <= 1.1)", flush=True)
@@ -319,26 +325,38 @@ def plot(name: str, results: dict[str, list[dict]], path: Path) -> None:
     print(f"{name}: plot {path}", flush=True)
 
 
-def quickstart(root: Path, pairs: int, steps: int, python: Path) -> None:
+def workload_name(workload: str, algorithm: str) -> str:
+    """The name of a workload's figures and files: ``quickstart``, or ``quickstart-rloo``."""
+    return workload if algorithm == "grpo" else f"{workload}-{algorithm}"
+
+
+def quickstart(root: Path, pairs: int, steps: int, python: Path, algorithm: str) -> None:
     model, data = warm_model(root)
 
     def config(name: str) -> Path:
         return write_experiment(
-            root / name, model, data, f"name={name}", f"buffer.total_steps={steps}", "trainer.save_interval=0"
+            root / name,
+            model,
+            data,
+            f"name={name}",
+            f"buffer.total_steps={steps}",
+            "trainer.save_interval=0",
+            f"algorithm.algorithm_type={algorithm}",
         )
 
-    compare("quickstart", pairs, config, quickstart_settings(model, data, steps), python, root)
+    settings = quickstart_settings(model, data, steps, algorithm)
+    compare(workload_name("quickstart", algorithm), pairs, config, settings, python, root)
 
 
 VOCAB = {"prompts": 4, "samples": 4, "tokens": 64, "lr": 1e-5, "rows": 151_936}
 
 
-def vocab(root: Path, pairs: int, steps: int, python: Path) -> None:
+def vocab(root: Path, pairs: int, steps: int, python: Path, algorithm: str) -> None:
     from trinity.testing.tiny_model import build_tiny_model
 
     model = build_tiny_model(root / "vocab_model", embedding_rows=VOCAB["rows"])
     _, data = warm_model(root)
-    settings = quickstart_settings(model, data, steps) | {
+    settings = quickstart_settings(model, data, steps, algorithm) | {
         key: VOCAB[key] for key in ("prompts", "samples", "tokens", "lr")
     }
     settings["min_tokens"] = VOCAB["tokens"]
@@ -357,9 +375,10 @@ def vocab(root: Path, pairs: int, steps: int, python: Path) -> None:
             f"model.min_response_tokens={VOCAB['tokens']}",
             f"algorithm.optimizer.lr={VOCAB['lr']}",
             f"trainer.micro_batch_size_per_gpu={VOCAB['prompts'] * VOCAB['samples']}",
+            f"algorithm.algorithm_type={algorithm}",
         )
 
-    compare("vocab", pairs, config, settings, python, root)
+    compare(workload_name("vocab", algorithm), pairs, config, settings, python, root)
 
 
 def main() -> None:
@@ -367,15 +386,18 @@ def main() -> None:
     parser.add_argument("workload", nargs="?", default="all", choices=["quickstart", "vocab", "all"])
     parser.add_argument("--pairs", type=int, default=3, help="interleaved runs of each side")
     parser.add_argument("--steps", type=int, default=None, help="steps a run (quickstart 200, vocab 12)")
+    parser.add_argument(
+        "--algorithm", choices=sorted(TRL_SIDES), default="grpo", help="TRL's trainer and trinity's type"
+    )
     arguments = parser.parse_args()
     python = peers_python()
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     with tempfile.TemporaryDirectory(prefix="bench_peers_") as scratch:
         root = Path(scratch)
         if arguments.workload in ("quickstart", "all"):
-            quickstart(root, arguments.pairs, arguments.steps or 200, python)
+            quickstart(root, arguments.pairs, arguments.steps or 200, python, arguments.algorithm)
         if arguments.workload in ("vocab", "all"):
-            vocab(root, arguments.pairs, arguments.steps or 12, python)
+            vocab(root, arguments.pairs, arguments.steps or 12, python, arguments.algorithm)
 
 
 if __name__ == "__main__":
