@@ -330,20 +330,20 @@ def workload_name(workload: str, algorithm: str) -> str:
     return workload if algorithm == "grpo" else f"{workload}-{algorithm}"
 
 
-def quickstart(root: Path, pairs: int, steps: int, python: Path, algorithm: str) -> None:
-    model, data = warm_model(root)
+def trinity_configs(root: Path, model: Path, data: Path, steps: int, algorithm: str, *changes: str):
+    """``config(name)``: the quickstart's experiment for one trinity run of the bench, ``changes``
+    over it; no checkpoints but the last."""
 
     def config(name: str) -> Path:
-        return write_experiment(
-            root / name,
-            model,
-            data,
-            f"name={name}",
-            f"buffer.total_steps={steps}",
-            "trainer.save_interval=0",
-            f"algorithm.algorithm_type={algorithm}",
-        )
+        run = (f"name={name}", f"buffer.total_steps={steps}", f"algorithm.algorithm_type={algorithm}")
+        return write_experiment(root / name, model, data, *run, "trainer.save_interval=0", *changes)
 
+    return config
+
+
+def quickstart(root: Path, pairs: int, steps: int, python: Path, algorithm: str) -> None:
+    model, data = warm_model(root)
+    config = trinity_configs(root, model, data, steps, algorithm)
     settings = quickstart_settings(model, data, steps, algorithm)
     compare(workload_name("quickstart", algorithm), pairs, config, settings, python, root)
 
@@ -361,22 +361,19 @@ def vocab(root: Path, pairs: int, steps: int, python: Path, algorithm: str) -> N
     }
     settings["min_tokens"] = VOCAB["tokens"]
 
-    def config(name: str) -> Path:
-        return write_experiment(
-            root / name,
-            model,
-            data,
-            f"name={name}",
-            f"buffer.total_steps={steps}",
-            "trainer.save_interval=0",
-            f"buffer.batch_size={VOCAB['prompts']}",
-            f"algorithm.repeat_times={VOCAB['samples']}",
-            f"model.max_response_tokens={VOCAB['tokens']}",
-            f"model.min_response_tokens={VOCAB['tokens']}",
-            f"algorithm.optimizer.lr={VOCAB['lr']}",
-            f"trainer.micro_batch_size_per_gpu={VOCAB['prompts'] * VOCAB['samples']}",
-            f"algorithm.algorithm_type={algorithm}",
-        )
+    config = trinity_configs(
+        root,
+        model,
+        data,
+        steps,
+        algorithm,
+        f"buffer.batch_size={VOCAB['prompts']}",
+        f"algorithm.repeat_times={VOCAB['samples']}",
+        f"model.max_response_tokens={VOCAB['tokens']}",
+        f"model.min_response_tokens={VOCAB['tokens']}",
+        f"algorithm.optimizer.lr={VOCAB['lr']}",
+        f"trainer.micro_batch_size_per_gpu={VOCAB['prompts'] * VOCAB['samples']}",
+    )
 
     compare(workload_name("vocab", algorithm), pairs, config, settings, python, root)
 
