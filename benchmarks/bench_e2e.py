@@ -119,7 +119,7 @@ def trinity_register_workflows(register):
 
 
 def prepare(root: Path) -> tuple[Path, Path]:
-    from trinity.common.tiny_model import build_tiny_model
+    from trinity.testing.tiny_model import build_tiny_model
 
     model = build_tiny_model(root / "model", hidden_size=256, num_layers=4, intermediate_size=512)
     subprocess.run(
@@ -205,7 +205,7 @@ def direct_step_seconds(
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from trinity.engine.modeling import default_device
+    from trinity.model.torch_model import default_device
     from trinity.monitor.console import read_jsonl
     from trinity_workflows.rewards import math_reward
 
@@ -283,7 +283,7 @@ rest of the step (``hand-offs``) is reading the batch, loading the weights and t
 
 
 def quickstart(root: Path, model: Path, data: Path) -> None:
-    from trinity.common.tiny_model import build_tiny_model
+    from trinity.testing.tiny_model import build_tiny_model
 
     del model  # the quickstart's own model: the tiny model's defaults
     tiny = build_tiny_model(root / "quickstart_model")
@@ -515,7 +515,7 @@ def gpu(root: Path, model: Path, data: Path) -> None:
     explorer's load from its log)."""
     import torch
 
-    from trinity.common.tiny_model import build_tiny_model
+    from trinity.testing.tiny_model import build_tiny_model
 
     del model
     shaped = build_tiny_model(root / "qwen2.5-0.5b-shape", **GPU_SHAPE, embedding_rows=GPU_EMBEDDING_ROWS)

@@ -53,8 +53,8 @@ def measure(model_dir: str, lora: bool, steps: int) -> dict:
     from trinity.config.derive import derive_algorithm
     from trinity.config.load import IssueCollector
     from trinity.config.schema import Config, LoRAConfig
-    from trinity.engine.torch_trainer import TorchTrainingEngine
     from trinity.plugins import Kind, resolve
+    from trinity.training.torch_trainer import TorchTrainingEngine
 
     config = Config(mode="train")
     config.cluster.node_num, config.cluster.gpu_per_node = 1, 0
@@ -119,7 +119,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=8)
     parser.add_argument("--shapes", default="tiny,wide")
     args = parser.parse_args()
-    from trinity.common.tiny_model import build_tiny_model
+    from trinity.testing.tiny_model import build_tiny_model
 
     with tempfile.TemporaryDirectory() as root:
         for shape in args.shapes.split(","):

@@ -224,7 +224,7 @@ def run_trinity(root: Path, config: Path, tag: str) -> dict:
 
 def warm_model(root: Path) -> tuple[Path, Path]:
     """The quickstart's tiny model after its SFT stage (run here once), and its data."""
-    from trinity.common.tiny_model import build_tiny_model
+    from trinity.testing.tiny_model import build_tiny_model
 
     data, warm = root / "data", root / "sft" / "ckpt" / "quickstart" / "sft" / "sft_warmup" / "global_step_60"
     if not (warm / "actor" / "huggingface" / "config.json").exists():
@@ -334,7 +334,7 @@ VOCAB = {"prompts": 4, "samples": 4, "tokens": 64, "lr": 1e-5, "rows": 151_936}
 
 
 def vocab(root: Path, pairs: int, steps: int, python: Path) -> None:
-    from trinity.common.tiny_model import build_tiny_model
+    from trinity.testing.tiny_model import build_tiny_model
 
     model = build_tiny_model(root / "vocab_model", embedding_rows=VOCAB["rows"])
     _, data = warm_model(root)

@@ -81,7 +81,7 @@ def main() -> None:
         other = root / "other"
         subprocess.run(["git", "worktree", "add", "--detach", str(other), args.commit], cwd=REPO, check=True)
         try:
-            from trinity.common.tiny_model import build_tiny_model
+            from trinity.testing.tiny_model import build_tiny_model
 
             model = build_tiny_model(root / "model")
             subprocess.run([sys.executable, str(REPO / QUICKSTART / "make_data.py"), str(root / "data")], check=True)

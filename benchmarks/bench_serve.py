@@ -125,7 +125,7 @@ def main() -> None:
     workdir = Path(tempfile.mkdtemp(prefix="bench_serve_"))
     model = opts.model
     if model is None:
-        from trinity.common.tiny_model import build_tiny_model
+        from trinity.testing.tiny_model import build_tiny_model
 
         model = build_tiny_model(workdir / "model")
     process, proxy = start_serving(model, workdir, opts.tokens, opts.turns)

@@ -21,12 +21,12 @@ import torch
 
 from trinity.common.batch import Batch
 from trinity.common.experience import EID, Experience
-from trinity.common.tiny_model import build_tiny_model
 from trinity.config.check import check_algorithm
 from trinity.config.derive import derive_algorithm
 from trinity.config.load import IssueCollector
 from trinity.config.schema import Config
-from trinity.engine.torch_trainer import TorchTrainingEngine
+from trinity.testing.tiny_model import build_tiny_model
+from trinity.training.torch_trainer import TorchTrainingEngine
 
 
 def make_batch(rows: int, prompt: int, response: int, seed: int = 0) -> Batch:

@@ -36,7 +36,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from trinity.config.schema import InferenceModelConfig, ModelConfig
-from trinity.engine.base import SamplingArgs
+from trinity.model.engines import SamplingArgs
 from trinity.runtime import WORKER_NICENESS
 
 
@@ -82,7 +82,7 @@ def trinity_engine(config: InferenceModelConfig, model: ModelConfig) -> Iterator
     """``VLLMRolloutEngine`` (its Ray actor) behind an ``EngineClient``, as the explorer runs it."""
     import ray
 
-    from trinity.engine.client import EngineClient
+    from trinity.rollout.client import EngineClient
     from trinity_vllm.engine import VLLMRolloutEngine
 
     os.environ.setdefault(WORKER_NICENESS, "0")  # vLLM's actor at the priority of the direct side, as trinity run does
@@ -169,7 +169,7 @@ def direct_multiturn(
 
 def trinity_multiturn(client: Any, lengths: list[list[int]]) -> Callable[[], int]:
     """The same conversations as workflows hold them: ``ModelWrapper.chat_async`` per turn."""
-    from trinity.engine.model_wrapper import ModelWrapper
+    from trinity.rollout.model_wrapper import ModelWrapper
 
     loop = asyncio.new_event_loop()
 
@@ -204,7 +204,7 @@ def main() -> None:
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
     path = opts.model
     if path is None:
-        from trinity.common.tiny_model import build_tiny_model
+        from trinity.testing.tiny_model import build_tiny_model
 
         path = str(build_tiny_model(tempfile.mkdtemp(prefix="bench-vllm-")))
     config = InferenceModelConfig(model_path=path, enforce_eager=True)

@@ -18,7 +18,7 @@ os.environ.setdefault("WANDB_MODE", "offline")
 @pytest.fixture(scope="session")
 def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A tiny Qwen2 model + tokenizer directory, built once per session; treat it as read-only."""
-    from trinity.common.tiny_model import build_tiny_model
+    from trinity.testing.tiny_model import build_tiny_model
 
     return build_tiny_model(tmp_path_factory.mktemp("tiny_model"))
 
@@ -26,7 +26,7 @@ def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="session")
 def tiny_vl_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A tiny Qwen2-VL model + tokenizer + image processor directory, built once per session; read-only."""
-    from trinity.common.tiny_model import build_tiny_vl_model
+    from trinity.testing.tiny_model import build_tiny_vl_model
 
     return build_tiny_vl_model(tmp_path_factory.mktemp("tiny_vl_model"))
 
@@ -34,7 +34,7 @@ def tiny_vl_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="session")
 def tiny_moe_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A tiny Qwen3-MoE model + tokenizer directory (router replay), built once per session; read-only."""
-    from trinity.common.tiny_model import build_tiny_moe_model
+    from trinity.testing.tiny_model import build_tiny_moe_model
 
     return build_tiny_moe_model(tmp_path_factory.mktemp("tiny_moe_model"))
 

@@ -33,16 +33,6 @@ def test_explorer_actor_writes_trainer_reads(ray_session, tmp_path):
     kill_queue_actor(storage)
 
 
-def test_a_writer_s_wait_reaches_the_reader_through_the_actor(ray_session, tmp_path):
-    storage = buffer_config("memory", tmp_path)
-    writer, reader = open_experience_writer(storage, "explorer"), open_experience_reader(storage)
-    writer.set_waiting(7)
-    assert reader.awaited_version() == 7
-    writer.set_waiting(None)
-    assert reader.awaited_version() is None
-    kill_queue_actor(storage)
-
-
 def test_namespaces_keep_queues_apart(ray_session, tmp_path):
     storage = buffer_config("memory", tmp_path)
     open_experience_writer(storage, namespace="ns_a").write([make_experience(1)])

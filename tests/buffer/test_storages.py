@@ -157,27 +157,3 @@ def test_postgres_stores_experiences_out_of_line_uncompressed(postgres_url, tmp_
     with sa.create_engine(database_url(postgres_url)).connect() as conn:
         for table in (f"{storage.name}_exp", f"{storage.name}_replay"):
             assert conn.execute(sa.text(query), {"table": table}).scalar() == "e", table
-
-
-@pytest.mark.parametrize("kind", [*ALL_KINDS, "sqlite replay"])
-def test_readers_see_the_lowest_version_an_unfinished_writer_waits_for(kind, tmp_path):
-    """An explorer blocked on weights says so through its writer (``set_waiting``); the trainer's
-    reader sees it (``awaited_version``) until the wait ends, the writer finishes or reopens."""
-    replay = {"replay_buffer": {"enable": True}} if kind.endswith(" replay") else {}
-    storage = buffer_config(kind.removesuffix(" replay"), tmp_path, **replay)
-    first, second = open_experience_writer(storage, "w1"), open_experience_writer(storage, "w2")
-    reader = open_experience_reader(storage, auto_commit=False)
-    assert reader.awaited_version() is None
-    first.set_waiting(3)
-    second.set_waiting(2)
-    assert reader.awaited_version() == 2
-    second.set_waiting(None)
-    assert reader.awaited_version() == 3
-    if kind != "memory":  # a process-local queue has no second process to reopen the name
-        open_experience_writer(storage, "w1")  # a restart: the new process waits for nothing yet
-        assert reader.awaited_version() is None
-        first = open_experience_writer(storage, "w1")
-        first.set_waiting(4)
-    second.set_waiting(5)
-    first.finish()
-    assert reader.awaited_version() == 5

@@ -1,7 +1,7 @@
 """The chaos tests' experiment, the supervisor that kills and restarts roles, and the audit.
 
 A *life* of a role is one process: ``("crash", "<point>[:n]")`` dies at a crash point
-(``trinity.common.crash``), ``("kill", seconds)`` is SIGKILLed that long after it made
+(``trinity.testing.crash_points``), ``("kill", seconds)`` is SIGKILLed that long after it made
 progress, ``("orphan", "<point>[:n]")`` freezes (SIGSTOP) at that crash point while its
 replacement starts, and goes on once the replacement made progress (or after
 ``ORPHAN_PAUSE`` s, should it have frozen inside a transaction the replacement waits for):

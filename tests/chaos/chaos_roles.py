@@ -15,15 +15,15 @@ import traceback
 from multiprocessing.process import BaseProcess
 from pathlib import Path
 
-from trinity.common.crash import CRASH_AT, CRASH_SIGNAL
+from trinity.testing.crash_points import CRASH_AT, CRASH_SIGNAL
 
 _CONTEXT = multiprocessing.get_context("forkserver")
 _CONTEXT.set_forkserver_preload(  # installed modules only: Python 3.11's forkserver ignores sys.path
     [
         "torch",
         "transformers.models.qwen2.modeling_qwen2",
-        "trinity.engine.torch_trainer",
-        "trinity.engine.transformers_rollout",
+        "trinity.training.torch_trainer",
+        "trinity.rollout.transformers_rollout",
         "trinity.explorer.explorer",
         "trinity.trainer.trainer",
         "trinity.buffer.storage.sql",

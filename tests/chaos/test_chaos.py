@@ -294,8 +294,12 @@ def test_a_stop_signal_saves_at_the_next_step_boundary_and_exits_0(tmp_path, tin
         os.killpg(run.pid, signal.SIGINT)
     out, _ = run.communicate(timeout=90)
     assert run.returncode == 0, out[-3000:]
-    assert f"stopped ({'SIGTERM' if stop == 'SIGTERM' else 'SIGINT'})" in out, out[-3000:]
+    name = "SIGTERM" if stop == "SIGTERM" else "SIGINT"
+    assert f"stopped ({name})" in out, out[-3000:]
     assert "Traceback" not in out, out[-3000:]
+    # what it did before the stop, as a finished run says it: the summary and the report
+    assert re.search(rf"=== \S+ \(both\) stopped by {name} in \d+ s\n", out), out[-3000:]
+    assert f"report: {job_dir(tmp_path) / 'report.html'}" in out, out[-3000:]
     saved = meta_step(tmp_path, "trainer")
     assert 1 <= saved < LONG_RUN
     assert (job_dir(tmp_path) / f"global_step_{saved}").is_dir()

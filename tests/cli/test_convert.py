@@ -12,8 +12,8 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from helpers.engine_helpers import make_config
 from trinity.cli import main
-from trinity.engine.torch_trainer import TorchTrainingEngine
 from trinity.report import record_config
+from trinity.training.torch_trainer import TorchTrainingEngine
 
 
 @pytest.fixture(scope="module")

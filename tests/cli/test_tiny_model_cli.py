@@ -9,7 +9,7 @@ from click.testing import CliRunner
 from transformers import AutoModelForCausalLM
 
 from trinity.cli import main
-from trinity.engine.moe_routing import moe_routers
+from trinity.model.moe_routing import moe_routers
 
 
 def test_the_cli_builds_the_tiny_moe_model(tmp_path: Path) -> None:

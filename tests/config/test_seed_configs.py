@@ -10,7 +10,7 @@ from omegaconf import OmegaConf
 
 from helpers.seed_env import set_seed_env
 from trinity.config import ConfigError, load_config
-from trinity.config.check import trainer_gpu_num
+from trinity.config.rules import trainer_gpu_num
 
 SEEDS = Path(__file__).parent / "seeds"
 

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from trinity.config import ConfigError, derive_and_check, load_config, load_stage_configs
-from trinity.config.check import trainer_gpu_num
 from trinity.config.load import IssueCollector, parse_config, read_yaml
+from trinity.config.rules import trainer_gpu_num
 
 EXAMPLES = Path(__file__).parent / "trinity_rft_examples"
 FILES = sorted(p.name for p in EXAMPLES.glob("*.yaml"))

@@ -45,6 +45,21 @@ def write_experiment(tmp_path: Path, model: Path, data: Path, *changes: str, sta
     return path
 
 
+def written_experiences(tmp_path: Path, count: int, **read) -> list:
+    """``count`` experiences of the sql experience buffer a ``write_experiment`` run wrote, read
+    back by a reader of its own (``read`` goes to ``read``: a ``timeout``)."""
+    from trinity.buffer import open_experience_reader
+    from trinity.config.schema import ExperienceBufferConfig
+
+    job = tmp_path / "ckpt" / "quickstart" / "arithmetic"
+    buffer = ExperienceBufferConfig(name="experience_buffer", path=str(job / "buffer" / "experience_buffer.db"))
+    reader = open_experience_reader(buffer, "audit")
+    try:
+        return reader.read(count, **read)
+    finally:
+        reader.close()
+
+
 def _trinity(config: Path, overrides: tuple[str, ...]) -> dict:
     """What both ways of running ``trinity run`` on ``config`` share: command, env, cwd."""
     return {

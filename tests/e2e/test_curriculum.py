@@ -8,11 +8,8 @@ import json
 import math
 import textwrap
 
-from e2e_helpers import EXPLORE_ONLY, trinity_run, write_experiment
+from e2e_helpers import EXPLORE_ONLY, trinity_run, write_experiment, written_experiences
 from test_run import assert_ok, metrics
-
-from trinity.buffer import open_experience_reader
-from trinity.config.schema import ExperienceBufferConfig
 
 SCORED_WORKFLOW = """
 import json
@@ -90,12 +87,7 @@ def test_pass_rates_reorder_the_next_epoch_and_operators_report_metrics(tmp_path
         steps[1]["pipeline/pass_rate_calculator/valid_ratio"] == 1.0
         and steps[3]["pipeline/pass_rate_calculator/valid_ratio"] == 0.0
     )
-    job = tmp_path / "ckpt" / "quickstart" / "arithmetic"
-    reader = open_experience_reader(
-        ExperienceBufferConfig(name="experience_buffer", path=str(job / "buffer" / "experience_buffer.db")), "audit"
-    )
-    written = reader.read(10)  # per epoch: none of row 0, one run of row 1, both of rows 2 and 3
-    reader.close()
+    written = written_experiences(tmp_path, 10)  # per epoch: none of row 0, one run of row 1, both of rows 2 and 3
     assert len(written) == 10 and all(math.isfinite(e.reward) and e.reward >= 0.1 for e in written)
     assert {e.eid.task: e.info["pass_rate"] for e in written}["arithmetic:2"] == 0.7
 

@@ -8,11 +8,8 @@ import json
 import textwrap
 from pathlib import Path
 
-from e2e_helpers import EXPLORE_ONLY, trinity_run, write_experiment
+from e2e_helpers import EXPLORE_ONLY, trinity_run, write_experiment, written_experiences
 from test_run import assert_ok, metrics
-
-from trinity.buffer import open_experience_reader
-from trinity.config.schema import ExperienceBufferConfig
 
 TIMED_WORKFLOW = """
 import asyncio
@@ -73,11 +70,7 @@ def test_the_batches_of_a_sync_interval_overlap_and_are_written_in_order(
     assert len(later) == 6 and all(r["end"] < slow["end"] for r in later), "later batches waited for the slow task"
     steps = [r["step"] for r in metrics(tmp_path, "explorer") if "rollout/experience_count" in r]
     assert steps == [1, 2, 3, 4]  # written and logged in step order all the same
-    job = tmp_path / "ckpt" / "quickstart" / "arithmetic"
-    buffer = ExperienceBufferConfig(name="experience_buffer", path=str(job / "buffer" / "experience_buffer.db"))
-    reader = open_experience_reader(buffer, "audit")
-    batches = [int(e.eid.batch) for e in reader.read(16)]
-    reader.close()
+    batches = [int(e.eid.batch) for e in written_experiences(tmp_path, 16)]
     assert batches == sorted(batches) and set(batches) == {1, 2, 3, 4}
 
 
@@ -147,11 +140,7 @@ def test_partial_rollout_marks_each_token_with_its_weights_version(tmp_path, tin
         "trainer.save_interval=0",
     )
     assert_ok(trinity_run(config))
-    job = tmp_path / "ckpt" / "quickstart" / "arithmetic"
-    buffer = ExperienceBufferConfig(name="experience_buffer", path=str(job / "buffer" / "experience_buffer.db"))
-    reader = open_experience_reader(buffer, "audit")
-    experiences = reader.read(64, timeout=10)
-    reader.close()
+    experiences = written_experiences(tmp_path, 64, timeout=10)
     assert len(experiences) == 64
     for exp in experiences:
         versions = exp.info["token_versions"]

@@ -7,8 +7,8 @@ from e2e_helpers import trinity_run, write_experiment
 from test_run import assert_ok, metrics
 
 from trinity.config.schema import InferenceModelConfig, ModelConfig
-from trinity.engine.client import EngineClient
-from trinity.engine.transformers_rollout import TransformersRolloutEngine
+from trinity.rollout.client import EngineClient
+from trinity.rollout.transformers_rollout import TransformersRolloutEngine
 
 
 def test_bench_evaluates_an_external_model(tmp_path, tiny_model_dir, arithmetic_data, monkeypatch):

@@ -1,14 +1,11 @@
 """MoE router replay in a whole ``trinity run``: the rollout engine's routing reaches the buffer
 with every experience and the trainer's updates run on it (the mechanism and its effect on the
-logprob gap: tests/engine/test_router_replay.py)."""
+logprob gap: tests/model/test_router_replay.py)."""
 
 from __future__ import annotations
 
-from e2e_helpers import trinity_run, write_experiment
+from e2e_helpers import trinity_run, write_experiment, written_experiences
 from test_run import assert_ok, metrics
-
-from trinity.buffer import open_experience_reader
-from trinity.config.schema import ExperienceBufferConfig
 
 
 def test_a_run_with_router_replay_stores_each_tokens_routing(tmp_path, tiny_moe_model_dir, arithmetic_data):
@@ -24,11 +21,7 @@ def test_a_run_with_router_replay_stores_each_tokens_routing(tmp_path, tiny_moe_
         "trainer.save_interval=0",
     )
     assert_ok(trinity_run(config))
-    job = tmp_path / "ckpt" / "quickstart" / "arithmetic"
-    buffer = ExperienceBufferConfig(name="experience_buffer", path=str(job / "buffer" / "experience_buffer.db"))
-    reader = open_experience_reader(buffer, "audit")
-    experiences = reader.read(16, timeout=10)
-    reader.close()
+    experiences = written_experiences(tmp_path, 16, timeout=10)
     assert len(experiences) == 16
     for exp in experiences:
         routing = exp.routed_experts

@@ -16,7 +16,7 @@ from e2e_helpers import free_port, trinity_run, trinity_start, write_experiment
 from test_run import assert_ok
 from test_run import metrics as role_metrics
 
-from trinity.engine.openai_api import MAX_N
+from trinity.rollout.openai_api import MAX_N
 
 TASKS = {"task-a": 1.0, "task-b": 0.0, "task-c": 0.5}
 KEY = "serve-secret"

@@ -4,8 +4,8 @@ with its initial weights on ``restart``, as a new process would."""
 
 from __future__ import annotations
 
-from trinity.engine.base import EngineCrashed
-from trinity.engine.transformers_rollout import TransformersRolloutEngine
+from trinity.model.engines import EngineCrashed
+from trinity.rollout.transformers_rollout import TransformersRolloutEngine
 
 
 class CrashingEngine(TransformersRolloutEngine):

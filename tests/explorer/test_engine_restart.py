@@ -14,9 +14,9 @@ from crashing_engine import CrashingEngine
 from safetensors.torch import load_file
 
 from trinity.config import load_config
-from trinity.engine.base import EngineCrashed
 from trinity.explorer.engines import MAX_ENGINE_RESTARTS
 from trinity.explorer.explorer import Explorer
+from trinity.model.engines import EngineCrashed
 from trinity.synchronizer.methods import CheckpointSync, WeightUpdate
 
 

@@ -11,8 +11,8 @@ import runner_workflows as flows
 from helpers.engine_helpers import transformers_client
 from trinity.common.experience import Task
 from trinity.config.schema import Config
-from trinity.engine.client import EngineClient
 from trinity.explorer.runner import TaskRunner, over_rollout_minimum
+from trinity.rollout.client import EngineClient
 
 
 @pytest.fixture(scope="module")

@@ -21,9 +21,9 @@ import openai
 import pytest
 
 from helpers.serve_helpers import serve_explorer
-from trinity.engine.openai_api import guarded
 from trinity.explorer import serve
-from trinity.synchronizer.methods import TrainerFinished
+from trinity.rollout.openai_api import guarded
+from trinity.synchronizer.signals import SyncSignals, TrainerFinished
 
 KEY = "sesame"
 MESSAGES = [{"role": "user", "content": "1+1="}]
@@ -88,8 +88,8 @@ def test_unscored_responses_expire_after_their_time(proxy, monkeypatch):
 
 def test_a_finished_trainer_is_no_error_while_the_proxy_follows_weights(proxy, monkeypatch, caplog):
     """After the trainer's last version the proxy keeps serving it, and logs no failure every poll."""
-    sync = proxy.host.engines.sync.method  # the checkpoint sync itself
-    sync.finish(proxy.host.engines.version)  # the trainer's end marker, as a finished trainer writes it
+    sync = proxy.host.engines.sync
+    SyncSignals(proxy.host.config).finish(proxy.host.engines.version)  # as a finished trainer says it
     try:
         with pytest.raises(TrainerFinished):  # what every poll now meets
             sync.fetch(proxy.host.engines.version + 1, 0)
@@ -97,7 +97,7 @@ def test_a_finished_trainer_is_no_error_while_the_proxy_follows_weights(proxy, m
         with pytest.raises(TimeoutError):
             _on_explorer_loop(proxy, asyncio.wait_for(proxy._follow_weights(), timeout=0.2))
     finally:
-        (sync.root / "finished.json").unlink()
+        (sync.signals.root / "finished.json").unlink()
     assert not [r for r in caplog.records if r.levelno >= logging.ERROR], caplog.text
 
 

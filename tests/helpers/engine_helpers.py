@@ -14,8 +14,8 @@ from trinity.config.check import check_algorithm
 from trinity.config.derive import derive_algorithm
 from trinity.config.load import IssueCollector
 from trinity.config.schema import Config, InferenceModelConfig, ModelConfig
-from trinity.engine.client import EngineClient
-from trinity.engine.transformers_rollout import TransformersRolloutEngine
+from trinity.rollout.client import EngineClient
+from trinity.rollout.transformers_rollout import TransformersRolloutEngine
 from trinity.trainer.trainer import Trainer
 
 

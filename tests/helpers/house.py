@@ -23,15 +23,16 @@ PACKAGES = REPO / "packages"
 ARCHITECTURE = REPO / "docs" / "architecture.md"
 
 TIERS: tuple[tuple[str, ...], ...] = (
-    ("common",),  # docs/architecture.md, "Layers": a leaf
+    ("common", "testing"),  # docs/architecture.md, "Layers": leaves
     ("plugins",),  # "Layers": hook specs and the registry need only common
     ("config",),  # "Layers": its checker resolves plugin names, so it sits above plugins
     ("plugin_api",),  # "Plugins": the door of plugin packages; nothing in the core imports it
-    ("monitor", "buffer", "checkpoints"),  # "Folders and modules"
-    ("algorithm", "runtime", "report", "progress", "summary"),  # algorithm reads buffer, monitor
-    ("engine",),  # "Layers": the losses of the training engines come from algorithm
-    ("synchronizer", "placement", "convert", "joblog", "studio"),  # "The loop"; the studio follows runs as joblog
+    ("model", "monitor", "buffer", "job_dir"),  # "Folders and modules"; model: what both engine sides share
+    ("algorithm", "runtime", "report", "progress"),  # algorithm reads buffer, monitor
+    ("rollout", "training"),  # "The loop": the two sides of the model; training's losses come from algorithm
+    ("synchronizer", "placement", "studio"),  # "The loop"; the studio follows runs through report
     ("explorer", "trainer"),  # "The loop": the roles; neither imports the other
+    ("roles",),  # "The loop": the Ray actors that run explorer and trainer
     ("launcher",),  # "The loop": runs the stages
     ("cli",),  # "Folders and modules": the command line over all of it
 )
@@ -62,7 +63,7 @@ def imported_modules(path: Path) -> list[tuple[int, str]]:
 
 
 def module_name(path: Path) -> str:
-    """``.../src/trinity/engine/client.py`` -> ``trinity.engine.client``; a package's ``__init__.py`` -> the package."""
+    """``.../src/trinity/rollout/client.py`` -> ``trinity.rollout.client``; a package's ``__init__.py`` -> the package."""
     src = next(parent for parent in path.parents if parent.name == "src")
     parts = path.relative_to(src).with_suffix("").parts
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
@@ -107,7 +108,7 @@ def source_files() -> list[Path]:
 
 
 def unit(module: str) -> str:
-    """What the layers place: ``trinity.engine.client`` -> ``engine``, ``trinity.cli`` -> ``cli``;
+    """What the layers place: ``trinity.rollout.client`` -> ``rollout``, ``trinity.cli`` -> ``cli``;
     a plugin package's module -> the package (``trinity_vllm``); ``trinity`` itself -> ``""``."""
     top, _, rest = module.partition(".")
     return rest.partition(".")[0] if top == "trinity" else top

@@ -53,7 +53,7 @@ def teach_tool_use(model_dir: Path, out: Path, rounds: int = 80) -> Path:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from trinity.engine.tokenization import ChatTokenizer
+    from trinity.model.tokenization import ChatTokenizer
 
     shutil.copytree(model_dir, out)
     chat = ChatTokenizer(AutoTokenizer.from_pretrained(out))

@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 
 from trinity.config import check_tree
-from trinity.engine.base import RolloutEngine
-from trinity.engine.transformers_rollout import TransformersRolloutEngine
+from trinity.model.engines import RolloutEngine
 from trinity.placement import PlacementError, check_fits, first_devices, role_gpus
+from trinity.rollout.transformers_rollout import TransformersRolloutEngine
 
 
 def checked(mode: str = "both", gpus: int = 2, nodes: int = 1, engines: int = 1, **more):

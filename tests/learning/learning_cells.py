@@ -113,10 +113,10 @@ class Workspace:
         self.data = self.root / "data"
 
     def _built(self, name: str) -> Path:
-        """``root/name``, written by ``trinity.common.tiny_model.build_<name>`` the first time."""
+        """``root/name``, written by ``trinity.testing.tiny_model.build_<name>`` the first time."""
         path = self.root / name
         if not (path / "config.json").exists():
-            from trinity.common import tiny_model
+            from trinity.testing import tiny_model
 
             getattr(tiny_model, f"build_{name}")(str(path))
         return path

@@ -98,7 +98,7 @@ ROUTER_REPLAY = Cell(
         "The tiny Qwen3-MoE model (2 layers of 8 experts, 2 a token) after the same SFT warm-up; the "
         "transformers engine records each token's experts and the torch trainer replays them. On a CPU both "
         "sides compute in float32 and route alike, so this row shows a whole run carrying and replaying the "
-        "routing; what replay corrects (a bf16 rollout's routing flips) is tests/engine/test_router_replay.py's."
+        "routing; what replay corrects (a bf16 rollout's routing flips) is tests/model/test_router_replay.py's."
     ),
     controls=negated("grpo"),
 )
@@ -207,7 +207,7 @@ def held_out_accuracy(ws, model_dir: Path, config: Path) -> float:
     from transformers import AutoModelForCausalLM
 
     from trinity.config import load_config
-    from trinity.engine.tokenization import load_tokenizer
+    from trinity.model.tokenization import load_tokenizer
     from trinity.trainer.supervised import row_to_experience
 
     loaded = load_config(config)

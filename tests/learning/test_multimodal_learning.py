@@ -32,12 +32,12 @@ from trinity.common.batch import Batch
 from trinity.common.experience import EID, Experience
 from trinity.config import load_config
 from trinity.config.schema import InferenceModelConfig, ModelConfig
-from trinity.engine.base import SamplingArgs
-from trinity.engine.model_wrapper import _to_experience
-from trinity.engine.modeling import load_weights_into
-from trinity.engine.torch_trainer import TorchTrainingEngine
-from trinity.engine.transformers_rollout import TransformersRolloutEngine
+from trinity.model.engines import SamplingArgs
+from trinity.model.torch_model import load_weights_into
+from trinity.rollout.model_wrapper import _to_experience
+from trinity.rollout.transformers_rollout import TransformersRolloutEngine
 from trinity.trainer.trainer import Trainer
+from trinity.training.torch_trainer import TorchTrainingEngine
 
 COLOURS = ("red", "pink")  # two tokens each in the tiny tokenizer: the format favours neither
 BLIND = 0.5

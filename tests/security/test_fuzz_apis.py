@@ -561,7 +561,7 @@ def test_the_engine_openai_endpoint(tiny_model_dir: Path) -> None:
     requests quick); the engine answers a fixed prompt after the fuzz as it did before."""
     from helpers.engine_helpers import transformers_client
     from trinity.config.schema import InferenceModelConfig, ModelConfig
-    from trinity.engine.openai_api import openai_app
+    from trinity.rollout.openai_api import openai_app
 
     config = InferenceModelConfig(
         model_path=str(tiny_model_dir), engine_type="transformers", name="tiny", api_key=TOKEN
@@ -590,8 +590,8 @@ def test_the_serve_proxy(tmp_path: Path, tiny_model_dir: Path) -> None:
     any value, commits: a refused request records, scores and commits nothing, and what is
     committed is exactly what accepted feedback scored."""
     from trinity.buffer import open_experience_reader
-    from trinity.engine.openai_api import guarded
     from trinity.explorer.serve import ServeProxy
+    from trinity.rollout.openai_api import guarded
 
     explorer = serve_explorer(tmp_path, tiny_model_dir, TOKEN)
     proxy = ServeProxy(explorer.serve_host)

@@ -10,7 +10,9 @@ import pytest
 import torch
 
 from trinity.config.schema import Config
+from trinity.synchronizer.explorer_sync import ExplorerSync
 from trinity.synchronizer.methods import MemorySync, find_shared_actor
+from trinity.synchronizer.signals import SyncSignals, TrainerFinished
 
 NAMESPACE = "trinity-sync-tests"
 
@@ -82,5 +84,32 @@ def test_memory_sync_carries_every_dtype_exactly(ray_session) -> None:
         assert received.keys() == sent.keys()
         for name, tensor in sent.items():
             assert received[name].dtype == tensor.dtype and torch.equal(received[name], tensor), name
+    finally:
+        ray_session.kill(actor)
+
+
+def test_over_memory_sync_the_explorer_is_told_the_trainers_end_and_the_trainer_its_wait(ray_session, tmp_path):
+    """The weights travel through the store, the signals beside them: the explorer's wait reaches
+    the trainer, and the trainer's end stops that wait at once, not after sync_timeout."""
+    config = memory_config()
+    config.checkpoint_job_dir = str(tmp_path / "job")
+    (store,) = MemorySync.shared_actors(config)
+    store.remove_leftover(NAMESPACE)
+    actor = store.start(NAMESPACE)
+    try:
+        explorer, trainer = ExplorerSync(config, "explorer"), SyncSignals(config)
+        MemorySync(config).publish({"w": torch.zeros(1)}, 1)
+        seen = []
+
+        def trainer_ends() -> None:
+            seen.append(trainer.awaited_version())
+            trainer.finish(1)
+
+        threading.Timer(0.5, trainer_ends).start()
+        started = time.monotonic()
+        with pytest.raises(TrainerFinished, match="finished at version 1: no version >= 2 will come"):
+            explorer.fetch(2, timeout=60)
+        assert time.monotonic() - started < 5 and seen == [2]
+        assert explorer.fetch(1, timeout=0).version == 1  # its last weights are still there
     finally:
         ray_session.kill(actor)

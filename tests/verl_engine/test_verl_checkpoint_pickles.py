@@ -20,7 +20,7 @@ from helpers.engine_helpers import make_config, one_grpo_step
 
 pytest.importorskip("verl")
 
-from trinity.engine.base import CheckpointRefused  # noqa: E402
+from trinity.model.engines import CheckpointRefused  # noqa: E402
 from trinity_verl.checkpoint import load_shard  # noqa: E402
 from trinity_verl.engine import VerlTrainingEngine  # noqa: E402
 

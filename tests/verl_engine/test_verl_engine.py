@@ -21,8 +21,8 @@ pytest.importorskip("verl")
 from trinity.common.batch import Batch  # noqa: E402
 from trinity.common.experience import EID, Experience  # noqa: E402
 from trinity.config.schema import Config  # noqa: E402
-from trinity.engine.torch_trainer import TorchTrainingEngine  # noqa: E402
 from trinity.plugins import Kind, resolve  # noqa: E402
+from trinity.training.torch_trainer import TorchTrainingEngine  # noqa: E402
 from trinity_verl.engine import VerlTrainingEngine  # noqa: E402
 
 TOLERANCE = 1e-5

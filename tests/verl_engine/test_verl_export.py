@@ -13,7 +13,7 @@ pytest.importorskip("verl")
 
 from transformers import AutoModelForCausalLM  # noqa: E402
 
-from trinity.convert import convert  # noqa: E402
+from trinity.cli.convert import convert  # noqa: E402
 from trinity_verl.engine import VerlTrainingEngine  # noqa: E402
 
 

@@ -29,7 +29,7 @@ def shared_vllm_engine(tiny_model_dir: Path):
     """The shared engine, started on first use and again after a test killed it (the crash
     test does), so no test depends on running before another."""
     from trinity.config.schema import InferenceModelConfig, ModelConfig
-    from trinity.engine.base import EngineCrashed
+    from trinity.model.engines import EngineCrashed
     from trinity_vllm.engine import VLLMRolloutEngine
 
     limits = {"max_prompt_tokens": 32, "max_response_tokens": 24, "max_model_len": 56}

@@ -19,8 +19,8 @@ from safetensors.torch import load_file  # noqa: E402
 from transformers import AutoModelForCausalLM  # noqa: E402
 
 from trinity.config.schema import Config  # noqa: E402
-from trinity.engine.base import SamplingArgs  # noqa: E402
-from trinity.engine.client import EngineClient  # noqa: E402
+from trinity.model.engines import SamplingArgs  # noqa: E402
+from trinity.rollout.client import EngineClient  # noqa: E402
 from trinity.synchronizer.methods import SyncTimeout  # noqa: E402
 from trinity_vllm.nccl import GroupAddress, NCCLSync, NCCLSyncError, buckets, meta_of  # noqa: E402
 
@@ -121,7 +121,7 @@ def test_a_side_that_never_joins_fails_both_with_its_cause(ray_session) -> None:
 
 def test_connect_refuses_other_engines(coordinator, tiny_model_dir) -> None:
     from trinity.config.schema import InferenceModelConfig, ModelConfig
-    from trinity.engine.transformers_rollout import TransformersRolloutEngine
+    from trinity.rollout.transformers_rollout import TransformersRolloutEngine
 
     engine = TransformersRolloutEngine(InferenceModelConfig(model_path=str(tiny_model_dir)), ModelConfig())
     with pytest.raises(TypeError, match=r"sync_method 'nccl' .* not TransformersRolloutEngine.*engine_type: vllm"):

@@ -34,7 +34,7 @@ def test_tool_and_reasoning_parsers_are_passed():
 
 def test_ignore_eos_and_request_logging_reach_vllm():
     pytest.importorskip("vllm")
-    from trinity.engine.base import SamplingArgs
+    from trinity.model.engines import SamplingArgs
 
     config = InferenceModelConfig(model_path="/models/tiny", ignore_eos=True, enable_log_requests=True)
     server = VLLMServer(config, ModelConfig(max_model_len=64, max_response_tokens=16), "vllm engine")

@@ -15,12 +15,12 @@ import torch  # noqa: E402
 from safetensors.torch import load_file, save_file  # noqa: E402
 from transformers import AutoModelForCausalLM  # noqa: E402
 
-from trinity.common.tiny_model import build_tiny_model  # noqa: E402
 from trinity.config.schema import InferenceModelConfig, ModelConfig  # noqa: E402
-from trinity.engine.base import EngineCrashed, SamplingArgs  # noqa: E402
-from trinity.engine.client import EngineClient  # noqa: E402
-from trinity.engine.model_wrapper import ModelWrapper
-from trinity.engine.tokenization import load_tokenizer  # noqa: E402
+from trinity.model.engines import EngineCrashed, SamplingArgs  # noqa: E402
+from trinity.model.tokenization import load_tokenizer  # noqa: E402
+from trinity.rollout.client import EngineClient  # noqa: E402
+from trinity.rollout.model_wrapper import ModelWrapper
+from trinity.testing.tiny_model import build_tiny_model  # noqa: E402
 from trinity_vllm.engine import VLLMRolloutEngine  # noqa: E402
 from trinity_vllm.server import EngineStartError  # noqa: E402
 

@@ -6,6 +6,8 @@ name, read here with the official ``openai`` client; the base model keeps its ow
 
 from __future__ import annotations
 
+import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -19,8 +21,8 @@ from peft import LoraConfig, get_peft_model  # noqa: E402
 from transformers import AutoModelForCausalLM  # noqa: E402
 
 from trinity.config.schema import Config, InferenceModelConfig, LoRAConfig, ModelConfig  # noqa: E402
-from trinity.engine.base import SamplingArgs  # noqa: E402
-from trinity.engine.lora import adapter_state  # noqa: E402
+from trinity.model.engines import SamplingArgs  # noqa: E402
+from trinity.model.lora import adapter_state  # noqa: E402
 from trinity.synchronizer.methods import CheckpointSync  # noqa: E402
 from trinity_vllm.engine import VLLMRolloutEngine  # noqa: E402
 
@@ -169,3 +171,34 @@ def test_the_endpoint_lists_the_adapter_first_behind_its_key_and_loads_no_other(
     assert load.status_code == 404
     with pytest.raises(openai.NotFoundError, match="other"):
         client.chat.completions.create(model="other", messages=MESSAGES, max_tokens=2)
+
+
+def test_requests_started_before_a_sync_finish_with_the_adapter_they_started_with(
+    lora_engine, tiny_model_dir: Path
+) -> None:
+    """An adapter sync while requests that carry the previous version are queued or running,
+    the explorer's and the endpoint's (naming the adapter): each finishes (vLLM loads its
+    adapter again from its folder when the new version took the only slot), and none fails."""
+    adapter = adapter_state(peft_model(tiny_model_dir, 4))
+    client = openai.OpenAI(base_url=lora_engine.api_url, api_key=API_KEY, max_retries=0)
+
+    def explorer_batch() -> list:
+        return lora_engine.generate(["12+7=", "3+4=", "9+9=", "1+1="] * 64, SamplingArgs(max_tokens=16, min_tokens=16))
+
+    def endpoint_request() -> int:
+        response = client.chat.completions.create(
+            model=ADAPTER, messages=MESSAGES, max_tokens=12, extra_body={"min_tokens": 12}
+        )
+        return response.usage.completion_tokens
+
+    with ThreadPoolExecutor(max_workers=17) as pool:
+        batch = pool.submit(explorer_batch)
+        requests = [pool.submit(endpoint_request) for _ in range(16)]
+        time.sleep(0.5)  # all are in vLLM's queue, each holding the adapter it started with
+        lora_engine.update_weights(state_dict=adapter, version=4)
+        lora_engine.update_weights(state_dict=adapter, version=5)
+        synced = not batch.done()
+        completions, tokens = batch.result(), [request.result() for request in requests]
+    assert synced, "the batch finished before the sync: make it longer"
+    assert [len(c.response_token_ids) for group in completions for c in group] == [16] * 256
+    assert tokens == [12] * 16

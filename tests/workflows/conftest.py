@@ -13,12 +13,12 @@ from helpers.cli import trinity
 from helpers.engine_helpers import transformers_client
 from trinity.common.experience import Task
 from trinity.config.schema import Config, InferenceModelConfig, ModelConfig
-from trinity.engine.base import SamplingArgs
-from trinity.engine.client import EngineClient
-from trinity.engine.model_wrapper import ModelWrapper
 from trinity.explorer.runner import TaskRunner
 from trinity.explorer.workflow import Workflow
+from trinity.model.engines import SamplingArgs
 from trinity.plugins import Kind, resolve
+from trinity.rollout.client import EngineClient
+from trinity.rollout.model_wrapper import ModelWrapper
 
 
 @pytest.fixture(scope="session")
@@ -170,8 +170,8 @@ def hosted_judge():
 @pytest.fixture
 def external_judge(hosted_judge, monkeypatch):
     from trinity.config.schema import ExternalModelConfig, InferenceModelConfig, ModelConfig
-    from trinity.engine.client import EngineClient
-    from trinity.engine.external import ExternalEngine
+    from trinity.rollout.client import EngineClient
+    from trinity.rollout.external import ExternalEngine
 
     url, prompts = hosted_judge
     monkeypatch.setenv("TRINITY_JUDGE_URL", url)

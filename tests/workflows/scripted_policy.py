@@ -10,8 +10,8 @@ from dataclasses import replace
 import torch
 
 from trinity.common.experience import Experience, Task
-from trinity.engine.model_wrapper import ModelWrapper
 from trinity.plugins import Kind, resolve
+from trinity.rollout.model_wrapper import ModelWrapper
 
 Reply = str | Callable[[list[dict]], str]
 

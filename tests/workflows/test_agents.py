@@ -10,9 +10,9 @@ from dataclasses import replace
 import pytest
 
 from trinity.config.schema import InferenceModelConfig
-from trinity.engine.base import SamplingArgs
-from trinity.engine.model_wrapper import ModelWrapper
+from trinity.model.engines import SamplingArgs
 from trinity.plugins import Kind, resolve
+from trinity.rollout.model_wrapper import ModelWrapper
 from trinity_workflows.base import WorkflowError
 
 ROW = {"question": "What is 2+3?", "answer": "5"}

@@ -12,9 +12,9 @@ from transformers import AutoTokenizer
 from helpers.engine_helpers import transformers_client
 from trinity.common.experience import Task
 from trinity.config.schema import InferenceModelConfig, ModelConfig
-from trinity.engine.base import SamplingArgs
-from trinity.engine.model_wrapper import ModelWrapper
+from trinity.model.engines import SamplingArgs
 from trinity.plugins import Kind, resolve
+from trinity.rollout.model_wrapper import ModelWrapper
 from trinity_workflows.base import WorkflowError
 from trinity_workflows.rewards import math_reward
 from trinity_workflows.tools import (

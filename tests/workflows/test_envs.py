@@ -15,9 +15,9 @@ from trinity.common.experience import Task
 from trinity.config.check import plugin_args
 from trinity.config.load import IssueCollector
 from trinity.config.schema import InferenceModelConfig, ModelConfig
-from trinity.engine.base import SamplingArgs
-from trinity.engine.model_wrapper import ModelWrapper
+from trinity.model.engines import SamplingArgs
 from trinity.plugins import Kind, resolve
+from trinity.rollout.model_wrapper import ModelWrapper
 from trinity_workflows.base import WorkflowError
 from trinity_workflows.envs.base import action_in_tags
 from trinity_workflows.envs.frozen_lake import FrozenLakeEpisode, generate_map, parse_move, shortest_moves

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from trinity.engine.base import SamplingArgs
-from trinity.engine.model_wrapper import ModelWrapper
+from trinity.model.engines import SamplingArgs
+from trinity.rollout.model_wrapper import ModelWrapper
 from trinity_workflows.base import WorkflowError
 from trinity_workflows.judge import parse_score
 

@@ -9,7 +9,7 @@ import pytest
 from PIL import Image
 
 from helpers.mm_tasks import draw
-from trinity.engine.multimodal import MediaError
+from trinity.model.multimodal import MediaError
 from trinity.plugins import Kind, resolve
 from trinity_workflows.base import WorkflowError
 from trinity_workflows.workflows import BOXED_SYSTEM_PROMPT

@@ -25,9 +25,6 @@ class DroppedWeights(SyncMethod):
     def publish(self, state_dict, version, fence=nullcontext):
         self.inner.publish(state_dict, version, fence)
 
-    def finish(self, version):
-        self.inner.finish(version)
-
     def fetch(self, min_version, timeout):
         update = self.inner.fetch(min_version, timeout)
         return update and WeightUpdate(update.version, loaded=True)

@@ -22,17 +22,18 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
-from trinity.checkpoints import stage_done_path
 from trinity.common.files import read_json, write_json
 from trinity.config import load_stage_configs
 from trinity.config.load import read_yaml
 from trinity.config.schema import Config
+from trinity.job_dir import stage_done_path
 from trinity.monitor.learnable import nothing_learnable
-from trinity.placement import Placement, PlacementError, node_names, place_roles, where_am_i
+from trinity.placement import Placement, PlacementError, node_names, place_roles
 from trinity.plugins import Kind, resolve
 from trinity.progress import ProgressDisplay
 from trinity.report import JOB_FOLDER_LINE, read_records, record_config, record_summary
-from trinity.runtime import WORKER_NICENESS, default_threads, quiet_console
+from trinity.roles import ExplorerRole, TrainerRole, role_actor
+from trinity.runtime import WORKER_NICENESS, default_threads
 
 logger = logging.getLogger(__name__)
 
@@ -43,11 +44,14 @@ class RunFailed(RuntimeError):
 
 class Stopped(Exception):  # noqa: N818 - an outcome, not an error
     """``trinity run`` received SIGTERM or Ctrl-C (SIGINT): the run was stopped on purpose (a
-    serving proxy's end, an operator's stop); the message is the signal's name.
+    serving proxy's end, an operator's stop); the message is the signal's name, ``summaries``
+    those of the stages that ran, the stopped one last (its ``"stopped"`` names the signal).
 
     A training run first asks its trainer to stop after the step it is in (it saves a
     checkpoint), up to ``STOP_GRACE`` seconds, or until a second signal; the other roles are
     killed: what they committed to a durable buffer is exact, so their restart goes on from there."""
+
+    summaries: list[dict[str, Any]] = []
 
 
 STOP_GRACE = 60.0
@@ -110,6 +114,16 @@ def run(config_path: str, overrides: list[str] | None = None, verbose: bool = Fa
     detected = detected_cluster(stages[0], OmegaConf.select(raw, "mode", default="both"))
     if detected:
         stages = load_stage_configs(config_path, [*(overrides or []), *detected], warn=False, run=True)
+    try:
+        return _run_stages(stages, verbose)
+    finally:
+        if started_ray:
+            _shutdown_local_ray()
+
+
+def _run_stages(stages: list[Config], verbose: bool) -> list[dict[str, Any]]:
+    """The stages in order, each from the previous one's final weights; of several, one that a
+    resumed experiment finished before is skipped (``meta/`` marks it done)."""
     summaries = []
     model_path = None
     try:
@@ -129,9 +143,9 @@ def run(config_path: str, overrides: list[str] | None = None, verbose: bool = Fa
             model_path = summary.get("model_path") or model_path
             if len(stages) > 1:
                 write_json(stage_done_path(config), {"model_path": model_path, "stage": index})
-    finally:
-        if started_ray:
-            _shutdown_local_ray()
+    except Stopped as stop:  # the summaries of the stages before the stopped one too
+        stop.summaries = [*summaries, *stop.summaries]
+        raise
     return summaries
 
 
@@ -238,81 +252,122 @@ def run_stage(config: Config, verbose: bool = True) -> dict[str, Any]:
     print(f"{JOB_FOLDER_LINE}{config.checkpoint_job_dir}", flush=True)
     if config.data_processor.task_pipeline is not None and config.mode in ("both", "explore", "colocate"):
         _run_task_pipeline(config)
-    roles: dict[str, Any] = {}
-    namespace = config.ray_namespace
-    threads = default_threads(config, 2 if config.in_one_run else 1)
     start_shared = _shared_actors(config)
-    try:
-        placement = place_roles(config)
-    except PlacementError as exc:
-        raise RunFailed(str(exc)) from None
-    if config.mode != "train":  # first: the explorer's start-up is the longer
-        explorer = _actor(ExplorerRole, config.explorer.name, namespace, placement)
-        roles[config.explorer.name] = explorer.remote(config, threads, verbose)
-    if config.in_one_run or config.mode == "train":
-        trainer = _actor(TrainerRole, config.trainer.name, namespace, placement, concurrency=2)  # stop() while it runs
-        roles[config.trainer.name] = trainer.remote(config, threads, verbose)
+    placement = _place(config)
+    roles = _start_roles(config, placement, verbose)
     shared: list = []
-    results: dict[str, Any] = {}
-    display: ProgressDisplay | None = None
-    where: dict[str, Any] = {}
+    watch = _Watch(config, roles, verbose)
     try:
         shared = start_shared()
-        method = {"bench": "benchmark", "serve": "serve"}.get(config.mode, "run")
-        if config.mode == "serve":
-            explorer = config.explorer
-            print(f"serving on http://{explorer.listen_address}:{explorer.proxy_port}/v1", flush=True)
-        if not verbose:
-            display = ProgressDisplay(config, list(roles))
-            planned = {actor.planned_steps.remote(): name for name, actor in roles.items()}
-            follows = _steps_followed(config)
-        places = {name: actor.where.remote() for name, actor in roles.items()}  # answered once it started
-        pending = {actor.call.remote(method): name for name, actor in roles.items()}
-        stop_by = None
-        while pending:
-            ready, _ = ray.wait(list(pending), timeout=1.0)  # back in Python each second: SIGTERM is handled
-            if _STOP_SIGNALS.received:
-                training = config.trainer.name in pending.values() and method == "run"
-                if stop_by is None and training:  # the trainer saves at its step's end, then returns
-                    stop_by = time.monotonic() + STOP_GRACE
-                    roles[config.trainer.name].stop.remote()
-                if not training or time.monotonic() > stop_by or _STOP_SIGNALS.urgent:
-                    raise Stopped(_STOP_SIGNALS.received)
-            if display:
-                _take_planned_steps(planned, display, follows)
-                display.update()
-            if not ready:
-                continue
-            (ref,) = ready
-            name = pending.pop(ref)
-            try:
-                results[name] = ray.get(ref)
-            except ray.exceptions.RayError as exc:
-                lost = _lost_node(places[name], exc)
-                if lost:
-                    raise RunFailed(
-                        f"{name} failed: node {lost} was lost, where it ran ({_cause(exc)}); the run "
-                        "stopped. Its last checkpoint and the buffer are kept: run again with "
-                        "continue_from_checkpoint: true to resume from them"
-                    ) from exc
-                raise RunFailed(f"{name} failed: {_cause(exc)}") from exc
-        if _STOP_SIGNALS.received:  # the roles ended (the trainer saved) before the loop looked again
-            raise Stopped(_STOP_SIGNALS.received)
-        where = _where(places)
+        watch.until_done()
     except Stopped as stop:  # the stopped stage's summary too: what its roles returned, and why it ended
-        record_summary({**_stage_summary(config, started, results, where), "stopped": str(stop)})
+        stop.summaries = [{**_stage_summary(config, started, watch.results, watch.where), "stopped": str(stop)}]
+        record_summary(stop.summaries[0])
         raise
     finally:
-        if display:
-            display.close()
+        watch.close()
         if config.monitor.enable_ray_timeline:  # before the kill: the actors' last events; a failed run's too
             _write_timeline(config)
         for actor in [*roles.values(), *shared]:
             ray.kill(actor)
         placement.remove()
-    summary = _stage_summary(config, started, results, where)
+    summary = _stage_summary(config, started, watch.results, watch.where)
     record_summary(summary)
     return summary
+
+
+def _place(config: Config) -> Placement:
+    """Where each role runs (``trinity.placement``); a cluster that cannot hold them fails the run."""
+    try:
+        return place_roles(config)
+    except PlacementError as exc:
+        raise RunFailed(str(exc)) from None
+
+
+def _start_roles(config: Config, placement: Placement, verbose: bool) -> dict[str, Any]:
+    """``{role name: its actor}``, the explorer first (its start-up is the longer)."""
+    namespace = config.ray_namespace
+    threads = default_threads(config, 2 if config.in_one_run else 1)
+    roles: dict[str, Any] = {}
+    if config.mode != "train":
+        explorer = role_actor(ExplorerRole, config.explorer.name, namespace, placement)
+        roles[config.explorer.name] = explorer.remote(config, threads, verbose)
+    if config.in_one_run or config.mode == "train":
+        trainer = role_actor(TrainerRole, config.trainer.name, namespace, placement, concurrency=2)  # stop() in a run
+        roles[config.trainer.name] = trainer.remote(config, threads, verbose)
+    return roles
+
+
+class _Watch:
+    """The driver's wait on a stage's roles: their results as they end, the progress display,
+    stop signals, and a role's failure as a ``RunFailed`` that names it."""
+
+    def __init__(self, config: Config, roles: dict[str, Any], verbose: bool) -> None:
+        self.config, self.roles = config, roles
+        self.method = {"bench": "benchmark", "serve": "serve"}.get(config.mode, "run")
+        self.results: dict[str, Any] = {}
+        self.where: dict[str, Any] = {}
+        self.verbose = verbose
+        self.display: ProgressDisplay | None = None
+        self.stop_by: float | None = None
+
+    def until_done(self) -> None:
+        """Start each role's call and wait for all of them (back in Python each second, so that a
+        stop signal is handled); a role's failure or a stop raises."""
+        import ray
+
+        if self.config.mode == "serve":
+            explorer = self.config.explorer
+            print(f"serving on http://{explorer.listen_address}:{explorer.proxy_port}/v1", flush=True)
+        if not self.verbose:
+            self.display = ProgressDisplay(self.config, list(self.roles))
+            planned = {actor.planned_steps.remote(): name for name, actor in self.roles.items()}
+            follows = _steps_followed(self.config)
+        places = {name: actor.where.remote() for name, actor in self.roles.items()}  # answered once it started
+        pending = {actor.call.remote(self.method): name for name, actor in self.roles.items()}
+        while pending:
+            ready, _ = ray.wait(list(pending), timeout=1.0)
+            self._check_stop(set(pending.values()))
+            if self.display:
+                _take_planned_steps(planned, self.display, follows)
+                self.display.update()
+            for ref in ready:
+                name = pending.pop(ref)
+                try:
+                    self.results[name] = ray.get(ref)
+                except ray.exceptions.RayError as exc:
+                    raise _role_failed(name, places[name], exc) from exc
+        if _STOP_SIGNALS.received:  # the roles ended (the trainer saved) before the loop looked again
+            raise Stopped(_STOP_SIGNALS.received)
+        self.where = _where(places)
+
+    def _check_stop(self, running: set[str]) -> None:
+        """After a stop signal, a training run asks its trainer to save and stop (up to
+        ``STOP_GRACE``); anything else, a second signal or the grace's end raises ``Stopped``."""
+        if not _STOP_SIGNALS.received:
+            return
+        training = self.config.trainer.name in running and self.method == "run"
+        if self.stop_by is None and training:  # the trainer saves at its step's end, then returns
+            self.stop_by = time.monotonic() + STOP_GRACE
+            self.roles[self.config.trainer.name].stop.remote()
+        if not training or time.monotonic() > self.stop_by or _STOP_SIGNALS.urgent:
+            raise Stopped(_STOP_SIGNALS.received)
+
+    def close(self) -> None:
+        if self.display:
+            self.display.close()
+
+
+def _role_failed(name: str, place: Any, exc: Exception) -> RunFailed:
+    """The run's error for role ``name``'s failed call: its cause, and whether its node was lost."""
+    lost = _lost_node(place, exc)
+    if lost:
+        return RunFailed(
+            f"{name} failed: node {lost} was lost, where it ran ({_cause(exc)}); the run "
+            "stopped. Its last checkpoint and the buffer are kept: run again with "
+            "continue_from_checkpoint: true to resume from them"
+        )
+    return RunFailed(f"{name} failed: {_cause(exc)}")
 
 
 def _stage_summary(config: Config, started: float, results: dict[str, Any], where: dict[str, Any]) -> dict[str, Any]:
@@ -432,60 +487,6 @@ def _shared_actors(config: Config) -> Callable[[], list]:
     return start
 
 
-class Role:
-    """A role's Ray actor: it builds the explorer or trainer in the actor and runs its methods.
-
-    A plain class in between, because Ray runs an actor whose class has any ``async`` method
-    as an async actor (its methods on Ray's event loop), and the explorer drives its own loop.
-    Process lists show the subclass (``ray::ExplorerRole.call``).
-    """
-
-    def __init__(self, config: Config, threads: int | None, verbose: bool = True) -> None:
-        if not verbose:
-            quiet_console()
-        self.role = self.build(config, threads)
-
-    @staticmethod
-    def build(config: Config, threads: int | None) -> Any:
-        raise NotImplementedError
-
-    def call(self, method: str) -> Any:
-        return getattr(self.role, method)()
-
-    def planned_steps(self) -> int | None:
-        """The steps the role will run; None when it runs to the end of its data."""
-        return self.role.planned_steps()
-
-    def where(self) -> dict[str, Any]:
-        return where_am_i()
-
-
-class ExplorerRole(Role):
-    @staticmethod
-    def build(config: Config, threads: int | None) -> Any:
-        from trinity.explorer.explorer import Explorer
-
-        return Explorer(config, threads)
-
-
-class TrainerRole(Role):
-    @staticmethod
-    def build(config: Config, threads: int | None) -> Any:
-        from trinity.trainer.trainer import Trainer
-
-        return Trainer(config, threads)
-
-    def stop(self) -> None:
-        self.role.request_stop()
-
-
-def _actor(role: type[Role], name: str, namespace: str, placement: Placement, concurrency: int = 1):
-    import ray
-
-    actor = ray.remote(num_cpus=0, max_restarts=0, max_concurrency=concurrency)(role)
-    return actor.options(name=name, namespace=namespace, **placement.options(name))
-
-
 NODE_DEATH_WAIT_S = 30.0
 """How long a failed role's driver waits for Ray to confirm that the role's node died (its
 health checks: 5 missed, 3 s apart, by default) before it reports the role's error alone."""
@@ -538,7 +539,7 @@ def _cause(exc: Exception) -> str:
     An actor whose constructor raised (an engine that did not start) dies with an
     ``ActorDiedError`` that keeps only the traceback's text: its exception is the first
     line after the last frame (``  File ...`` and the indented source under it), its type
-    written with its module there (``trinity.engine.base.EngineStartError: ...``).
+    written with its module there (``trinity.model.engines.EngineStartError: ...``).
     """
     if getattr(exc, "actor_init_failed", False):
         lines = str(exc).splitlines()

@@ -19,9 +19,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from trinity.config.check import engine_gpus
+from trinity.config.rules import engine_gpus
 from trinity.config.schema import Config, InferenceModelConfig
-from trinity.engine.base import RolloutEngine
+from trinity.model.engines import RolloutEngine
 from trinity.plugins import Kind, resolve
 
 logger = logging.getLogger(__name__)

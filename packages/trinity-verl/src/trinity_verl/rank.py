@@ -2,7 +2,7 @@
 
 An ``ActorRolloutRefWorker`` with role ``actor`` (another with role ``ref`` when the algorithm needs
 one) and a ``TrainingWorker`` for a ``value_model`` critic; verl owns the model, FSDP,
-micro-batching, optimizer and checkpoints, the losses are trinity's (``trinity.engine.losses``).
+micro-batching, optimizer and checkpoints, the losses are trinity's (``trinity.training.losses``).
 Every rank pads the whole batch the same way with fully masked rows and hands verl its own share;
 each micro-batch's loss is weighted by its share of the whole batch, so the gradients FSDP averages
 are the whole batch's. Results come back per data-parallel rank (``None`` from the other ranks of a
@@ -282,7 +282,7 @@ class VerlRank:
             )
             update = worker.update_actor if name == "actor" else worker.train_mini_batch
             out = update(td)
-            # rollout correction's metrics keep verl's rollout_corr/ names (as trinity.engine.losses.role_metrics)
+            # rollout correction's metrics keep verl's rollout_corr/ names (as trinity.training.losses.role_metrics)
             part.sums.update(
                 {k if k.startswith("rollout_corr/") else f"{name}/{k}": v for k, v in self._metrics.sums.items()}
             )

@@ -211,9 +211,6 @@ class NCCLSync(SyncMethod):
         except self._ray.exceptions.RayTaskError as exc:
             raise exc.cause from None
 
-    def finish(self, version: int) -> None:
-        self._ray.get(self.coordinator.finish.remote(version))
-
     def _serve(self, device: int | None) -> None:
         """Answer the explorer's requests, each with the newest kept version, then broadcast it."""
         if device is not None:

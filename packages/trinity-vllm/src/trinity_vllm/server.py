@@ -2,7 +2,7 @@
 
 An async actor: requests of every caller (the explorer's runners, the OpenAI endpoint) share vLLM's
 continuous batching. Prompts arrive as token ids, templated and fitted by the explorer-side
-``VLLMRolloutEngine``; semantics follow the reference engine (``trinity.engine.transformers_rollout``):
+``VLLMRolloutEngine``; semantics follow the reference engine (``trinity.rollout.transformers_rollout``):
 the raw model's ``response_logprobs`` (``logprobs_mode=raw_logprobs``), sampling settings from
 ``SamplingArgs`` only (``generation_config="vllm"``), a response ending at EOS (kept in the tokens),
 a stop string, or ``max_tokens`` bounded by ``max_model_len`` minus the prompt (the package README).
@@ -16,6 +16,7 @@ import os
 import shutil
 import tempfile
 import uuid
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -46,6 +47,45 @@ LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
 between two fits the larger slot."""
 
 
+class RetiredAdapters:
+    """Folders of replaced adapter versions, each deleted once no request that may carry it runs.
+
+    A request carries the adapter that was current when it started until it ends, and vLLM
+    loads that adapter again from its folder when a newer version took its slot: a folder
+    deleted at the swap kills vLLM's engine and every request in it. Each request holds a
+    ticket, the number of swaps before it started; the folder replaced by swap ``r`` goes
+    once no request holding a ticket below ``r`` runs.
+    """
+
+    def __init__(self) -> None:
+        self.swaps = 0
+        self.running: Counter[int] = Counter()
+        self.retired: list[tuple[int, Path]] = []
+
+    def begin(self) -> int:
+        """A request starts with the current adapter: its ticket, for ``end``."""
+        self.running[self.swaps] += 1
+        return self.swaps
+
+    def end(self, ticket: int) -> None:
+        self.running[ticket] -= 1
+        if not self.running[ticket]:
+            del self.running[ticket]
+        self._sweep()
+
+    def retire(self, folder: Path) -> None:
+        """The current adapter, kept in ``folder``, was just replaced."""
+        self.swaps += 1
+        self.retired.append((self.swaps, folder))
+        self._sweep()
+
+    def _sweep(self) -> None:
+        oldest = min(self.running, default=self.swaps)
+        for swap, folder in [item for item in self.retired if item[0] <= oldest]:
+            shutil.rmtree(folder, ignore_errors=True)
+            self.retired.remove((swap, folder))
+
+
 class VLLMServer:
     """One ``AsyncLLM`` with ``ranks_per_engine()`` workers (tensor x data x pipeline parallel), started by ``start()``."""
 
@@ -65,6 +105,7 @@ class VLLMServer:
         self.serves_adapter = self.lora is not None and config.enable_openai_api and config.enable_runtime_lora_updating
         self._served_models: Any = None
         self._adapters = tempfile.TemporaryDirectory(prefix="trinity-vllm-lora-") if self.lora else None
+        self._retired = RetiredAdapters()
         self.engine: Any = None
         self.api_url: str | None = None
         self._api_server: asyncio.Task | None = None
@@ -113,6 +154,8 @@ class VLLMServer:
         await init_app_state(self.engine, app.state, args, tasks)
         if self.serves_adapter:
             await self._serve_adapter(app.state.openai_serving_models)
+        if self.serves_adapter:
+            app = self._ticketed(app)
         app = guarded(app, host, self.config.endpoint_key())
         # uvicorn directly: vLLM's serve_http installs signal handlers, which only the main
         # thread may (a Ray actor's event loop runs on another).
@@ -141,6 +184,21 @@ class VLLMServer:
 
         models.show_available_models = adapter_first
         self._served_models = models
+
+    def _ticketed(self, app: Any) -> Any:
+        """The endpoint's requests hold a ticket of ``RetiredAdapters`` while they run: one
+        naming the adapter carries the version current when it came in."""
+
+        async def ticketed(scope: dict, receive: Any, send: Any) -> None:
+            if scope["type"] != "http":
+                return await app(scope, receive, send)
+            ticket = self._retired.begin()
+            try:
+                await app(scope, receive, send)
+            finally:
+                self._retired.end(ticket)
+
+        return ticketed
 
     def openai_argv(self, chat_template: str | None, template_kwargs: dict) -> list[str]:
         """vLLM's OpenAI server arguments from the config (parsed in this process: the key
@@ -294,12 +352,16 @@ class VLLMServer:
 
     async def _run(self, ids: list[int], params: Any) -> Any:
         """The final output of one request (``FINAL_ONLY`` or a prompt-logprobs request: one output)."""
-        outputs = [
-            out
-            async for out in self.engine.generate(
-                {"prompt_token_ids": ids}, params, request_id=uuid.uuid4().hex, lora_request=self.adapter
-            )
-        ]
+        ticket = self._retired.begin()
+        try:
+            outputs = [
+                out
+                async for out in self.engine.generate(
+                    {"prompt_token_ids": ids}, params, request_id=uuid.uuid4().hex, lora_request=self.adapter
+                )
+            ]
+        finally:
+            self._retired.end(ticket)
         return outputs[-1]
 
     # -- weights ------------------------------------------------------------------------
@@ -330,7 +392,8 @@ class VLLMServer:
     ) -> None:
         """A new adapter version: written to a folder of its own (a checkpoint's adapter folder is
         read where it is; checkpoint sync's folder of adapter tensors gets its config written),
-        loaded by vLLM before requests carry it; the previous one is dropped."""
+        loaded by vLLM before requests carry it; the previous one is dropped, its folder kept
+        while requests that started with it run (``RetiredAdapters``)."""
         if checkpoint_path is not None:
             folder = Path(checkpoint_path)
             if not is_adapter_folder(folder) and is_adapter_folder(folder / "huggingface"):
@@ -350,9 +413,9 @@ class VLLMServer:
         if self._served_models is not None:
             self._served_models.lora_requests[self.adapter.lora_name] = self.adapter
         if previous is not None:
-            await self.engine.remove_lora(previous.lora_int_id)
+            await self.engine.remove_lora(previous.lora_int_id)  # a running request's reloads from its folder
             if Path(previous.lora_path).parent == Path(self._adapters.name):
-                shutil.rmtree(previous.lora_path, ignore_errors=True)
+                self._retired.retire(Path(previous.lora_path))
 
     def _adapter_request(self, folder: str | Path, version: int) -> Any:
         from vllm.lora.request import LoRARequest

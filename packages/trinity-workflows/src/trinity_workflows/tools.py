@@ -1,7 +1,7 @@
 """Tool calling: OpenAI-style tool schemas in, Hermes-style ``<tool_call>`` blocks out.
 
 The task's tool schemas reach the model through the rollout engine's chat template (or its system
-prompt: ``trinity.engine.tokenization``); it calls a tool by writing
+prompt: ``trinity.model.tokenization``); it calls a tool by writing
 ``<tool_call>{"name": ..., "arguments": {...}}</tool_call>`` (``parse_tool_calls``). A call runs the
 registered Python function in a thread with a timeout; its result or error goes back as a ``tool``
 message, so a bad call is a turn the model learns from, never a crash. Register tools with

@@ -89,7 +89,7 @@ class Experience:
     routed_experts: torch.Tensor | None = None
     """MoE router replay: the experts the rollout routed each token to, int16 ``[len(tokens) - 1,
     MoE layers, top_k]`` (vLLM's ``routed_experts``: every token fed to the model, the last one
-    never is); None where the rollout engine recorded none (``trinity.engine.moe_routing``)."""
+    never is); None where the rollout engine recorded none (``trinity.model.moe_routing``)."""
     messages: list[dict[str, Any]] | None = None
     metrics: dict[str, float] = field(default_factory=dict)
     info: dict[str, Any] = field(default_factory=dict)

@@ -36,9 +36,9 @@ EXHAUSTED = (RecursionError, MemoryError)
 """What a handler raises on an input too deep or too large for it: a 400, never a 500."""
 KEEP_ALIVE_SECONDS = 75
 """How long every door (uvicorn's ``timeout_keep_alive``) keeps an idle connection open: longer
-than clients keep theirs pooled (httpx, inside the openai client, 5 s). At uvicorn's default of
-5 s too, a loaded machine let the server close a connection just as the client sent on it: the
-request failed with "connection reset by peer" (the serve-mode learning test, 2026-12-01)."""
+than clients keep theirs pooled (httpx, inside the openai client, 5 s): with equal timeouts the
+server may close a connection just as the client sends on it, and the request fails with
+"connection reset by peer"."""
 
 
 def door_server(app: ASGIApp, **settings: Any) -> Any:

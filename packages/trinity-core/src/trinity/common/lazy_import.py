@@ -2,8 +2,8 @@
 
 The driver imports the algorithm functions (to check their arguments against their
 defaults) and the role classes (to start them as Ray actors), and computes nothing with
-them. Importing torch there cost 1.4 s of CPU while Ray started beside it on the same
-cores, and the first rollout came about 0.5 s later; only the actors need torch.
+them. Only the actors need torch: imported in the driver it takes CPU from Ray starting
+beside it on the same cores, and the first rollout comes later.
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ write them (``"32"`` from ``${oc.env:BATCH_SIZE,32}`` becomes ``32`` for an int 
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any, ClassVar
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic_core import PydanticUndefined
@@ -19,11 +19,9 @@ from trinity.config.secrets import mask_secrets
 class ConfigModel(BaseModel):
     """A mapping of the configuration: every field typed, ranged and documented.
 
-    Models stay mutable: ``trinity.config.derive`` fills derived values in place. ``renamed`` maps a
-    deprecated key of the model to its current (dotted) place; the loader moves it with a warning.
+    Models stay mutable: ``trinity.config.derive`` fills derived values in place. Older names of
+    their keys are Trinity-RFT's, rewritten before validation by ``trinity.config.compat``.
     """
-
-    renamed: ClassVar[dict[str, str]] = {}
 
     model_config = ConfigDict(extra="forbid", coerce_numbers_to_str=True, validate_default=False)
 

@@ -4,7 +4,8 @@ Runs in a fixed order (job, algorithm, models, cluster, plugin defaults, synchro
 buffer, trainer) because later steps read what earlier ones filled, following Trinity-RFT's
 config validators. It reports what stops a value from being derived (an unreadable file, two
 sources of one value, plugin args that do not parse) and warns of every value it changes, such
-as a job renamed because its folder is not empty; ``trinity.config.check`` reports the rest.
+as a job renamed because its folder is not empty; ``trinity.config.check`` reports the rest
+(both read the shared rules of ``trinity.config.rules``).
 """
 
 from __future__ import annotations
@@ -17,7 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from trinity.common.files import DATA_FILE_BUILDERS
-from trinity.config.check import (
+from trinity.config.load import IssueCollector
+from trinity.config.rules import (
     ALGORITHM_FNS,
     TINKER,
     engine_gpus,
@@ -28,7 +30,6 @@ from trinity.config.check import (
     plugin_args,
     registered,
 )
-from trinity.config.load import IssueCollector
 from trinity.config.schema import Config, ExperienceBufferConfig, TasksetConfig
 from trinity.plugins import Kind
 from trinity.plugins.manager import plugin_hooks
@@ -497,8 +498,8 @@ def _derive_token_budget(config: Config) -> None:
     Ulysses sequence parallelism splits each sample across its ranks, so a rank needs room for
     ``max_model_len / ulysses_sequence_parallel_size`` tokens of a full-length sample. The torch
     engine runs small models on a CPU or one GPU, where each micro-batch's fixed cost outweighs
-    its memory: Trinity-RFT's budget cut the quickstart's 128 rows of 38 tokens into 64
-    micro-batches and made its trainer step 5x slower.
+    its memory: Trinity-RFT's budget alone would cut a batch of short rows into many small
+    micro-batches.
     """
     trainer, max_len = config.trainer, config.model.max_model_len
     if max_len is None or trainer.max_token_len_per_gpu is not None:

@@ -25,6 +25,7 @@ from omegaconf.errors import OmegaConfBaseException
 from pydantic import BaseModel, ValidationError
 
 from trinity.common.errors import PicklableError, first_line
+from trinity.config import compat
 from trinity.config.base import EFFECT, ConfigModel, default_of, inert_message, inert_reason
 from trinity.config.schema import Config
 from trinity.config.secrets import mask_text
@@ -271,25 +272,14 @@ def model_at(cls: type[BaseModel], loc: tuple[Any, ...]) -> type[BaseModel] | No
     return None if pending else current
 
 
-def _apply_renames(cls: type[BaseModel], data: Any, path: str, issues: IssueCollector) -> Any:
-    """Move every deprecated key (a model's ``renamed``) to its current place, warning by path."""
+def _rewrite_older_names(cls: type[BaseModel], data: Any, path: str, issues: IssueCollector) -> Any:
+    """``data`` with Trinity-RFT's older keys and values rewritten (``trinity.config.compat``) in every
+    section it holds, each rewrite a warning under its dotted key."""
     if not isinstance(data, dict):
         return data
-    data = dict(data)
-    for old, new in getattr(cls, "renamed", {}).items():
-        if old not in data:
-            continue
-        value = data.pop(old)
-        *parents, leaf = new.split(".")
-        target = data
-        for part in parents:
-            target[part] = dict(target.get(part) or {})
-            target = target[part]
-        if leaf in target:
-            issues.warn(_join(path, old), f"deprecated and {_join(path, new)} is also set: using {new}")
-        else:
-            issues.warn(_join(path, old), f"deprecated: use {_join(path, new)}")
-            target[leaf] = value
+    data, rewrites = compat.rewrite(cls, data, path)
+    for key, message in rewrites:
+        issues.warn(key, message)
     for name, field in cls.model_fields.items():
         inner = children(field.annotation)
         if inner is None or name not in data:
@@ -297,11 +287,11 @@ def _apply_renames(cls: type[BaseModel], data: Any, path: str, issues: IssueColl
         kind, model = inner
         value, key_path = data[name], _join(path, name)
         if kind == "one":
-            data[name] = _apply_renames(model, value, key_path, issues)
+            data[name] = _rewrite_older_names(model, value, key_path, issues)
         elif kind == "list" and isinstance(value, list):
-            data[name] = [_apply_renames(model, v, _join(key_path, i), issues) for i, v in enumerate(value)]
+            data[name] = [_rewrite_older_names(model, v, _join(key_path, i), issues) for i, v in enumerate(value)]
         elif kind == "dict" and isinstance(value, dict):
-            data[name] = {k: _apply_renames(model, v, _join(key_path, k), issues) for k, v in value.items()}
+            data[name] = {k: _rewrite_older_names(model, v, _join(key_path, k), issues) for k, v in value.items()}
     return data
 
 
@@ -380,7 +370,7 @@ def validate_section(cls: type[ConfigModel], data: Any, path: str, issues: Issue
     yields a model (with defaults in their place) for the checks that follow. A required key
     that is missing has no default: that model leaves it unset.
     """
-    tree = _apply_renames(cls, copy.deepcopy(data) if data is not None else {}, path, issues)
+    tree = _rewrite_older_names(cls, copy.deepcopy(data) if data is not None else {}, path, issues)
     if not isinstance(tree, dict):
         issues.add(path, f"expected a mapping, got {type(tree).__name__} {_value(tree)}")
         return _partial(cls, {})

@@ -15,6 +15,7 @@ from pydantic import BaseModel
 from pydantic.json_schema import GenerateJsonSchema
 
 from trinity.config.base import EFFECT, inert_reason
+from trinity.config.compat import renamed_keys
 from trinity.config.load import children
 from trinity.config.schema import Config
 
@@ -146,7 +147,7 @@ def markdown(plugin_inert: dict[str, str] | None = None) -> str:
     lines = [
         "# Configuration reference",
         "",
-        "Generated from `trinity/config/schema.py` by `trinity config docs`; a test keeps it in step.",
+        "Generated from `trinity/config/schema/` by `trinity config docs`; a test keeps it in step.",
         "Keys are Trinity-RFT's. **No effect**: accepted, warns when set (an error under",
         "`trinity config check --strict`); why is listed below. *Derived*: filled by trinity; a value in the",
         "file is replaced.",
@@ -184,7 +185,7 @@ def markdown(plugin_inert: dict[str, str] | None = None) -> str:
         for name, field in model.model_fields.items():
             row = [f"`{name}`", _type_name(field.annotation), _default(field), _allowed(field), _description(field)]
             lines.append("| " + " | ".join(row) + " |")
-        renamed = getattr(model, "renamed", {})
+        renamed = renamed_keys(model)
         if renamed:
             moves = ", ".join(f"`{old}` → `{new}`" for old, new in renamed.items())
             lines += ["", f"Older names, moved with a warning: {moves}."]

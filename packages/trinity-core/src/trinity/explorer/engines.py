@@ -12,18 +12,18 @@ import logging
 import threading
 import time
 
-from trinity.buffer import ExperienceWriter
-from trinity.checkpoints import trainer_meta_path
 from trinity.common.errors import first_line
 from trinity.common.files import read_json
-from trinity.config.check import engine_gpus
+from trinity.config.rules import engine_gpus
 from trinity.config.schema import Config, InferenceModelConfig
-from trinity.engine.base import EngineCrashed, EngineStartError, RolloutEngine
-from trinity.engine.client import EngineClient
+from trinity.job_dir import trainer_meta_path
+from trinity.model.engines import EngineCrashed, EngineStartError, RolloutEngine
 from trinity.placement import cuda_device, first_devices
 from trinity.plugins import Kind, resolve
+from trinity.rollout.client import EngineClient
 from trinity.synchronizer.explorer_sync import ExplorerSync
-from trinity.synchronizer.methods import TrainerFinished, WeightUpdate
+from trinity.synchronizer.methods import WeightUpdate
+from trinity.synchronizer.signals import TrainerFinished
 
 logger = logging.getLogger(__name__)
 
@@ -36,9 +36,10 @@ class RolloutEngines:
     """The rollout model's engines (``clients``), the auxiliary models' (``auxiliary``), the
     sync method that feeds them and the weights ``version`` they hold."""
 
-    def __init__(self, config: Config, role: str, writer: ExperienceWriter | None = None):
+    def __init__(self, config: Config, role: str, tells_waits: bool = False):
         self.config = config
         self.role = role
+        self.sync = ExplorerSync(config, role if tells_waits else None)  # first: it forgets a crashed wait
         models = config.explorer.inference_models()
         classes = [resolve(Kind.ROLLOUT_ENGINE, model.engine_type, f"{key}.engine_type") for key, model in models]
         firsts = first_devices(config, [(model, cls) for (_, model), cls in zip(models, classes, strict=True)])
@@ -46,11 +47,8 @@ class RolloutEngines:
             self._start(key, model, cls, first)
             for (key, model), cls, first in zip(models, classes, firsts, strict=True)
         ]
-        for client in (
-            self.clients
-        ):  # weight syncs pause its generations (the checker allows it on a takes_partial_rollout engine)
-            client.engine.partial_rollout = config.synchronizer.partial_rollout
-        self.sync = ExplorerSync(config, writer)  # the writer tells the trainer when a fetch waits
+        for client in self.clients:  # the checker allows it on a takes_partial_rollout engine only
+            client.engine.partial_rollout = self.sync.policy.interrupts_generation
         self.sync.connect(self.clients)
         self.version = 0
         self._restart_lock = threading.Lock()

@@ -11,10 +11,10 @@ import logging
 from typing import Any
 
 from trinity.buffer import EndOfTaskset, TasksetReader
-from trinity.checkpoints import saved_checkpoints
 from trinity.config.schema import Config, TasksetConfig
 from trinity.explorer.engines import RolloutEngines
 from trinity.explorer.runner import TaskRunner
+from trinity.job_dir import saved_checkpoints
 from trinity.monitor.base import MonitorGroup
 from trinity.monitor.metrics import eval_at_k, timer
 from trinity.synchronizer.methods import WeightUpdate

@@ -3,7 +3,7 @@
 ``Explorer`` composes its parts, each in its own module: the engines' lifecycle
 (``engines``), the tasksets (``tasksets``), the step scheduler (``scheduler``), the writer
 (``step_writer``), evaluation and bench (``evaluation``) and the serve proxy's host
-(``serve_host``). ``StepScheduler.take_weights`` says when weights move, per sync style.
+(``serve_host``). ``StepScheduler.take_weights`` moves weights when the sync style's policy says.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from trinity.explorer.serve_host import ServeHost
 from trinity.explorer.step_writer import StepWriter
 from trinity.explorer.tasksets import Tasksets, import_task_plugins
 from trinity.runtime import setup_role
-from trinity.synchronizer.methods import TrainerFinished
+from trinity.synchronizer.signals import TrainerFinished
 
 logger = logging.getLogger(__name__)
 
@@ -40,7 +40,7 @@ class Explorer:
         self.writer = StepWriter(config, self.name, self.monitor)  # first: opening fences off an older process
         position = self.writer.resume() if config.continue_from_checkpoint else {}
         import_task_plugins(config)
-        self.engines = RolloutEngines(config, self.name, self.writer.buffer)
+        self.engines = RolloutEngines(config, self.name, tells_waits=self.writer.buffer is not None)
         self.tasksets = Tasksets(config, position.get("tasksets", []))
         self.engines.resume()
         self.runner = TaskRunner(config, self.engines.clients, self.engines.auxiliary)

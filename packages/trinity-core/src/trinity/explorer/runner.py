@@ -23,12 +23,12 @@ from dataclasses import dataclass, field
 
 from trinity.common.experience import EID, Experience, Task
 from trinity.config.schema import Config, InferenceModelConfig
-from trinity.engine.base import EngineCrashed, SamplingArgs
-from trinity.engine.client import EngineClient
-from trinity.engine.model_wrapper import ModelWrapper
-from trinity.engine.prompts import first as _first
 from trinity.explorer.workflow import Workflow
+from trinity.model.engines import EngineCrashed, SamplingArgs
+from trinity.model.token_budgets import first as _first
 from trinity.plugins import Kind, resolve
+from trinity.rollout.client import EngineClient
+from trinity.rollout.model_wrapper import ModelWrapper
 
 logger = logging.getLogger(__name__)
 

@@ -3,8 +3,8 @@
 Batches go in as their tasks are read; each finishes on its own (``runner``: over-rollout,
 timeouts), passes through the experience pipeline (refilled when its filters drop groups,
 as DAPO's dynamic sampling does) and is written in step order. How many run at once, and
-when the trainer's weights are taken, follows ``synchronizer.sync_style``
-(``StepScheduler.take_weights``).
+when the trainer's weights are taken, the sync style's policy says
+(``trinity.synchronizer.policies``).
 """
 
 from __future__ import annotations
@@ -16,15 +16,16 @@ from collections import deque
 from trinity.algorithm.experience_ops import ExperiencePipeline, by_group
 from trinity.common.experience import Experience, Task
 from trinity.config.schema import Config
-from trinity.engine.base import EngineCrashed
 from trinity.explorer.engines import RolloutEngines
 from trinity.explorer.rollout_metrics import UnlearnableWarnings, rollout_metrics
 from trinity.explorer.runner import BatchOutcome, TaskRunner, over_rollout_minimum
 from trinity.explorer.step_writer import StepWriter
 from trinity.explorer.tasksets import Tasksets
+from trinity.model.engines import EngineCrashed
 from trinity.monitor.metrics import timer
 from trinity.runtime import freeze_long_lived_objects
 from trinity.synchronizer.methods import SyncTimeout, WeightUpdate
+from trinity.synchronizer.policies import WeightsDue
 
 logger = logging.getLogger(__name__)
 
@@ -53,6 +54,7 @@ class StepScheduler:
         self._first_step = writer.step + 1  # after it, long-lived objects leave the cyclic GC
         self._inflight: deque[asyncio.Task] = deque()
         self._pipeline_turn = asyncio.Lock()
+        self.policy = engines.sync.policy
 
     async def submit(self, tasks: list[Task]) -> int:
         """Start the next step on ``tasks``; returns its number once the batches in flight
@@ -71,13 +73,10 @@ class StepScheduler:
             await self._inflight.popleft()
 
     async def _bound(self) -> None:
-        """Wait until the batches in flight leave room for the next one."""
-        sync = self.config.synchronizer
-        if sync.sync_style == "fully_async":
-            while len(self._inflight) >= self.config.explorer.max_inflight_batches:
-                await self._inflight.popleft()
-        elif self.submitted % sync.explorer_sync_interval == 0:
-            await self.drain()  # the end of a sync interval: weights may move next
+        """Wait until the batches in flight leave the room the sync style gives the next one."""
+        room = self.policy.batches_left_running(self.submitted)
+        while room is not None and len(self._inflight) > room:
+            await self._inflight.popleft()
         while self._inflight and self._inflight[0].done():
             self._inflight.popleft().result()  # a batch's error surfaces here
 
@@ -146,50 +145,27 @@ class StepScheduler:
                 await asyncio.to_thread(self.engines.restart_crashed, crash)
 
     async def take_weights(self) -> None:
-        """Before the next batch goes in, take the trainer's newer weights per ``sync_style``:
-
-        - ``fixed``, ``explorer_driven``, ``trainer_driven``: the batches of one sync interval
-          run together; at its end all are written, then new weights are loaded (``fixed``
-          waits for the version ``step - sync_offset`` and takes a newer one already published:
-          a trainer that takes several steps per explorer step, as on step-wise workflows'
-          experiences, would otherwise train ever staler ones; ``explorer_driven``, more than
-          ``sync_offset`` versions ahead, asks for a newer one and waits for it, as Trinity-RFT's
-          dynamic_by_explorer does, going on with its weights after ``sync_timeout``;
-          ``trainer_driven`` takes what is newer, and also loads, after draining, whenever the
-          trainer has published).
-        - ``fully_async``: before each batch the explorer loads whatever is newer, while at most
-          ``max_inflight_batches`` batches run.
-
-        ``trainer_driven`` and ``fully_async`` in one run also wait for the next version when
-        more than ``sync_offset`` versions ahead: staleness stays bounded (as AReaL's max
-        off-policyness), for an explorer that never waited ran ever further ahead on a CPU
-        (staleness 22 by step 40 of the quickstart) and did not learn.
-        """
-        sync, done, style = self.config.synchronizer, self.submitted, self.config.synchronizer.sync_style
-        if done == 0:
+        """Before the next batch goes in, the weights the sync style says are due (``policy``):
+        loaded once the batches in flight drained, or beside them (``fully_async``)."""
+        if self.submitted == 0:
             return
-        boundary = done % sync.explorer_sync_interval == 0
-        ahead = self.engines.version < done - sync.sync_offset  # more than sync_offset versions ahead of the trainer
-        if style in ("fixed", "explorer_driven") and not boundary:
+        due = self.policy.weights_due(self.submitted, self.engines.version)
+        if due is None:
             return
-        if style == "fixed" and self.config.in_one_run and ahead:
-            update = await asyncio.to_thread(self.engines.sync.fetch, done - sync.sync_offset, sync.sync_timeout)
-        elif ahead and (style == "explorer_driven" or (self.config.in_one_run and style != "fixed")):
-            update = await self._next_version()
-        else:
-            update = await asyncio.to_thread(self.engines.sync.fetch, self.engines.version + 1, 0)
+        update = await self._fetch(due)
         if update is not None:
-            if style == "trainer_driven" and not boundary:
+            if not self.policy.loads_while_running:
                 await self.drain()
             await asyncio.to_thread(self.engines.load, update)
 
-    async def _next_version(self) -> WeightUpdate | None:
-        """The version after the engines', waited for up to ``sync_timeout`` (the batches written
-        are what the trainer trains next, so the trainer can always produce it); None, with a
-        warning, when it did not come: the explorer goes on with its weights."""
-        version = self.engines.version
+    async def _fetch(self, due: WeightsDue) -> WeightUpdate | None:
+        """The fetch ``due`` asks for; None, with a warning, when a version that need not arrive
+        did not come in its wait: the explorer goes on with its weights."""
         try:
-            return await asyncio.to_thread(self.engines.sync.fetch, version + 1, self.config.synchronizer.sync_timeout)
+            return await asyncio.to_thread(self.engines.sync.fetch, due.min_version, due.wait)
         except SyncTimeout as exc:
+            if due.must_arrive:
+                raise
+            version = self.engines.version
             logger.warning("%s: going on with weights of version %d: %s", self.writer.role, version, exc)
             return None

@@ -32,8 +32,9 @@ from trinity.buffer.storage.sql import create_tables, database_url, shared_engin
 from trinity.common.experience import EID, Experience
 from trinity.common.http_guard import door_server, error_body
 from trinity.common.lazy_import import lazy_module
-from trinity.engine.openai_api import MAX_N, guarded, json_body
-from trinity.synchronizer.methods import TrainerFinished, WeightUpdate
+from trinity.rollout.openai_api import MAX_N, guarded, json_body
+from trinity.synchronizer.methods import WeightUpdate
+from trinity.synchronizer.signals import TrainerFinished
 
 if TYPE_CHECKING:
     from trinity.explorer.serve_host import ServeHost

@@ -12,13 +12,13 @@ import dataclasses
 from typing import Any
 
 from trinity.buffer import open_experience_writer
-from trinity.checkpoints import explorer_meta_path
-from trinity.common.crash import crash_point
 from trinity.common.experience import Experience
 from trinity.common.files import read_json, write_json
 from trinity.config.schema import Config
+from trinity.job_dir import explorer_meta_path
 from trinity.monitor.base import MonitorGroup
 from trinity.monitor.metrics import timer
+from trinity.testing.crash_points import crash_point
 
 
 class StepWriter:

@@ -13,8 +13,8 @@ from collections.abc import Callable, Sequence
 from typing import Any, ClassVar
 
 from trinity.common.experience import Experience, Task
-from trinity.engine.model_wrapper import ModelWrapper
 from trinity.plugins import Kind, resolve
+from trinity.rollout.model_wrapper import ModelWrapper
 
 RewardFn = Callable[..., dict[str, float]]
 """``reward_fn(response=..., truth=..., prompt=..., **reward_fn_args) -> {component: value}``.

@@ -23,14 +23,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from trinity.common.errors import PicklableError
 from trinity.common.files import read_json, write_json
 from trinity.config.schema import Config
 
 if TYPE_CHECKING:
     import torch
 
-    from trinity.engine.client import EngineClient
+    from trinity.rollout.client import EngineClient
 
 Fence = Callable[[], AbstractContextManager[None]]
 """What ``SyncMethod.publish`` makes a version visible within (the trainer's reader fence)."""
@@ -55,15 +54,6 @@ class WeightUpdate:
 
 class SyncTimeout(TimeoutError):
     """The explorer waited ``sync_timeout`` seconds for a version the trainer did not publish."""
-
-
-class TrainerFinished(PicklableError):
-    """The explorer asked for a version after the trainer's last: none will come (the trainer
-    reached its ``total_steps`` or the end of a buffer before the explorer's tasks ended)."""
-
-    def __init__(self, last_version: int, wanted: int):
-        super().__init__(f"the trainer finished at version {last_version}: no version >= {wanted} will come")
-        self.last_version = last_version
 
 
 class SyncMethod(ABC):
@@ -97,13 +87,10 @@ class SyncMethod(ABC):
     def fetch(self, min_version: int, timeout: float) -> WeightUpdate | None:
         """Explorer side: the newest version >= ``min_version``, waiting up to ``timeout``.
 
-        ``timeout=0`` does not wait and returns None when nothing new enough exists.
+        ``timeout=0`` does not wait and returns None when nothing new enough exists; else
+        nothing by the timeout raises ``SyncTimeout``. (The explorer waits in short slices, between
+        which it looks at the trainer's end on the sync signals.)
         """
-
-    def finish(self, version: int) -> None:  # noqa: B027 (optional hook)
-        """Trainer side, at its end: ``version`` was its last; an explorer's ``fetch`` for a later
-        one raises ``TrainerFinished`` instead of waiting ``sync_timeout`` for nothing. A method
-        without it leaves such an explorer waiting that long, then going on with its weights."""
 
 
 class CheckpointSync(SyncMethod):
@@ -112,17 +99,6 @@ class CheckpointSync(SyncMethod):
     def __init__(self, config: Config):
         super().__init__(config)
         self.root = Path(config.checkpoint_job_dir) / "sync"
-        self._since = time.time()  # an earlier run's end marker (a resumed job) is older than this
-
-    def finish(self, version: int) -> None:
-        write_json(self.root / "finished.json", {"version": version, "time": time.time()})
-
-    def _finished_before(self, min_version: int) -> int | None:
-        """The trainer's last version when it finished, in this run, before ``min_version``."""
-        marker = read_json(self.root / "finished.json")
-        if marker and marker["time"] >= self._since and marker["version"] < min_version:
-            return marker["version"]
-        return None
 
     def publish(self, state_dict: dict[str, torch.Tensor], version: int, fence: Fence = nullcontext) -> None:
         """A resumed trainer publishes versions again that an explorer may be reading: the file
@@ -151,9 +127,6 @@ class CheckpointSync(SyncMethod):
             latest = read_json(self.root / "latest.json")
             if latest and latest["version"] >= min_version:
                 return WeightUpdate(latest["version"], path=latest["path"])
-            last = self._finished_before(min_version)
-            if last is not None:
-                raise TrainerFinished(last, min_version)
             if time.monotonic() >= deadline:
                 if timeout > 0:
                     raise SyncTimeout(f"no weights of version >= {min_version} in {self.root} after {timeout:.0f} s")
@@ -180,9 +153,6 @@ class MemorySync(SyncMethod):
     def publish(self, state_dict: dict[str, torch.Tensor], version: int, fence: Fence = nullcontext) -> None:
         ref = self._ray.put(_as_arrays(state_dict))
         self._ray.get(self.store.publish.remote(version, [ref]))
-
-    def finish(self, version: int) -> None:
-        self._ray.get(self.store.finish.remote(version))
 
     def fetch(self, min_version: int, timeout: float) -> WeightUpdate | None:
         try:
@@ -280,32 +250,20 @@ class WeightStore:
         self.version = -1
         self.payload: list = []
         self.changed = asyncio.Condition()
-        self.finished: int | None = None  # the trainer's last version, once it ended
 
     async def publish(self, version: int, payload: list) -> None:
         async with self.changed:
             self.version, self.payload = version, payload
             self.changed.notify_all()
 
-    async def finish(self, version: int) -> None:
-        async with self.changed:
-            self.finished = version
-            self.changed.notify_all()
-
     async def wait_for(self, min_version: int, timeout: float) -> tuple[int, list] | None:
-        """The newest version and payload once it is >= ``min_version``; None after ``timeout``;
-        ``TrainerFinished`` when the trainer ended before it."""
+        """The newest version and payload once it is >= ``min_version``; None after ``timeout``."""
         async with self.changed:
             if self.version < min_version:
                 try:
-                    await asyncio.wait_for(
-                        self.changed.wait_for(lambda: self.version >= min_version or self.finished is not None),
-                        timeout,
-                    )
+                    await asyncio.wait_for(self.changed.wait_for(lambda: self.version >= min_version), timeout)
                 except asyncio.TimeoutError:
                     return None
-            if self.version < min_version:
-                raise TrainerFinished(self.finished, min_version)
             return self.version, self.payload
 
 

@@ -3,8 +3,8 @@
 The rows come from the experience buffer, and from an auxiliary (expert) buffer where the
 sample strategy asks (``mix``). A step takes fewer when the buffer ends, when
 ``max_read_timeout`` passes, or when an explorer waits for the very weights this step will
-produce (the buffer tells: ``awaited_version``); a silent explorer is given ``writer_timeout``
-to show it is alive before the run fails with ``WritersGone``.
+produce (the sync signals tell: ``SyncSignals.awaited_version``); a silent explorer is given
+``writer_timeout`` to show it is alive before the run fails with ``WritersGone``.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from typing import Any
 from trinity.buffer import BufferTimeout, EndOfBuffer, ExperienceReader, WritersGone, open_experience_reader
 from trinity.common.experience import Experience
 from trinity.config.schema import Config, StorageConfig
+from trinity.synchronizer.signals import SyncSignals
 
 logger = logging.getLogger(__name__)
 
@@ -37,9 +38,15 @@ class StepReader:
     with expert data, ``expert_reader``; their positions go into each checkpoint's metadata."""
 
     def __init__(
-        self, config: Config, role: str, data_schema: str, expert: tuple[str, int] | None, stop: threading.Event
+        self,
+        config: Config,
+        role: str,
+        data_schema: str,
+        expert: tuple[str, int] | None,
+        stop: threading.Event,
+        signals: SyncSignals,
     ):
-        self.config, self.role, self._stop = config, role, stop
+        self.config, self.role, self._stop, self.signals = config, role, stop, signals
         storage = config.buffer.trainer_input
         self.reader = self._open(storage.experience_buffer, data_schema)
         self.expert_reader: ExperienceReader | None = None
@@ -103,7 +110,7 @@ class StepReader:
 
     def _explorer_waits(self, step: int) -> bool:
         """An explorer waits for weights newer than ``step``'s: only this step's update brings them."""
-        awaited = self.reader.awaited_version()
+        awaited = self.signals.awaited_version()
         return awaited is not None and awaited > step
 
     def _read_expert(self, step: int) -> list[Experience]:

@@ -12,7 +12,7 @@ from typing import Any
 from trinity.common.batch import Batch
 from trinity.common.experience import Experience
 from trinity.config.schema import ModelConfig
-from trinity.engine.tokenization import load_tokenizer
+from trinity.model.tokenization import load_tokenizer
 from trinity.monitor.learnable import (
     LEARNABLE_TOKENS,
     NO_GRADIENT,

@@ -19,7 +19,7 @@ import torch
 from trinity.buffer import EndOfBuffer, load_rows
 from trinity.common.experience import EID, Experience
 from trinity.config.schema import FormatConfig, ModelConfig, StorageConfig
-from trinity.engine.tokenization import ChatTokenizer, load_tokenizer
+from trinity.model.tokenization import ChatTokenizer, load_tokenizer
 
 
 class SupervisedDataError(ValueError):

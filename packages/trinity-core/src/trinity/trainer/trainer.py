@@ -16,16 +16,17 @@ from typing import Any
 
 from trinity.algorithm.rollout_correction import RolloutCorrector
 from trinity.buffer import BufferTimeout, EndOfBuffer, WritersGone
-from trinity.checkpoints import HF_WEIGHTS_SUBDIR, checkpoint_dir
 from trinity.common.batch import Batch
 from trinity.common.experience import Experience
 from trinity.config.schema import Config
+from trinity.job_dir import HF_WEIGHTS_SUBDIR, checkpoint_dir
 from trinity.monitor.learnable import LEARNABLE_TOKENS, NO_GRADIENT, CauseWarnings
 from trinity.monitor.metrics import timer
 from trinity.plugins import Kind, resolve
 from trinity.runtime import freeze_long_lived_objects, setup_role
-from trinity.trainer.checkpointing import Checkpoints
+from trinity.synchronizer.signals import SyncSignals
 from trinity.trainer.reading import ExpertDataEnded, StepReader, StopRequested
+from trinity.trainer.save_and_resume import Checkpoints
 from trinity.trainer.step_metrics import RolloutPreview, batch_metrics, learning_signal, warn_unlearnable
 
 logger = logging.getLogger(__name__)
@@ -49,7 +50,8 @@ class Trainer:
         self.engine = resolve(Kind.TRAINER_ENGINE, config.trainer.trainer_type, "trainer.trainer_type")(config)
         self._stop = threading.Event()
         expert = self.sample_strategy.expert_reads(config.buffer.train_batch_size)
-        self.readers = StepReader(config, self.name, self.algorithm.data_schema, expert, self._stop)
+        self.signals = SyncSignals(config)  # explorers' waits in, the trainer's end out
+        self.readers = StepReader(config, self.name, self.algorithm.data_schema, expert, self._stop, self.signals)
         self.sync = resolve(Kind.SYNC_METHOD, config.synchronizer.sync_method)(config)
         self.stopped_early = ""  # why training ended before total_steps, for the run's summary
         self.warnings = CauseWarnings(self.name)
@@ -100,7 +102,7 @@ class Trainer:
                 freeze_long_lived_objects()
         if self.step % self.config.synchronizer.sync_interval:
             self.publish()
-        self.sync.finish(self.step)  # an explorer waiting for a later version stops instead
+        self.signals.finish(self.step)  # an explorer waiting for a later version stops instead
         self.checkpoints.save_final(self.step)
         model_path = checkpoint_dir(self.config, self.step) / HF_WEIGHTS_SUBDIR
         result = {

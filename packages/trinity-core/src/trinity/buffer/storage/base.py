@@ -4,7 +4,7 @@ Storages (``file``, ``queue``, ``sql`` or a plugin's) are classes built from a
 ``StorageConfig`` with ``writer(name)`` and ``reader(name, auto_commit)``. The durable ones
 (SQL databases and jsonl files) implement ``Log``; ``LogWriter`` and ``LogReader`` turn any
 ``Log`` into a writer and a reader. When a read counts as consumed, how a writer's state
-commits with its rows, generations (``Fenced``), heartbeats and waits: ``docs/buffer.md``.
+commits with its rows, generations (``Fenced``) and heartbeats: ``docs/buffer.md``.
 """
 
 from __future__ import annotations
@@ -49,11 +49,6 @@ class ExperienceWriter(ABC):
         ``Fenced`` if another process opened the name, and holds the buffer's write lock so
         none can while it runs. No-op where the storage has no generations."""
         return nullcontext()
-
-    def set_waiting(self, version: int | None) -> None:  # noqa: B027 (optional hook)
-        """The producer blocks until the trainer publishes model ``version`` (None: no longer):
-        an explorer waiting for weights says so here, where readers see it (``awaited_version``).
-        No-op where the storage keeps no writer status."""
 
     @abstractmethod
     def finish(self) -> None:
@@ -115,11 +110,6 @@ class ExperienceReader(ABC):
         heartbeats."""
         return []
 
-    def awaited_version(self) -> int | None:
-        """The lowest model version an unfinished writer is blocked on (``set_waiting``), or None:
-        a reader short of a batch need not wait for rows that cannot come before that version."""
-        return None
-
     def state_dict(self) -> dict[str, Any]:
         return {}
 
@@ -156,8 +146,6 @@ class WriterStatus:
     finished: bool
     updated: float
     """``time.time()`` of the writer's last open, write or heartbeat."""
-    waiting: int | None = None
-    """The model version the writer's producer is blocked on (``ExperienceWriter.set_waiting``)."""
 
 
 class Log(ABC):
@@ -189,16 +177,7 @@ class Log(ABC):
     def finish_writer(self, lease: Lease) -> None: ...
 
     @abstractmethod
-    def set_waiting(self, lease: Lease, version: int | None) -> None:
-        """Record the model version the writer is blocked on (``Fenced`` if stale)."""
-
-    @abstractmethod
     def writer_statuses(self) -> list[WriterStatus]: ...
-
-    def awaited_version(self) -> int | None:
-        """The lowest version an unfinished writer is blocked on (``ExperienceReader.awaited_version``)."""
-        waits = [w.waiting for w in self.writer_statuses() if not w.finished and w.waiting is not None]
-        return min(waits, default=None)
 
     def writers_done(self) -> bool:
         """At least one writer registered and every registered writer finished."""
@@ -295,9 +274,6 @@ class LogWriter(ExperienceWriter):
     def fenced(self) -> AbstractContextManager[None]:
         return self.log.fence(self.lease)
 
-    def set_waiting(self, version: int | None) -> None:
-        self.log.set_waiting(self.lease, version)
-
     def finish(self) -> None:
         self._stop.set()
         self.log.finish_writer(self.lease)
@@ -369,9 +345,6 @@ class LogReader(ExperienceReader):
             return []
         missed = time.time() - 2 * self.writer_timeout / HEARTBEATS_PER_TIMEOUT
         return [w.name for w in self.log.writer_statuses() if not w.finished and w.updated < missed]
-
-    def awaited_version(self) -> int | None:
-        return self.log.awaited_version()
 
     def state_dict(self) -> dict[str, Any]:
         return {"position": self.position}

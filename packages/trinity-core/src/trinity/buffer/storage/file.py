@@ -73,7 +73,7 @@ class JsonlLog(Log):
             yield
 
     def open_writer(self, writer: str) -> Lease:
-        return self._bump("writer", writer, finished=False, updated=time.time(), waiting=None)
+        return self._bump("writer", writer, finished=False, updated=time.time())
 
     def open_reader(self, reader: str) -> Lease:
         with self._lock:
@@ -92,13 +92,10 @@ class JsonlLog(Log):
     def finish_writer(self, lease: Lease) -> None:
         self._mark_writer(lease, finished=True, updated=time.time())
 
-    def set_waiting(self, lease: Lease, version: int | None) -> None:
-        self._mark_writer(lease, waiting=version)
-
     def writer_statuses(self) -> list[WriterStatus]:
         with self._lock:
             writers = self._state()["writers"]
-        return [WriterStatus(name, w["finished"], w["updated"], w.get("waiting")) for name, w in writers.items()]
+        return [WriterStatus(name, w["finished"], w["updated"]) for name, w in writers.items()]
 
     def writer_state(self, writer: str) -> dict[str, Any] | None:
         with self._lock:

@@ -44,7 +44,6 @@ class MemoryQueue:
         self.cooling: list[tuple[float, int, _Item]] = []  # (ready time, seq, item)
         self.seq = itertools.count()
         self.writers: dict[str, bool] = {}  # name -> finished
-        self.waiting: dict[str, int] = {}  # name -> the model version it is blocked on
         self.cond = threading.Condition()
 
     def __len__(self) -> int:
@@ -53,18 +52,6 @@ class MemoryQueue:
     def open_writer(self, writer: str) -> None:
         with self.cond:
             self.writers[writer] = False
-            self.waiting.pop(writer, None)
-
-    def set_waiting(self, writer: str, version: int | None) -> None:
-        with self.cond:
-            if version is None:
-                self.waiting.pop(writer, None)
-            else:
-                self.waiting[writer] = version
-
-    def awaited_version(self) -> int | None:
-        with self.cond:
-            return min((v for w, v in self.waiting.items() if not self.writers.get(w)), default=None)
 
     def finish_writer(self, writer: str) -> None:
         with self.cond:
@@ -147,9 +134,6 @@ class MemoryWriter(ExperienceWriter):
     def state(self) -> dict[str, Any] | None:
         return self._state
 
-    def set_waiting(self, version: int | None) -> None:
-        self.queue.set_waiting(self.writer, version)
-
     def finish(self) -> None:
         self.queue.finish_writer(self.writer)
 
@@ -163,9 +147,6 @@ class MemoryReader(ExperienceReader):
 
     def _take(self, n: int, deadline: float) -> tuple[list[Experience], bool]:
         return self.queue.get(n, max(deadline - time.monotonic(), 0.0))
-
-    def awaited_version(self) -> int | None:
-        return self.queue.awaited_version()
 
 
 _LOCAL: dict[str, MemoryQueue] = {}

@@ -39,12 +39,6 @@ class QueueActor:
     def finish_writer(self, writer: str) -> None:
         self.queue.finish_writer(writer)
 
-    def set_waiting(self, writer: str, version: int | None) -> None:
-        self.queue.set_waiting(writer, version)
-
-    def awaited_version(self) -> int | None:
-        return self.queue.awaited_version()
-
     def put(self, items: list[tuple[int, bytes]]) -> None:
         self.queue.put([_Stored(version, data) for version, data in items])
 
@@ -67,12 +61,6 @@ class RayQueueHandle:
 
     def finish_writer(self, writer: str) -> None:
         ray.get(self.actor.finish_writer.remote(writer))
-
-    def set_waiting(self, writer: str, version: int | None) -> None:
-        ray.get(self.actor.set_waiting.remote(writer, version))
-
-    def awaited_version(self) -> int | None:
-        return ray.get(self.actor.awaited_version.remote())
 
     def put(self, experiences: list[Experience]) -> None:
         from trinity.buffer.serialization import serialize_experience

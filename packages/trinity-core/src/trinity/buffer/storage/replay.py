@@ -149,6 +149,3 @@ class ReplayReader(ExperienceReader):
                 pause = _POLL_MIN
             time.sleep(min(pause, deadline - now))
             pause = min(pause * 2, _POLL_MAX)
-
-    def awaited_version(self) -> int | None:
-        return self.table.log.awaited_version()

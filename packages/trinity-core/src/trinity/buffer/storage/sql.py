@@ -288,8 +288,6 @@ class SqlLog(Log):
         self.writers.append_column(sa.Column("state", sa.Text, nullable=True))
         # how many appends the name committed: tells whether one whose connection dropped landed
         self.writers.append_column(sa.Column("appends", sa.Integer, nullable=False, default=0))
-        # the model version the writer's producer is blocked on (an explorer waiting for weights)
-        self.writers.append_column(sa.Column("waiting", sa.Integer, nullable=True))
         reader_key = sa.Column("reader", sa.String(255), primary_key=True)
         self.cursors = table("cursors", reader_key, position=sa.Integer, progress=sa.Integer, generation=sa.Integer)
         self._leased = {"writer": (self.writers, self.writers.c.name), "reader": (self.cursors, self.cursors.c.reader)}
@@ -341,7 +339,7 @@ class SqlLog(Log):
             yield
 
     def open_writer(self, writer: str) -> Lease:
-        return self._bump("writer", writer, {"finished": False, "updated": time.time(), "waiting": None})
+        return self._bump("writer", writer, {"finished": False, "updated": time.time()})
 
     def open_reader(self, reader: str) -> Lease:
         return self._bump("reader", reader, {}, position=0, progress=0)
@@ -357,14 +355,11 @@ class SqlLog(Log):
     def finish_writer(self, lease: Lease) -> None:
         self._mark_writer(lease, finished=True, updated=time.time())
 
-    def set_waiting(self, lease: Lease, version: int | None) -> None:
-        self._mark_writer(lease, waiting=version)
-
     def writer_statuses(self) -> list[WriterStatus]:
         columns = self.writers.c
         with self.db.connect() as conn:
-            rows = conn.execute(sa.select(columns.name, columns.finished, columns.updated, columns.waiting)).all()
-        return [WriterStatus(name, bool(finished), updated, waiting) for name, finished, updated, waiting in rows]
+            rows = conn.execute(sa.select(columns.name, columns.finished, columns.updated)).all()
+        return [WriterStatus(name, bool(finished), updated) for name, finished, updated in rows]
 
     def writer_state(self, writer: str) -> dict[str, Any] | None:
         with self.db.connect() as conn:

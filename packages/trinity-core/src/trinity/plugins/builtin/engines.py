@@ -5,10 +5,10 @@ from trinity.plugins import hookimpl
 
 @hookimpl
 def trinity_register_rollout_engines(register):
-    register("transformers", "trinity.engine.transformers_rollout:TransformersRolloutEngine")
-    register("external", "trinity.engine.external:ExternalEngine")
+    register("transformers", "trinity.rollout.transformers_rollout:TransformersRolloutEngine")
+    register("external", "trinity.rollout.external:ExternalEngine")
 
 
 @hookimpl
 def trinity_register_trainer_engines(register):
-    register("torch", "trinity.engine.torch_trainer:TorchTrainingEngine")
+    register("torch", "trinity.training.torch_trainer:TorchTrainingEngine")
