@@ -150,7 +150,7 @@ def test_a_node_lost_mid_run_ends_the_run_naming_it_and_a_rerun_loses_nothing(tm
     machine gone). The run ends within Ray's health checks, naming the node and the role
     that ran there; the same command with a new node in its place resumes, and the audit
     finds nothing lost or duplicated."""
-    from e2e.e2e_helpers import ray_head, ray_worker
+    from helpers.ray_cluster import ray_head, ray_worker
 
     config = write_experiment(tmp_path, tiny_model_dir, "both")
     across = ["cluster.node_num=2", "cluster.gpu_per_node=2", "explorer.rollout_model.engine_num=2"]
@@ -192,7 +192,7 @@ def test_an_explorer_joins_on_a_third_node_and_leaves_with_postgres_between_the_
     explorers' experiences, each once. (The first explorer is paused, SIGSTOP, until the joiner
     committed a step: had it finished before the joiner registered, the trainer would end at
     the end of its data, as it should.)"""
-    from e2e.e2e_helpers import ray_head, ray_worker
+    from helpers.ray_cluster import ray_head, ray_worker
 
     buffer = {"storage_type": "sql", "path": postgres_url, "name": "three_nodes"}
     explore = write_experiment(tmp_path, tiny_model_dir, "explore", **buffer)

@@ -10,8 +10,9 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from e2e_helpers import ray_head, ray_worker, trinity_run, write_experiment
+from e2e_helpers import trinity_run, write_experiment
 
+from helpers.ray_cluster import ray_head, ray_worker
 from trinity.common.files import read_json
 from trinity.monitor.console import read_jsonl
 from trinity.report import SUMMARY_FILE

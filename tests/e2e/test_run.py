@@ -13,8 +13,9 @@ import time
 from pathlib import Path
 
 import pytest
-from e2e_helpers import EXPLORE_ONLY, ray_head, trinity_run, trinity_start, write_experiment
+from e2e_helpers import EXPLORE_ONLY, trinity_run, trinity_start, write_experiment
 
+from helpers.ray_cluster import ray_head
 from helpers.role_processes import RUN_TAG, role_pids
 from trinity.common.files import read_json
 from trinity.monitor.console import read_jsonl

@@ -12,10 +12,11 @@ import time
 from pathlib import Path
 
 import pytest
-from e2e_helpers import EXPLORE_ONLY, ray_head, ray_worker, trinity_run, trinity_start, write_experiment
+from e2e_helpers import EXPLORE_ONLY, trinity_run, trinity_start, write_experiment
 from test_run import JOB, assert_ok, job_log, metrics
 from test_tool_call_run import check_tool_call_run, tool_call_experiment
 
+from helpers.ray_cluster import ray_head, ray_worker
 from trinity.common.files import read_json
 from trinity.report import SUMMARY_FILE
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 from learning_cells import check_learns, job_dir, run_cell
 from single_turn_cells import GRPO
 
-from e2e.e2e_helpers import ray_head, ray_worker
+from helpers.ray_cluster import ray_head, ray_worker
 from trinity.common.files import read_json
 from trinity.report import SUMMARY_FILE
 

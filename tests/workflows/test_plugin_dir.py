@@ -5,10 +5,12 @@ from __future__ import annotations
 import json
 import os
 import sys
+from contextlib import nullcontext
 from pathlib import Path
 
 import pytest
 
+from helpers.ray_cluster import ray_head
 from trinity.plugins import Kind
 from trinity.plugins.manager import PLUGIN_DIRS_ENV, build_registry
 
@@ -82,20 +84,25 @@ def test_cli_plugin_dir_option(tmp_path, trinity_cli):
 
 
 @pytest.mark.timeout(300)
-def test_trinity_run_with_a_plugin_dir_reaches_the_explorer_process(tmp_path, explore):
+@pytest.mark.parametrize("cluster", ["started", "joined"])
+def test_trinity_run_with_a_plugin_dir_reaches_the_explorer_process(tmp_path, explore, cluster):
+    """``started``: the Ray that ``trinity run`` starts, whose workers inherit its environment;
+    ``joined``: a ``ray start --head`` cluster, started without the plugin directory, whose
+    workers inherit only what the run forwards."""
     plugins = tmp_path / "plugins"
     write_plugin(plugins, "dir_plugin_reward", "length_run")
     (plugins / "dir_plugin_run.py").write_text(LOCAL_WORKFLOW)
     env = {k: v for k, v in os.environ.items() if k != PLUGIN_DIRS_ENV}
-    rows = explore(
-        env,
-        [{"prompt": "apple"}, {"prompt": "pear"}],
-        {},
-        "echo_local_workflow",
-        "length_run",
-        "--plugin-dir",
-        str(plugins),
-    )
+    with ray_head() if cluster == "joined" else nullcontext() as address:
+        rows = explore(
+            {**env, "RAY_ADDRESS": address} if address else env,
+            [{"prompt": "apple"}, {"prompt": "pear"}],
+            {},
+            "echo_local_workflow",
+            "length_run",
+            "--plugin-dir",
+            str(plugins),
+        )
     assert len(rows) == 4
     for row in rows:
         assert row["metrics"] == {"length": float(len(row["info"]["response_text"]))}
