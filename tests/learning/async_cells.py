@@ -111,8 +111,9 @@ def serve_with_agent(cell: Cell, workspace: Workspace, config: Path) -> None:
     ``batch_size`` tasks, rewards the right sums with 1 through ``/feedback`` and commits; it
     starts a step once the proxy serves the weights trained on the step before last, or the last
     ones the trainer publishes by then (``sync_interval``: the control's, beyond the budget,
-    publishes none, and the agent never waits). The trainer starts after the measure's
-    ``start_steps``: those are sampled by the weights before any update."""
+    publishes none, and the agent never waits). The trainer starts with the proxy; the agent
+    scores and commits the measure's first ``start_steps`` steps only once all of them are
+    sampled, so they are the weights' before any update."""
     cfg = OmegaConf.load(config)
     steps, tasks_per_step, attempts = cfg.buffer.total_steps, cfg.buffer.batch_size, cfg.algorithm.repeat_times
     interval = cfg.synchronizer.sync_interval
@@ -124,20 +125,19 @@ def serve_with_agent(cell: Cell, workspace: Workspace, config: Path) -> None:
     url = f"http://127.0.0.1:{free_port()}"
     port = url.rsplit(":", 1)[1]
     serve = _variant(
-        config, "serve", "mode=serve", f"explorer.proxy_port={port}", "explorer.service_status_check_interval=4"
-    )
+        config, "serve", "mode=serve", f"explorer.proxy_port={port}", "explorer.service_status_check_interval=1"
+    )  # the proxy looks for newer weights every 0.5 s: the agent waits for them each step
     train = _variant(config, "train", "mode=train")
     server = _trinity(serve, config.with_name("serve.log"))
-    trainer = None
+    trainer = _trinity(train, config.with_name("train.log"))
     try:
         _until(lambda: _healthy(url), "the serve proxy never answered", server, config.with_name("serve.log"))
         tasks = [json.loads(line) for line in (workspace.arithmetic / "tasks.jsonl").read_text().splitlines()]
         agent = ArithmeticAgent(url)
+        unscored = []  # the steps sampled and not yet committed: the first start_steps wait for each other
         with ThreadPoolExecutor(32) as pool:
             for step in range(steps):
-                if step == cell.measure.start_steps:  # the steps before were sampled by the untrained weights
-                    trainer = _trinity(train, config.with_name("train.log"))
-                if trainer is not None:
+                if step >= cell.measure.start_steps:
                     _until(
                         lambda s=step: agent.version() >= published(s - 1),
                         "no new weights",
@@ -146,14 +146,21 @@ def serve_with_agent(cell: Cell, workspace: Workspace, config: Path) -> None:
                     )
                 batch = [tasks[(step * tasks_per_step + i) % len(tasks)] for i in range(tasks_per_step)]
                 jobs = [(f"{step}-{i}", run, task) for i, task in enumerate(batch) for run in range(attempts)]
-                list(pool.map(lambda job: agent.attempt(*job), jobs))
-                agent.commit()
+                unscored.append(list(pool.map(lambda job: agent.attempt(*job), jobs)))
+                if step + 1 >= cell.measure.start_steps:
+                    for attempts_of_step in unscored:
+                        list(pool.map(lambda scored: agent.score(*scored), attempts_of_step))
+                        agent.commit()
+                    unscored = []
+        # the measure is the proxy's: what the trainer would still train (the last two steps; in the
+        # control, whose agent never waits, its whole backlog) can no longer reach it
+        trainer.send_signal(signal.SIGTERM)  # a training run stops after its current step
         _finish(trainer, config.with_name("train.log"), timeout=300)
         server.send_signal(signal.SIGTERM)  # a serving run ends cleanly on SIGTERM
         _finish(server, config.with_name("serve.log"), timeout=60)
     finally:
         for process in (server, trainer):
-            if process is not None and process.poll() is None:
+            if process.poll() is None:
                 os.killpg(process.pid, signal.SIGKILL)
 
 
@@ -183,17 +190,19 @@ class ArithmeticAgent:
         # context each time, which cost the agent more CPU than the rollouts (~2 s a step)
         self.http = httpx.Client(base_url=url)
 
-    def attempt(self, task_id: str, run_id: int, task: dict) -> float:
+    def attempt(self, task_id: str, run_id: int, task: dict) -> tuple[str, int, str, float]:
+        """One answer to ``task``: what :meth:`score` sends back for it (its reward: the right sum)."""
         messages = [
             {"role": "system", "content": "Answer with the sum."},
             {"role": "user", "content": task["question"]},
         ]
         reply = self.client.chat.completions.create(model="policy", messages=messages, max_tokens=6)
         answer = re.search(r"-?\d+", reply.choices[0].message.content or "")
-        reward = float(answer is not None and answer.group() == task["answer"])
-        feedback = {"reward": reward, "msg_ids": [reply.id], "task_id": task_id, "run_id": run_id}
+        return task_id, run_id, reply.id, float(answer is not None and answer.group() == task["answer"])
+
+    def score(self, task_id: str, run_id: int, msg_id: str, reward: float) -> None:
+        feedback = {"reward": reward, "msg_ids": [msg_id], "task_id": task_id, "run_id": run_id}
         self.http.post("/feedback", json=feedback, timeout=60).raise_for_status()
-        return reward
 
     def commit(self) -> None:
         self.http.post("/commit", timeout=120).raise_for_status()
@@ -294,7 +303,7 @@ SERVE = async_cell(
     controls=NEVER_SYNCED,
     control_steps=TEST_BUDGET,
     measure=Measure(start_steps=2),
-    note="Its start is the mean of two steps (the trainer starts after them): one step of the untrained "
+    note="Its start is the mean of two steps (both sampled before the first is committed): one step of the untrained "
     "policy through the chat template read 0.16 to 0.31 over four runs, too wide for the margin. 40 steps, "
     "seed 0 (2026-12-03): 0.219 -> 0.512 (+0.29; another run 0.273 -> 0.458, +0.19, and +0.12 by step 30, "
     "hence GRPO's test budget for the test and its control); weights never synced 0.230 -> 0.256.",

@@ -8,8 +8,8 @@ runs it: :func:`run_cell` calls ``trinity.launcher.run`` in this process (the te
 Ray) or the CLI in a subprocess (the benchmark). Its measure is one metric of
 ``monitor/<role>.jsonl``: its first value, the policy before any update (the first explorer step
 samples the weights the run started with; an evaluation's first is at step 0; a trainer's first
-loss is taken before its first optimizer step; serve mode's first two steps, its trainer started
-after them), against the mean of its last ``window`` values;
+loss is taken before its first optimizer step; serve mode's first two steps, both sampled
+before the first is committed), against the mean of its last ``window`` values;
 the cell learns when that moves the right way by at least ``margin``.
 """
 
