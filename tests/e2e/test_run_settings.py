@@ -14,9 +14,10 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from e2e_helpers import free_port, trinity_run, write_experiment
+from e2e_helpers import trinity_run, write_experiment
 from omegaconf import OmegaConf
 
+from helpers.ports import free_port
 from trinity.monitor.console import read_jsonl
 
 JOB = Path("ckpt") / "quickstart" / "arithmetic"

@@ -12,10 +12,11 @@ import time
 import httpx
 import openai
 import pytest
-from e2e_helpers import free_port, trinity_run, trinity_start, write_experiment
+from e2e_helpers import trinity_run, trinity_start, write_experiment
 from test_run import assert_ok
 from test_run import metrics as role_metrics
 
+from helpers.ports import free_port
 from trinity.rollout.openai_api import MAX_N
 
 TASKS = {"task-a": 1.0, "task-b": 0.0, "task-c": 0.5}
