@@ -237,7 +237,7 @@ def roles_environment() -> dict[str, str]:
     a running cluster's workers inherit only the one ``ray start`` had, so without these a
     ``--plugin-dir`` or a ``WANDB_API_KEY`` of the shell would not reach them. Set only on
     joining: a job-wide ``runtime_env`` makes Ray start fresh workers instead of its prestarted
-    ones (0.8 s more to the first actor on a local Ray)."""
+    ones, which slows the first actors of a local Ray."""
     return {name: value for name, value in os.environ.items() if name.startswith(FORWARDED_PREFIXES)}
 
 
