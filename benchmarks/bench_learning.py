@@ -1,23 +1,27 @@
 """The learning matrix: every cell of tests/learning (algorithm types, workflow families, sync
-styles, two-process and serve modes, engines) run for its step budget with fixed seeds; writes
-docs/learning.md (a table: start -> end, change, margin, wall time, staleness) and
-docs/learning.png (each cell's curve).
+styles, two-process and serve modes, engines, the off-policy block) run for its step budget over
+``--seeds`` seeds; writes docs/learning.md whole (a table: start before any update, end, change,
+spread over the seeds, margin, dip, wall time, staleness, verdict; its commit and date in the
+header) and docs/learning.png (each cell's curves).
 
-    python benchmarks/bench_learning.py [--only SUBSTRING ...] [--skip SUBSTRING ...] [--update]
-                                        [--short] [--controls] [--seed N] [--jobs N]
+    python benchmarks/bench_learning.py [--only SUBSTRING ...] [--skip SUBSTRING ...] [--short]
+                                        [--controls] [--seeds N] [--jobs N]
                                         [--workdir DIR] [--out docs/learning.md]
 
-Each cell runs as ``trinity run`` in a subprocess, ``--jobs`` at a time (default 1; with 2 on 2
-cores the matrix takes about a third less time, each cell's wall time grows; the cells whose runner
-runs trinity in this process, sft and dpo, need the default). A cell with a
-``baseline`` (the async sync styles: the fixed sync's cell) must also end within its
-``baseline_margin`` of that cell's final measure. ``--controls`` also
-runs each cell's controls (its mechanism broken: advantages negated, weights not synced, the
-mask off by one turn, ...), which must not learn: they show that a cell's measure can fail.
-``--only`` runs the cells whose name contains one of the substrings and writes the rows it ran
-(the file then says which were left out); with ``--update`` it keeps the other rows of the last
-matrix (``docs/learning.json``), so one cell is run again after a change. The CI learning tests (tests/learning) run a few cells
-on shorter budgets; this is the whole matrix, minutes per cell.
+Each cell runs as ``trinity run`` in a subprocess, once per seed (0 .. N-1), ``--jobs`` at a time
+(default 1; with 2 on 2 cores the matrix takes about a third less time, each cell's wall time
+grows; the cells whose runner runs trinity in this process, sft and dpo, need the default). A
+cell learns when the mean of its change over the seeds is at least its margin and the margin is
+at least twice the change's spread (its standard deviation over the seeds); with one seed the
+spread is unknown and the row says so. A cell with a ``baseline`` (the async sync styles: the
+fixed sync's cell) must also end within its ``baseline_margin`` of that cell's final measure; one
+that ``drops_tasks`` (over_rollout) must have dropped some. ``--controls`` also runs each cell's
+controls (its mechanism broken: advantages negated, rewards shuffled, weights not synced, the mask
+off by one turn, ...), a row each, which must not learn: they show that a cell's measure can fail.
+``--only`` / ``--skip`` choose cells; the file then lists those not run. The file is written
+whole by every run: rows are never carried over from an earlier one. The CI learning tests
+(tests/learning) run a few cells and their first controls on shorter budgets; this is the whole
+matrix, minutes per cell and seed.
 """
 
 from __future__ import annotations
@@ -28,11 +32,13 @@ import datetime
 import json
 import math
 import platform
+import statistics
+import subprocess
 import sys
 import tempfile
 import time
 import traceback
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -49,37 +55,72 @@ SHORT_STEPS = 40
 
 @dataclass
 class Row:
-    """A cell's (or a control's) outcome: its result, or why it has none."""
+    """A cell's (or a control's) outcome over the seeds: a result per seed that ran, and why the
+    others did not."""
 
     cell: Cell
     control: str = ""
-    result: CellResult | None = None
-    error: str = ""
+    results: list[CellResult] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+    baseline_end: float = math.nan
+    """The final measure of the cell's baseline (mean over the same seeds and budget), where it has one."""
 
     @property
     def label(self) -> str:
         return f"{self.cell.name} · control: {self.control}" if self.control else self.cell.name
 
-    baseline_end: float = math.nan
-    """The final measure of the cell's baseline (same seed and budget), where it has one."""
+    def mean(self, name: str) -> float:
+        values = [getattr(r, name) for r in self.results if math.isfinite(getattr(r, name))]
+        return statistics.fmean(values) if values else math.nan
+
+    @property
+    def spread(self) -> float:
+        """The standard deviation of the change over the seeds (NaN with fewer than two)."""
+        changes = [r.change for r in self.results if math.isfinite(r.change)]
+        return statistics.stdev(changes) if len(changes) > 1 else math.nan
+
+    @property
+    def learned(self) -> bool | None:
+        """Mean change at least the margin, and the margin at least twice the spread; None: no result."""
+        if not self.results:
+            return None
+        change, spread = self.mean("change"), self.spread
+        return change >= self.cell.margin and (not math.isfinite(spread) or self.cell.margin >= 2 * spread)
 
     @property
     def reaches_baseline(self) -> bool | None:
-        if self.result is None or self.cell.baseline is None or not math.isfinite(self.baseline_end):
+        if not self.results or self.cell.baseline is None or not math.isfinite(self.baseline_end):
             return None
-        return self.result.end >= self.baseline_end - self.cell.baseline_margin
+        return self.mean("end") >= self.baseline_end - self.cell.baseline_margin
+
+    @property
+    def dropped_tasks(self) -> int:
+        return sum(r.dropped_tasks for r in self.results)
 
     @property
     def verdict(self) -> str:
-        if self.result is None:
-            return "failed to run"
+        if not self.results:
+            return "failed to run: " + "; ".join(dict.fromkeys(self.errors))
+        change, spread, margin = self.mean("change"), self.spread, self.cell.margin
         if self.control:  # a control must not learn
-            return "did not learn (as it must)" if not self.result.learned else "LEARNED: the measure cannot fail"
-        verdict = "learns" if self.result.learned else "does not learn"
-        if self.reaches_baseline is not None:
+            verdict = "did not learn (as it must)" if change < margin else "LEARNED: the measure cannot fail"
+        elif change < margin:
+            verdict = "does not learn"
+        elif math.isfinite(spread) and margin < 2 * spread:
+            verdict = f"NOT SHOWN: the margin is under twice the spread ({fmt(2 * spread)})"
+        else:
+            verdict = "learns"
+        if len(self.results) < 2:
+            verdict += " (one seed: spread unknown)"
+        if self.errors:
+            verdict += f"; {len(self.errors)} seed(s) failed to run: {self.errors[0]}"
+        if self.reaches_baseline is not None and not self.control:
             name, gap = self.cell.baseline.name, self.cell.baseline_margin
             reached = "within" if self.reaches_baseline else "NOT within"
             verdict += f"; ends {reached} {gap} of {name} ({fmt(self.baseline_end)})"
+        if self.cell.drops_tasks:
+            dropped = self.dropped_tasks
+            verdict += f"; {dropped} tasks dropped" if dropped else "; NO TASK DROPPED (over_rollout never acted)"
         return verdict
 
 
@@ -106,15 +147,20 @@ def without_cells() -> dict[str, str]:
     return {name: why for module in cell_modules() for name, why in getattr(module, "NOT_CELLS", {}).items()}
 
 
-def run_row(cell: Cell, workspace: Workspace, out: Path, seed: int, control: str = "", short: bool = False) -> Row:
+def run_row(cell: Cell, workspace: Workspace, out: Path, seeds: int, control: str = "", short: bool = False) -> Row:
     row = Row(cell, control)
     extra = cell.controls[control](workspace) if control else []
     steps = (cell.test_steps or min(cell.steps, SHORT_STEPS)) if short else cell.steps
-    try:
-        row.result = run_cell(cell, workspace, out, steps=steps, seed=seed, extra=extra, subprocess_run=True)
-    except Exception as exc:  # one cell's failure is a row of the table, not the end of the matrix
-        row.error = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        traceback.print_exc()
+    for seed in range(seeds):
+        try:
+            result = run_cell(
+                cell, workspace, out / f"seed{seed}", steps=steps, seed=seed, extra=extra, subprocess_run=True
+            )
+        except Exception as exc:  # one run's failure is said in its row, not the end of the matrix
+            row.errors.append(str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__)
+            traceback.print_exc()
+        else:
+            row.results.append(result)
     return row
 
 
@@ -139,42 +185,49 @@ def fmt(value: float | None, spec: str = ".3f") -> str:
 
 
 def record(row: Row) -> dict:
-    """A row as the table, the plot and ``--update`` read it (``docs/learning.json``)."""
-    r, m = row.result, row.cell.measure
-    verdict = row.verdict if r is not None else f"failed to run: {row.error}"
+    """A row as the table and the plot read it (``docs/learning.json``)."""
+    m = row.cell.measure
     return {
         "cell": row.label,
         "control": bool(row.control),
         "family": row.cell.family,
         "measure": m.label + ("" if m.higher_is_better else " (lower is better)"),
-        "start": r.start if r else None,
-        "end": r.end if r else None,
-        "change": r.change if r else None,
+        "start": row.mean("start"),
+        "end": row.mean("end"),
+        "change": row.mean("change"),
+        "spread": row.spread,
         "margin": row.cell.margin,
-        "steps": r.steps if r else None,
-        "wall_s": r.wall_s if r else None,
-        "staleness": r.staleness if r else None,
-        "learned": r.learned if r else None,
-        "verdict": verdict,
+        "dip": row.mean("dip"),
+        "steps": row.results[0].steps if row.results else None,
+        "seeds": len(row.results),
+        "wall_s": row.mean("wall_s"),
+        "staleness": row.mean("staleness"),
+        "learned": row.learned,
+        "verdict": row.verdict,
         "note": "" if row.control else row.cell.note,
-        "series": r.series if r else [],
+        "series": [r.series for r in row.results],
     }
 
 
 def table(records: list[dict]) -> list[str]:
     lines = [
-        "| cell | family | measure | start → end | change | margin | steps | wall | staleness | verdict |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| cell | family | measure | start (before any update) | end | change | spread | margin | dip | steps "
+        "| seeds | wall | staleness | verdict |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for rec in records:
         cells = [
             rec["cell"],
             rec["family"],
             rec["measure"],
-            f"{fmt(rec['start'])} → {fmt(rec['end'])}",
+            fmt(rec["start"]),
+            fmt(rec["end"]),
             fmt(rec["change"], "+.3f"),
+            fmt(rec["spread"]),
             str(rec["margin"]),
+            fmt(rec["dip"], ".2f"),
             str(rec["steps"] or "–"),
+            str(rec["seeds"]),
             f"{fmt(rec['wall_s'], '.0f')} s",
             fmt(rec["staleness"], ".2f"),
             rec["verdict"] + (f" ({rec['note']})" if rec.get("note") else ""),
@@ -194,7 +247,8 @@ def plot(records: list[dict], path: Path) -> None:
     figure = Figure(figsize=(4 * columns, 2.6 * lines), layout="constrained")
     for index, rec in enumerate(drawn):
         axes = figure.add_subplot(lines, columns, index + 1)
-        axes.plot(range(1, len(rec["series"]) + 1), rec["series"], linewidth=1)
+        for series in rec["series"]:
+            axes.plot(range(1, len(series) + 1), series, linewidth=1)
         axes.set_title(f"{rec['cell']} ({'learns' if rec['learned'] else 'no'})", fontsize=8)
         axes.set_xlabel("step", fontsize=7)
         axes.set_ylabel(rec["measure"], fontsize=7)
@@ -202,42 +256,39 @@ def plot(records: list[dict], path: Path) -> None:
     figure.savefig(path, dpi=80)
 
 
-def merged(records: list[dict], previous: Path, cells: list[Cell]) -> list[dict]:
-    """``--update``: the rows of the last written matrix, those run now replaced (new ones last);
-    the rows kept take their cell's current note."""
-    if not previous.exists():
-        return records
-    fresh = {rec["cell"]: rec for rec in records}
-    notes = {cell.name: cell.note for cell in cells}
-    old = json.loads(previous.read_text())["rows"]
-    for rec in old:
-        if not rec["control"] and rec["cell"] in notes:
-            rec["note"] = notes[rec["cell"]]
-    kept = [fresh.pop(rec["cell"], rec) for rec in old]
-    return kept + list(fresh.values())
+def commit() -> str:
+    """The checkout's commit, and whether files differ from it."""
+    head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True)
+    dirty = subprocess.run(
+        ["git", "status", "--porcelain", "--untracked-files=no"], cwd=REPO, capture_output=True, text=True
+    )
+    name = head.stdout.strip() or "unknown"
+    return f"{name} (with uncommitted changes)" if dirty.stdout.strip() else name
 
 
 def write_doc(records: list[dict], out: Path, args: argparse.Namespace, left_out: list[Cell], seconds: float) -> None:
     cells = [rec for rec in records if not rec["control"]]
     controls = [rec for rec in records if rec["control"]]
     learned = sum(1 for rec in cells if rec["learned"])
-    today = datetime.date.today().isoformat()
+    now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     lines = [
         "# The learning matrix",
         "",
-        "Written by `python benchmarks/bench_learning.py`: each cell of `tests/learning/*_cells.py` "
-        "runs `trinity run` for its step budget"
-        + (" (`--short`: its learning test's, or at most 40 steps)" if args.short else "")
-        + " with fixed seeds (seed "
-        f"{args.seed}) on a tiny model built locally (nothing is downloaded). A cell learns when its "
-        "measure (the mean of its first steps against the mean of its last) moves the right way by at "
-        "least its margin. The CI learning tests (`tests/learning`) run some of these cells on shorter "
-        "budgets. Wall times include `trinity run`'s start-up; with `--jobs 2` two cells share the "
-        "machine.",
+        f"Written whole by `python benchmarks/bench_learning.py` at commit {commit()}, {now}, on "
+        f"{platform.machine()}, {_cores()} cores, {args.jobs} run(s) at a time, in {seconds / 60:.0f} minutes: "
+        f"**{learned} of {len(cells)} cells learn by their margin** over {args.seeds} seed(s).",
         "",
-        f"Last written {today} on {platform.machine()}, {_cores()} cores, {args.jobs} cell(s) at a time"
-        + (f", {seconds / 60:.0f} minutes for the rows run then" if seconds else "")
-        + f": **{learned} of {len(cells)} cells learn by their margin**.",
+        "Each cell of `tests/learning/*_cells.py` runs `trinity run` for its step budget"
+        + (" (`--short`: its learning test's, or at most 40 steps)" if args.short else "")
+        + f" once per seed (0 to {args.seeds - 1}) on a tiny model built locally (nothing is downloaded). "
+        "**start** is the policy before any update (the first explorer step, sampled by the weights the run "
+        "started with; a step-0 evaluation; a trainer's loss before its first optimizer step), **end** the mean "
+        "of the last steps (or the last evaluation), both averaged over the seeds; **change** is their mean "
+        "difference in the measure's good direction and **spread** its standard deviation over the seeds. A cell "
+        "learns when its mean change is at least its **margin** and the margin at least twice the spread. "
+        "**dip**: how far the worst 10-step running mean fell below the start (a collapse before learning). "
+        "The CI learning tests (`tests/learning`) run some of these cells, each with its first control, on "
+        "shorter budgets. Wall times (per seed) include `trinity run`'s start-up.",
         "",
         *table(cells),
         "",
@@ -261,7 +312,7 @@ def write_doc(records: list[dict], out: Path, args: argparse.Namespace, left_out
         lines += ["## Workflows without a cell", ""]
         lines += [f"- {names}: {why}" for names, why in without.items()]
         lines.append("")
-    lines += [f"![every cell's measure per step]({out.with_suffix('.png').name})", ""]
+    lines += [f"![every cell's measure per step, a curve per seed]({out.with_suffix('.png').name})", ""]
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text("\n".join(lines))
     plot(records, out.with_suffix(".png"))
@@ -279,10 +330,9 @@ def main() -> None:
     parser.add_argument("--only", nargs="*", default=[], help="run the cells whose name contains one of these")
     parser.add_argument("--skip", nargs="*", default=[], help="leave out the cells whose name contains one of these")
     parser.add_argument("--short", action="store_true", help="each cell for its learning test's budget (or 40 steps)")
-    parser.add_argument("--controls", action="store_true", help="also run each cell's controls")
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--controls", action="store_true", help="also run each cell's controls, a row each")
+    parser.add_argument("--seeds", type=int, default=3, help="seeds per cell (0 .. N-1)")
     parser.add_argument("--jobs", type=int, default=1, help="cells run at once")
-    parser.add_argument("--update", action="store_true", help="keep the other rows of the last written matrix")
     parser.add_argument("--workdir", type=Path, help="keep the models, data and runs here (default: a temporary one)")
     parser.add_argument("--out", type=Path, default=REPO / "docs" / "learning.md")
     args = parser.parse_args()
@@ -303,11 +353,11 @@ def main() -> None:
 
         def finished(row: Row) -> None:
             rows.append(row)
-            described = row.result.describe() if row.result else f"failed to run: {row.error}"
+            described = "; ".join(r.describe() for r in row.results) or row.verdict
             print(f"[{len(rows)}/{len(plan)}] {row.label}: {described}", flush=True)
 
         runs = [
-            (cell, workspace, root / "runs" / slug(cell, control), args.seed, control, args.short)
+            (cell, workspace, root / "runs" / slug(cell, control), args.seeds, control, args.short)
             for cell, control in plan
         ]
         if args.jobs == 1:  # in this thread: a runner that runs trinity in this process sets signal handlers
@@ -318,17 +368,11 @@ def main() -> None:
                 for future in concurrent.futures.as_completed([pool.submit(run_row, *run) for run in runs]):
                     finished(future.result())
         rows.sort(key=lambda row: plan.index((row.cell, row.control)))
-        records = [record(row) for row in rows]
-        if args.update:
-            records = merged(records, args.out.with_suffix(".json"), cells)
-        ends = {rec["cell"]: rec["end"] for rec in records if rec["end"] is not None and not rec["control"]}
+        ends = {row.cell.name: row.mean("end") for row in rows if not row.control}
         for row in rows:
             if row.cell.baseline is not None:
                 row.baseline_end = ends.get(row.cell.baseline.name, math.nan)
-        fresh = {row.label: record(row) for row in rows}  # again, with the baselines' ends
-        records = [fresh.get(rec["cell"], rec) for rec in records]
-        left_out = [cell for cell in left_out if cell.name not in {rec["cell"] for rec in records}]
-        write_doc(records, args.out, args, left_out, time.monotonic() - started)
+        write_doc([record(row) for row in rows], args.out, args, left_out, time.monotonic() - started)
     print(f"wrote {args.out} and {args.out.with_suffix('.png')}")
 
 

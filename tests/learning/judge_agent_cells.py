@@ -124,6 +124,7 @@ def judge_cell(workflow: str, *extra: str, note: str) -> Cell:
         overrides=judged(workflow, *extra),
         steps=120,
         test_steps=30,
+        control_steps=20,
         margin=0.15,
         measure=TRUE_ACCURACY,
         controls=JUDGE_CONTROLS,

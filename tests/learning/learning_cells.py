@@ -6,19 +6,23 @@ A cell is the quickstart config (examples/quickstart/quickstart.yaml without its
 dotlist overrides over the data and models of a :class:`Workspace`, run as ``trinity run``
 runs it: :func:`run_cell` calls ``trinity.launcher.run`` in this process (the tests share one
 Ray) or the CLI in a subprocess (the benchmark). Its measure is one metric of
-``monitor/<role>.jsonl``: the mean of its first ``window`` values against the mean of its last
-``window``; the cell learns when that moves the right way by at least ``margin``.
+``monitor/<role>.jsonl``: its first value, the policy before any update (the first explorer step
+samples the weights the run started with; an evaluation's first is at step 0; a trainer's first
+loss is taken before its first optimizer step; serve mode's first two steps, both sampled
+before the first is committed), against the mean of its last ``window`` values;
+the cell learns when that moves the right way by at least ``margin``.
 """
 
 from __future__ import annotations
 
 import math
 import os
+import re
 import subprocess
 import sys
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from omegaconf import OmegaConf
@@ -33,29 +37,63 @@ FORMAT = "{prompt_type: plaintext, prompt_key: question, response_key: answer, s
 """The arithmetic rows' format (the quickstart's)."""
 
 
+DIP_WINDOW = 10
+"""Steps of the running mean whose fall below the start counts as a collapse (:attr:`CellResult.dip`)."""
+
+
 @dataclass(frozen=True)
 class Measure:
-    """Which metric shows learning, and which way it should move."""
+    """Which metric shows learning, and which way it should move; ``window``: the values whose
+    mean is the end; ``start_steps``: the first values, all sampled before any update, whose mean
+    is the start (more than one where the run guarantees it: serve mode)."""
 
     key: str = "rollout/reward/mean"
     role: str = "explorer"
+    start_steps: int = 1
     window: int = 5
     higher_is_better: bool = True
     label: str = "reward"
 
-    def series(self, job_dir: Path) -> list[float]:
-        """The metric's values in step order (steps without it are skipped)."""
+    def points(self, job_dir: Path) -> list[tuple[int, float]]:
+        """``(step, value)`` of the metric in step order (steps without it are skipped)."""
         from trinity.monitor.console import read_jsonl
 
         path = job_dir / "monitor" / f"{self.role}.jsonl"
         rows = read_jsonl(path) if path.exists() else []
-        return [float(row[self.key]) for row in rows if isinstance(row.get(self.key), int | float)]
+        return [(int(row["step"]), float(row[self.key])) for row in rows if isinstance(row.get(self.key), int | float)]
+
+    def series(self, job_dir: Path) -> list[float]:
+        """The metric's values in step order."""
+        return [value for _, value in self.points(job_dir)]
 
     def start_end(self, values: Sequence[float]) -> tuple[float, float]:
-        if not values:
+        """The mean of the first ``start_steps`` values (before any update) and of the last
+        ``window`` after them."""
+        first = self.start_steps
+        if len(values) <= first:
             return math.nan, math.nan
-        k = max(1, min(self.window, len(values) // 2))
-        return sum(values[:k]) / k, sum(values[-k:]) / k
+        k = min(self.window, len(values) - first)
+        return sum(values[:first]) / first, sum(values[-k:]) / k
+
+    def dip(self, values: Sequence[float]) -> float:
+        """How far the worst running mean of :data:`DIP_WINDOW` values (fewer in a shorter series)
+        falls below the start, in the bad direction; 0 when none does."""
+        start = self.start_end(values)[0]
+        if math.isnan(start):
+            return math.nan
+        first = self.start_steps
+        k = min(DIP_WINDOW, len(values) - first)
+        means = [sum(values[i : i + k]) / k for i in range(first, len(values) - k + 1)]
+        worst = min(means) if self.higher_is_better else max(means)
+        return max(0.0, (start - worst) if self.higher_is_better else (worst - start))
+
+
+RL_START = "warm_40"
+"""The RL cells' start model. From the quickstart's warm model (0.70 right) one update at lr 1e-3
+drops the reward to about 0.35 and GRPO needs 40 steps to pass its start again (a change of +0.19
+over the step before any update, where the earlier 5-step start window read +0.35); at lr 3e-4,
+or with a 10-step lr warm-up, there is no collapse but 40 steps gain +0.10 to +0.15, the model
+being near its ceiling. From 40 SFT steps (0.17 at step 1) the reward rises from the first steps."""
 
 
 class Workspace:
@@ -63,7 +101,9 @@ class Workspace:
 
     ``tiny_model``: a random Qwen2-architecture model with a locally trained tokenizer;
     ``warm_model``: that model after the quickstart's SFT warm-up (60 full-batch steps on the 25
-    sums), right about a quarter of the time, so that RL has varied groups to learn from;
+    sums), whose samples are right about 0.7 of the time (the quickstart's start); ``warmed(40)``:
+    after 40 of those steps, right about a fifth of the time, the RL cells' start (:data:`RL_START`):
+    room to rise, varied groups, and at the quickstart's lr 1e-3 no collapse below its start;
     ``data``: the quickstart's arithmetic tasks and SFT rows, and what the cells' makers add.
     """
 
@@ -156,8 +196,7 @@ class Cell:
     ``overrides(workspace)`` gives the dotlist over :func:`base_config` (data the cell needs is
     made there, through the workspace); ``steps`` is the benchmark's budget (``buffer.total_steps``)
     and ``test_steps`` the learning test's, where one exists; ``margin`` is the least change of the
-    measure, in its direction, that counts as learning. ``model`` is ``warm`` (the SFT'd tiny
-    model) or ``tiny`` (random weights). ``runner(cell, workspace, config_path)``, where given, runs the
+    measure, in its direction, that counts as learning. ``runner(cell, workspace, config_path)``, where given, runs the
     cell instead of one ``trinity run`` (its own processes: two-process and serve modes) and
     leaves the metrics in the same job directory. ``baseline``: a cell whose final measure this
     one must reach within ``baseline_margin`` on the same budget (async sync styles against the
@@ -170,9 +209,12 @@ class Cell:
     steps: int
     margin: float
     measure: Measure = field(default_factory=Measure)
-    model: str = "warm"
+    model: str = RL_START
     """The start: "warm" (60 SFT steps), "warm_N" (N SFT steps) or "tiny" (random weights)."""
     test_steps: int | None = None
+    control_steps: int | None = None
+    """The controls' budget in CI: a few steps by which the cell itself has moved by its margin
+    (its learning test checks that on its own run's first ``control_steps``)."""
     runner: Callable[[Cell, Workspace, Path], None] | None = None
     note: str = ""
     controls: dict[str, Callable[[Workspace], list[str]]] = field(default_factory=dict)
@@ -180,6 +222,8 @@ class Cell:
     it must not learn by the margin, which shows that the cell's measure can fail."""
     baseline: Cell | None = None
     baseline_margin: float = math.nan
+    drops_tasks: bool = False
+    """over_rollout: the run must drop tasks (``rollout/dropped_tasks``), else it never acted."""
 
     def config_path(self, workspace: Workspace, out_dir: Path, steps: int, seed: int, extra: Sequence[str]) -> Path:
         config = base_config(out_dir, workspace.start_model(self.model), workspace.arithmetic)
@@ -202,6 +246,10 @@ class CellResult:
     series: list[float]
     wall_s: float
     staleness: float = math.nan
+    at: list[int] = field(default_factory=list)
+    """The step of each value of ``series``."""
+    dropped_tasks: int = 0
+    """Tasks over_rollout cancelled over the run (``rollout/dropped_tasks``)."""
 
     @property
     def start(self) -> float:
@@ -221,11 +269,20 @@ class CellResult:
     def learned(self) -> bool:
         return math.isfinite(self.change) and self.change >= self.cell.margin
 
+    @property
+    def dip(self) -> float:
+        return self.cell.measure.dip(self.series)
+
+    def first(self, steps: int) -> CellResult:
+        """This run cut to its values up to step ``steps``: what it had learned by then."""
+        kept = sum(1 for step in self.at if step <= steps)
+        return replace(self, steps=steps, series=self.series[:kept], at=self.at[:kept])
+
     def describe(self) -> str:
         m = self.cell.measure
         return (
             f"{self.cell.name}: {m.label} {self.start:.3f} -> {self.end:.3f} over {len(self.series)} steps "
-            f"(change {self.change:+.3f}, margin {self.cell.margin}), {self.wall_s:.0f} s"
+            f"(change {self.change:+.3f}, margin {self.cell.margin}, dip {self.dip:.3f}), {self.wall_s:.0f} s"
         )
 
 
@@ -266,13 +323,55 @@ def run_cell(
     wall = time.monotonic() - started
     job = job_dir(out_dir)
     staleness = Measure(key="rollout/staleness/mean").series(job)
+    points = cell.measure.points(job)
     return CellResult(
         cell=cell,
         steps=steps,
-        series=cell.measure.series(job),
+        series=[value for _, value in points],
         wall_s=wall,
         staleness=sum(staleness) / len(staleness) if staleness else math.nan,
+        at=[step for step, _ in points],
+        dropped_tasks=int(sum(Measure(key="rollout/dropped_tasks").series(job))),
     )
+
+
+def cases(*cells: Cell) -> list:
+    """pytest parameters ``(cell, control)``: each cell, and each with its first control (the one
+    its learning test runs in CI; the others run in the matrix, ``--controls``)."""
+    import pytest
+
+    params = []
+    for cell in cells:
+        short = re.sub(r"\W+", "_", cell.name.split(": ")[-1]).strip("_")
+        params.append(pytest.param(cell, None, id=short))
+        if cell.controls:
+            control = next(iter(cell.controls))
+            params.append(pytest.param(cell, control, id=f"{short}-control"))
+    return params
+
+
+def check_learns(cell: Cell, control: str | None, workspace: Workspace, out_dir: Path, **kwargs) -> CellResult:
+    """A learning test: ``cell`` for its ``test_steps`` learns by its margin and had by its
+    ``control_steps``; with ``control`` (a label of its ``controls``) the same run with that
+    mechanism broken, for ``control_steps``, does not. A cell that ``drops_tasks`` must have
+    dropped some either way. ``kwargs`` go to :func:`run_cell`."""
+    extra = [*kwargs.pop("extra", ()), *(cell.controls[control](workspace) if control else ())]
+    steps = cell.control_steps if control else cell.test_steps
+    result = run_cell(cell, workspace, out_dir, steps=steps, extra=extra, **kwargs)
+    # the measurement, in the test's captured output (pytest -rA shows it for a passing test too)
+    print(
+        result.describe(), f"[control: {control}]" if control else "", "series:", [round(v, 3) for v in result.series]
+    )
+    assert not cell.drops_tasks or result.dropped_tasks > 0, f"{cell.name}: over_rollout dropped no task"
+    if control:
+        assert not result.learned, f"{result.describe()} [control: {control}]: the measure cannot fail"
+        return result
+    assert result.learned, result.describe()
+    if cell.control_steps:
+        early = result.first(cell.control_steps)
+        print(f"by step {cell.control_steps}:", early.describe())
+        assert early.learned, f"{early.describe()}: not learned by the controls' budget"
+    return result
 
 
 def plugin_env() -> dict[str, str]:

@@ -8,6 +8,7 @@ a greedy baseline, a reward filter, an expert buffer); its measure is the rollou
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import random
 from pathlib import Path
@@ -57,6 +58,7 @@ def rl_cell(
         overrides=lambda ws: [*algorithm(name, *overrides), *([expert_buffer(ws)] if expert else [])],
         steps=120,
         test_steps=40,
+        control_steps=25,
         margin=margin,
         measure=measure or Measure(),
         note=note,
@@ -77,7 +79,12 @@ MIX_EXPERT = (
     "(tests/e2e/test_run.py)."
 )
 
-GRPO = rl_cell("grpo")
+SHUFFLED = {
+    "rewards shuffled": lambda ws: ["algorithm.advantage_fn=shuffled_rewards", "algorithm.advantage_fn_args={of: grpo}"]
+}
+"""GRPO's CI control: its advantages computed on the step's rewards shuffled among the samples
+(plugins/single_turn_plugins.py): the same reward statistics, no link to the answers."""
+GRPO = dataclasses.replace(rl_cell("grpo"), controls={**SHUFFLED, **negated("grpo")})
 """Single-turn RL learns: GRPO on the quickstart's arithmetic raises the rollout reward."""
 ROUTER_REPLAY = Cell(
     name="algorithm: grpo, MoE router replay",
@@ -95,7 +102,9 @@ ROUTER_REPLAY = Cell(
     ),
     controls=negated("grpo"),
 )
-PPO = rl_cell("ppo")
+PPO = dataclasses.replace(rl_cell("ppo"), test_steps=30)
+"""RL with a critic; its learning test stops at 30 steps: 0.172 -> 0.398 by step 25, 0.412 by step 30,
+0.558 by step 40 (2026-12-03, seed 0)."""
 OPMD = rl_cell("opmd")
 
 
@@ -110,12 +119,19 @@ def _write(path: Path, rows: list[dict]) -> Path:
     return path
 
 
+HELD_OUT_EVERY = 5
+"""Every fifth sum of the 25 is held out of DPO's training: its pairs are the held-out measure's."""
+
+
 def preference_pairs(ws, held_out: bool = False, swapped: bool = False) -> Path:
-    """Every sum's right answer against the wrong numbers below 18: the even ones to train on
-    (shuffled), the odd ones ``held_out`` (never trained on); ``swapped``: the wrong one chosen
-    (the DPO control)."""
+    """Each sum's right answer against wrong numbers below 18: the even wrong ones of the 20 sums
+    trained on (shuffled), the odd wrong ones of the 5 sums ``held_out`` (every
+    :data:`HELD_OUT_EVERY`-th: no prompt, no rejected answer in common with training);
+    ``swapped``: the wrong one chosen (the DPO control)."""
     rows = []
-    for row in map(json.loads, (ws.arithmetic / "sft.jsonl").read_text().splitlines()):
+    for index, row in enumerate(map(json.loads, (ws.arithmetic / "sft.jsonl").read_text().splitlines())):
+        if (index % HELD_OUT_EVERY == 0) != held_out:
+            continue
         right = row["answer"]
         for wrong in (str(n) for n in range(held_out, 18, 2) if str(n) != right):
             chosen, rejected = (wrong, right) if swapped else (right, wrong)
@@ -181,7 +197,7 @@ DPO_FORMAT = "{prompt_type: plaintext, prompt_key: question, system_prompt: Answ
 HELD_OUT = Measure(
     key="preference/held_out_accuracy", role="preference", window=1, label="held-out preference accuracy"
 )
-"""The share of held-out pairs (the odd wrong numbers) whose right answer the policy prefers over
+"""The share of held-out pairs (sums never trained on, the odd wrong numbers) whose right answer the policy prefers over
 the reference more than the wrong one: DPO's implicit reward ranks them right (ties count half)."""
 
 
@@ -242,11 +258,15 @@ DPO = Cell(
     steps=40,
     test_steps=10,
     margin=0.2,
+    control_steps=10,
+    model="warm",
     measure=HELD_OUT,
     runner=train_then_rank_held_out,
     note=(
-        "The warm model; right answers against the even wrong numbers, measured on the odd ones (never trained "
-        "on): 0.50 -> 0.81 at step 10, 0.80 at step 40 (lr 1e-5); swapped, 0.50 -> 0.15 -> 0.13. What DPO does "
+        "The warm model; right answers against the even wrong numbers of 20 sums, measured on the odd ones of the "
+        "other 5 (no prompt in common): 0.50 -> 0.86 at step 10 (the learning test, 2026-12-03). Before that split "
+        "(every sum in both, 2026-11-28): 0.50 -> 0.81 at step 10, "
+        "0.80 at step 40 (lr 1e-5); swapped, 0.50 -> 0.15 -> 0.13. What DPO does "
         "not do here is raise the policy's own accuracy: the right answer's mean probability falls as it learns "
         "(0.68 -> 0.62 by step 40; likelihood displacement, Razin et al. 2024, arXiv:2410.08847): tried from random "
         "weights (greedy accuracy 0.00 -> 0.16 in 40 steps, the format learnt, the sums not) and from the warm "
@@ -270,8 +290,9 @@ SFT = Cell(
         eval_taskset(ws),
     ],
     steps=60,
-    test_steps=60,
+    test_steps=50,  # eval accuracy 0.00 -> 0.445 at step 50, 0.685 at 60 (2026-12-03): the margin with room
     margin=0.3,
+    control_steps=50,
     measure=EVAL,
     model="tiny",
     runner=train_then_evaluate,
@@ -317,6 +338,7 @@ LORA = Cell(
     test_steps=30,
     margin=0.15,
     measure=EVAL,
+    control_steps=20,
     model="warm_40",
     note=(
         "From the model after 40 SFT steps (eval accuracy 0.24, room to rise), the eval accuracy of the policy "
@@ -325,6 +347,74 @@ LORA = Cell(
     controls={"adapter not synced": lambda ws: ["synchronizer.sync_method=dropped_memory"]},
 )
 """GRPO with only a LoRA adapter trained and synced raises the policy's accuracy."""
+
+OFF_POLICY = ("trainer.trainer_config={actor: {ppo_epochs: 2}}", "synchronizer.sync_offset=2")
+"""Two optimizer passes over each batch and the explorer two steps ahead of the trainer: the
+second pass's ratio to the sampling policy leaves 1, and every batch was sampled by weights up to
+two updates old, so clipping and importance weights act."""
+
+
+def off_policy_cell(algorithm_type: str, *overrides: str, label: str = "", note: str = "") -> Cell:
+    """The RL type (its :func:`rl_cell`) off policy: :data:`OFF_POLICY`, then ``overrides``."""
+    cell = rl_cell(algorithm_type, *OFF_POLICY, *overrides, note=note)
+    name = label or f"off-policy: {algorithm_type}"
+    return dataclasses.replace(cell, name=name, family="off-policy RL", test_steps=None)
+
+
+STALE = ("trainer.trainer_config={actor: {ppo_epochs: 4}}", "synchronizer.sync_offset=6")
+"""High staleness: four passes a batch, sampled by weights up to six updates old."""
+
+OFF_POLICY_CELLS = [
+    off_policy_cell(name)
+    for name in ("ppo", "gspo", "cispo", "sapo", "m2po", "topr", "asymre", "rec", "sppo", "grpo_verl")
+] + [
+    off_policy_cell(
+        "dapo", "algorithm.policy_loss_fn_args={clip_range_low: 0.2, clip_range_high: 0.28}", DAPO_PIPELINE
+    ),
+    off_policy_cell(
+        "grpo",
+        *STALE,
+        label="off-policy, stale: grpo (clipped ratio)",
+        note="The pair of the next row: PPO's clipped ratio to the sampling policy at high staleness.",
+    ),
+    off_policy_cell(
+        "grpo",
+        *STALE,
+        "algorithm.policy_loss_fn=gpg",
+        label="off-policy, stale: grpo without correction (gpg: no ratio, no clip)",
+        note="The same run with REINFORCE's loss, which neither weighs nor clips the stale samples: "
+        "where it learns less than the clipped row, the correction matters. 40 steps, seed 0, staleness 5.5 "
+        "(2026-12-03): clipped 0.172 -> 0.466, this row 0.172 -> 0.222.",
+    ),
+    off_policy_cell(
+        "grpo",
+        *STALE,
+        "algorithm.bypass_old_logprobs=false",
+        "algorithm.rollout_correction={preset: decoupled_token_is}",
+        label="rollout correction: decoupled_token_is (TIS), stale",
+        note="The trainer recomputes the old logprobs (decoupled mode) and weighs each token by its truncated "
+        "ratio to the rollout's logprobs (TIS, threshold 2): the stale samples' mismatch is corrected.",
+    ),
+    off_policy_cell(
+        "grpo",
+        *STALE,
+        "algorithm.bypass_old_logprobs=false",
+        "algorithm.rollout_correction={preset: disabled}",
+        label="rollout correction: disabled (decoupled, no weights), stale",
+        note="The TIS row's run without its weights: the pair shows what the correction adds. 40 steps, seed "
+        "0, staleness 5.5 (2026-12-03): TIS 0.172 -> 0.575, this row 0.172 -> 0.691: here the decoupled PPO "
+        "clip against the recomputed old logprobs is correction enough, and TIS's weights did not help.",
+    ),
+    off_policy_cell(
+        "grpo",
+        *STALE,
+        "algorithm.bypass_old_logprobs=false",
+        "algorithm.rollout_correction={preset: decoupled_token_icepop}",
+        label="rollout correction: decoupled_token_icepop (IcePop), stale",
+    ),
+]
+"""The off-policy block: each clipping or importance-weighting type where its ratio leaves 1,
+the cells where a correction should matter, and rollout correction."""
 
 CELLS = [
     GRPO,
@@ -374,4 +464,5 @@ CELLS = [
     SFT,
     CPT,
     LORA,
+    *OFF_POLICY_CELLS,
 ]

@@ -1,23 +1,21 @@
 """Single-turn learning: RL with a critic (PPO), SFT from random weights and DPO's preferences,
-each move their measure by their margin in the test budget. RL with a group baseline (GRPO) does
-in test_multinode_learning.py, on one node and on two.
-
-Each was shown to fail with its mechanism broken (the cells' ``controls``, run once on a shared,
-heavily loaded machine): GRPO 0.53 -> 0.89 in 40 steps, its advantages negated 0.20 -> 0.00
-(reward 0.00 from step 5); PPO 0.52 -> 0.90 in 40 steps, its GAE advantages negated 0.70 -> 0.00
-by step 4, still 0.00 at step 16 (where it was stopped); SFT eval accuracy 0.00 -> 0.69 in 60
-steps, answers shuffled among the questions 0.00 -> 0.19 (margin 0.3); DPO's held-out preference
-accuracy 0.50 -> 0.81 in 10 steps, chosen and rejected swapped 0.50 -> 0.15 (margin 0.2).
+each move their measure by their margin in the test budget; each with its first control (the
+cells' ``controls``: PPO's advantages negated, SFT's answers shuffled among the questions, DPO's
+chosen and rejected swapped) does not, on its short ``control_steps``. RL with a group baseline
+(GRPO) learns in test_multinode_learning.py, on one node and on two; its control runs here.
 """
 
 from __future__ import annotations
 
 import pytest
-from learning_cells import run_cell
-from single_turn_cells import DPO, PPO, SFT
+from learning_cells import cases, check_learns
+from single_turn_cells import DPO, GRPO, PPO, SFT
 
 
-@pytest.mark.parametrize("cell", [PPO, SFT, DPO], ids=lambda cell: cell.name.split(": ")[-1])
-def test_single_turn_cell_learns(cell, workspace, learning_ray, tmp_path):
-    result = run_cell(cell, workspace, tmp_path, steps=cell.test_steps)
-    assert result.learned, result.describe()
+@pytest.mark.parametrize(("cell", "control"), cases(PPO, SFT, DPO))
+def test_single_turn_cell_learns(cell, control, workspace, learning_ray, tmp_path):
+    check_learns(cell, control, workspace, tmp_path)
+
+
+def test_grpo_with_its_rewards_shuffled_does_not_learn(workspace, learning_ray, tmp_path):
+    check_learns(GRPO, next(iter(GRPO.controls)), workspace, tmp_path)
