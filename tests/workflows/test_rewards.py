@@ -6,9 +6,11 @@ import json
 import threading
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from trinity.plugins import Kind, resolve
-from trinity_workflows.answers import _parse, final_answer, last_boxed
+from trinity_workflows.answers import _parse, final_answer, is_equivalent, last_boxed, verified
 from trinity_workflows.rewards import (
     accuracy_reward,
     countdown_reward,
@@ -206,10 +208,21 @@ def test_rewards_work_off_the_main_thread():
 def test_a_task_s_truth_and_a_repeated_answer_are_parsed_once():
     """GRPO scores n samples against one truth; a trained model repeats its answers."""
     _parse.cache_clear()
-    scores = [math_reward(response, "7")["accuracy"] for response in ("7", "8", "<answer>7</answer>", "8", "7.0")]
+    scores = [math_reward(response, "7")["accuracy"] for response in ("7.0", "8.", "<answer>7.0</answer>", "8.", "7")]
     assert scores == [1.0, 0.0, 1.0, 0.0, 1.0]
-    assert _parse.cache_info().misses == 3  # "7" (truth and answers), "8", "7.0"
-    assert math_reward("7", "7") == {"accuracy": 1.0}  # a cached parse still compares as before
+    assert _parse.cache_info().misses == 3  # "7" (the truth), "7.0", "8."; "7" against "7" parses nothing
+    assert math_reward("7.0", "7") == {"accuracy": 1.0}  # a cached parse still compares as before
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.integers(-(10**12), 10**12), st.integers(-(10**12), 10**12), st.sampled_from(["", "0", "00"]), st.booleans())
+def test_two_integers_compare_as_math_verify_compares_them(a, b, zeros, same):
+    """The integer shortcut decides as math-verify does: equal and unequal values, leading
+    zeros, signs (``-0`` too), the spaces around a response."""
+    prediction = f"{'-' if a < 0 or (a == 0 and same) else ''}{zeros}{abs(a)}"
+    truth = str(a if same else b)
+    for response in (prediction, f" {prediction}\n"):
+        assert is_equivalent(response, truth) == verified(response, truth), (response, truth)
 
 
 @pytest.mark.parametrize(

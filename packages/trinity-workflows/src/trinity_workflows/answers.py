@@ -21,6 +21,7 @@ _SPECIAL_TOKEN = re.compile(r"<\|[^|<>]*\|>")
 _ANSWER_TAG = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
 _BOXED = re.compile(r"\\(?:boxed|fbox)\s*(\{)?")
 _GSM8K_MARK = "####"
+_INTEGER = re.compile(r"-?(?:0|[1-9][0-9]*)")  # as written plainly: math-verify reads no "-01"
 
 
 def _not_the_timeout_warning(record: logging.LogRecord) -> bool:
@@ -106,8 +107,18 @@ def is_equivalent(prediction: str, truth: Any) -> bool:
     False when either side has no parsable answer (empty or malformed output), and when
     the prediction is still a sum or product of plain numbers: ``3+4`` restates the
     question "3+4=" rather than answering 7 (``2\\sqrt{2}``, ``2\\pi`` and ``1/2`` are answers).
+    Two plain integers are compared as integers, as math-verify would: its sympy comparison
+    runs for every sample even when both parses are cached.
     """
-    gold = _parse(truth_text(truth))
+    gold_text = truth_text(truth)
+    if _INTEGER.fullmatch(prediction.strip()) and _INTEGER.fullmatch(gold_text):
+        return int(prediction) == int(gold_text)
+    return verified(prediction, gold_text)
+
+
+def verified(prediction: str, gold_text: str) -> bool:
+    """:func:`is_equivalent` by math-verify alone, ``gold_text`` already through :func:`truth_text`."""
+    gold = _parse(gold_text)
     answer = _parse(prediction)
     if not gold or not answer or _unevaluated_arithmetic(answer[0]):
         return False
