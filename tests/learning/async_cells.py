@@ -149,8 +149,8 @@ def serve_with_agent(cell: Cell, workspace: Workspace, config: Path) -> None:
                 unscored.append(list(pool.map(lambda job: agent.attempt(*job), jobs)))
                 if step + 1 >= cell.measure.start_steps:
                     for attempts_of_step in unscored:
-                        # one by one: threads sharing the client's pool raced on a socket
-                        # (EBADF) under CI's load, and each feedback is one local POST
+                        # one by one: threads sharing one httpx client can race on a socket,
+                        # and each feedback is one local POST
                         for scored in attempts_of_step:
                             agent.score(*scored)
                         agent.commit()
