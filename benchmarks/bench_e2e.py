@@ -53,6 +53,7 @@ interleaved, and printed as median (min-max).
 
 from __future__ import annotations
 
+import argparse
 import os
 import re
 import subprocess
@@ -65,8 +66,10 @@ from figures import spread  # benchmarks/, the running script's folder
 from omegaconf import OmegaConf
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(REPO / "tests" / "e2e"), str(REPO / "tests")]  # e2e_helpers imports the tests' ports
-from e2e_helpers import QUICKSTART, ray_head, write_experiment  # noqa: E402  (shared with the end-to-end tests)
+sys.path[:0] = [str(REPO / "tests" / "e2e"), str(REPO / "tests")]  # e2e_helpers imports the tests' helpers
+from e2e_helpers import QUICKSTART, write_experiment  # noqa: E402  (shared with the end-to-end tests)
+
+from helpers.ray_cluster import ray_head  # noqa: E402
 
 PROMPTS, SAMPLES, TOKENS = 16, 8, 64
 """The overhead bench's step, as the issue names it."""
@@ -539,23 +542,28 @@ def gpu(root: Path, model: Path, data: Path) -> None:
         )
 
 
+BENCHES = {
+    "quickstart": quickstart,
+    "overhead": overhead,
+    "async": async_speedup,
+    "skewed": skewed,
+    "partial": skewed_partial,
+    "startup": startup,
+    "gpu": gpu,
+}
+"""Each bench by name; ``all`` runs those a CPU can (``skewed`` ends with ``partial``)."""
+
+
 def main() -> None:
-    which = sys.argv[1] if len(sys.argv) > 1 else "all"
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("bench", nargs="?", default="all", choices=[*BENCHES, "all"])
+    which = parser.parse_args().bench
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         model, data = prepare(root)
-        benches = (
-            ("quickstart", quickstart),
-            ("overhead", overhead),
-            ("async", async_speedup),
-            ("skewed", skewed),
-            ("partial", skewed_partial),
-            ("startup", startup),
-            ("gpu", gpu),
-        )
-        for name, bench in benches:
-            if which == name or (which == "all" and name not in ("gpu", "partial")):  # skewed runs partial
+        for name, bench in BENCHES.items():
+            if which == name or (which == "all" and name not in ("gpu", "partial")):
                 bench(root, model, data)
 
 
