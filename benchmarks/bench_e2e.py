@@ -451,8 +451,11 @@ AutoTokenizer.from_pretrained(sys.argv[1])
 AutoModelForCausalLM.from_pretrained(sys.argv[1])
 """
 RAY_INIT_SCRIPT = """
-import time
+import os, sys, time
 import ray
+from trinity.launcher import LOCAL_RAY_SETTINGS
+if sys.argv[1] == "trinity":
+    os.environ.update(LOCAL_RAY_SETTINGS)
 started = time.perf_counter()
 ray.init(include_dashboard=False, logging_level="WARNING")
 print(time.perf_counter() - started)
@@ -468,9 +471,11 @@ def floor_seconds(model: Path) -> float:
     return time.perf_counter() - started
 
 
-def ray_init_seconds() -> float:
-    """``ray.init`` alone starting a local Ray (its head, raylet and workers' pool), in a fresh process."""
-    out = subprocess.run([sys.executable, "-c", RAY_INIT_SCRIPT], check=True, capture_output=True, text=True)
+def ray_init_seconds(settings: str = "trinity") -> float:
+    """``ray.init`` alone starting a local Ray (its head, raylet and workers' pool), in a fresh
+    process, with the settings of a Ray that ``trinity run`` starts (``trinity``) or Ray's own (``ray``)."""
+    command = [sys.executable, "-c", RAY_INIT_SCRIPT, settings]
+    out = subprocess.run(command, check=True, capture_output=True, text=True)
     return float(out.stdout.split()[-1])
 
 
@@ -478,11 +483,12 @@ def startup(root: Path, model: Path, data: Path) -> None:
     """Cold (``trinity run`` starts Ray; it would join one that ``ray start`` started on this
     machine) and joining a local cluster started before (``cluster.ray_address``), each over
     its floor measured between its runs."""
-    cold, floor, ray_init = [], [], []
+    cold, floor, ray_init, ray_defaults = [], [], [], []
     for i in range(STARTUPS):
         cold.append(first_rollout_seconds(root, model, data, f"cold{i}"))
         floor.append(floor_seconds(model))
         ray_init.append(ray_init_seconds())
+        ray_defaults.append(ray_init_seconds("ray"))
     with ray_head(settle=5) as address:  # its raylet and agents up and idle, as in one started earlier
         joined, joined_floor = [], []
         for i in range(STARTUPS):
@@ -492,7 +498,8 @@ def startup(root: Path, model: Path, data: Path) -> None:
     joined_ratio = [j / f for j, f in zip(joined, joined_floor, strict=True)]
     print(
         f"startup: floor (explorer's imports + model, plain process) {spread(floor + joined_floor)} s, "
-        f"ray.init alone {spread(ray_init)} s, over {STARTUPS} runs each"
+        f"ray.init alone {spread(ray_init)} s (with Ray's default settings {spread(ray_defaults)} s), "
+        f"over {STARTUPS} runs each"
     )
     print(
         f"startup: cold {spread(cold)} s from trinity run to the first rollout; "

@@ -83,6 +83,18 @@ class _StopSignals:
 
 _STOP_SIGNALS = _StopSignals()
 
+LOCAL_RAY_SETTINGS = {
+    WORKER_NICENESS: "0",  # the roles run at the run's own priority
+    # The raylet's client of its own object store, which a thread of the raylet starts, connects
+    # before the store listens in about half of the starts here, and then sleeps Ray's whole retry
+    # interval (1 s) before its next try. Retrying every 50 ms, for as long in all (10 s), takes
+    # that second off the start of a run (benchmarks/results/startup.jsonl).
+    "RAY_raylet_client_connect_timeout_milliseconds": "50",
+    "RAY_raylet_client_num_connect_attempts": "200",
+}
+"""Ray's settings (environment variables) for a Ray that ``trinity run`` starts itself; one the
+user set wins."""
+
 
 def run(config_path: str, overrides: list[str] | None = None, verbose: bool = False) -> list[dict[str, Any]]:
     """Run every stage of the experiment; returns one summary per stage run.
@@ -103,7 +115,8 @@ def run(config_path: str, overrides: list[str] | None = None, verbose: bool = Fa
     raw = read_yaml(config_path, overrides)
     started_ray = not ray.is_initialized()
     if started_ray:
-        os.environ.setdefault(WORKER_NICENESS, "0")  # a Ray it starts runs the roles at its own priority
+        for name, value in LOCAL_RAY_SETTINGS.items():  # read by the processes this ray.init starts
+            os.environ.setdefault(name, value)
         address = ray_address(raw)
         joined = {} if address in (None, "local") else {"runtime_env": {"env_vars": roles_environment()}}
         ray.init(
