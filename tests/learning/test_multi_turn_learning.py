@@ -8,8 +8,6 @@ with its first control on a short budget:
 - ``tool_call``: the answer is a digit only the tool's result holds, so the reward needs the call,
   its result in the context and the answer that copies it; control: the tool returns a wrong digit.
 - ``on_policy_distill``: the student nears its teacher; control: the student as its own teacher.
-  Measured from the step before any update it does not rise by its margin in 30 steps: the
-  real run is an expected failure (strict: it fails the suite once it learns) until it does.
 """
 
 from __future__ import annotations
@@ -18,15 +16,7 @@ import pytest
 from learning_cells import cases, check_learns
 from multi_turn_cells import MULTI_TURN, ON_POLICY_DISTILL, STEP_WISE_GRPO, TOOL_USE
 
-DISTILL_SHORT = pytest.mark.xfail(
-    strict=True,
-    reason="measured from the step before any update, on_policy_distill does not rise by its margin in 30 steps "
-    "(ON_POLICY_DISTILL's note); its control runs and must not learn",
-)
-CASES = [
-    pytest.param(*case.values, marks=DISTILL_SHORT, id=case.id) if case.id == "on_policy_distill" else case
-    for case in cases(MULTI_TURN, STEP_WISE_GRPO, TOOL_USE, ON_POLICY_DISTILL)
-]
+CASES = cases(MULTI_TURN, STEP_WISE_GRPO, TOOL_USE, ON_POLICY_DISTILL)
 
 
 @pytest.mark.parametrize(("cell", "control"), CASES)
