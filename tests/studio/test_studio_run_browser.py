@@ -13,8 +13,8 @@ import pytest
 from e2e.e2e_helpers import QUICKSTART, write_experiment
 from trinity.studio.runs import RUNS_DIR
 
-PLANNED = 38
-"""25 tasks x 6 epochs / 4 per step, rounded up: the explorer's planned steps (the run is stopped long before)."""
+PLANNED = 375
+"""25 tasks x 60 epochs / 4 per step: the explorer's planned steps (the run is stopped long before)."""
 
 
 def plotted_points(page, panel: str) -> int:
@@ -36,7 +36,7 @@ def test_a_run_is_started_watched_live_stopped_and_listed_stopped_with_its_summa
         data,
         "buffer.batch_size=4",
         "algorithm.repeat_times=4",
-        "buffer.total_epochs=6",
+        "buffer.total_epochs=60",
         "trainer.save_interval=1000",
     )
     page.goto(studio(config))
