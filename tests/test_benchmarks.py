@@ -1,5 +1,5 @@
-"""Every benchmark script starts: its imports (the tests' helpers it shares among them) resolve
-and its command line parses. A helper that moved within tests/ once broke a benchmark unseen."""
+"""Every benchmark script starts: its imports (the tests' helpers among them) resolve and its
+command line parses, so that a helper moved within tests/ cannot break a benchmark unseen."""
 
 from __future__ import annotations
 
