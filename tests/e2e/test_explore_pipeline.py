@@ -122,26 +122,28 @@ def test_a_taskset_position_saved_mid_interval_is_the_last_written_batch(tmp_pat
 def test_partial_rollout_marks_each_token_with_its_weights_version(tmp_path, tiny_model_dir, arithmetic_data):
     """fully_async with partial rollout: syncs land while long responses are sampled; the
     experiences of an interrupted response carry two versions, in order, and the trainer's
-    metrics count its tokens by their own staleness (about 12 s in a warm Ray)."""
+    metrics count its tokens by their own staleness (about 14 s in a warm Ray). Responses are long
+    (384 tokens, about 1 s a batch) and steps small (4 rows): a step's train-and-sync, 0.1-0.3 s,
+    lands inside the next batch's sampling even on a loaded machine (96 tokens missed once in CI)."""
     config = write_experiment(
         tmp_path,
         tiny_model_dir,
         arithmetic_data,
-        "buffer.batch_size=4",
+        "buffer.batch_size=2",
         "buffer.total_steps=4",
-        "algorithm.repeat_times=4",
+        "algorithm.repeat_times=2",
         "buffer.trainer_input.experience_buffer.storage_type=sql",  # read back below
         "synchronizer.sync_style=fully_async",
         "synchronizer.sync_offset=1",
         "synchronizer.partial_rollout=true",
         "explorer.max_inflight_batches=2",
         "explorer.rollout_model.ignore_eos=true",
-        "model.max_response_tokens=96",
+        "model.max_response_tokens=384",
         "trainer.save_interval=0",
     )
     assert_ok(trinity_run(config))
-    experiences = written_experiences(tmp_path, 64, timeout=10)
-    assert len(experiences) == 64
+    experiences = written_experiences(tmp_path, 16, timeout=10)
+    assert len(experiences) == 16
     for exp in experiences:
         versions = exp.info["token_versions"]
         assert len(versions) == exp.response_length and versions == sorted(versions)
