@@ -208,8 +208,9 @@ def run(config_file: str, overrides: tuple[str, ...], verbose: bool) -> None:
     if report:
         click.echo(f"report: {report}")
     # The interpreter's last collections at exit walk every object the run left in the driver (Ray's,
-    # matplotlib's): 0.25 s on two cores. Ray is shut down and every file closed by now, so they are
-    # moved out of the collector's reach: the exit takes 0.04 s (benchmarks/results/startup.jsonl).
+    # matplotlib's): 0.27-0.29 s on two cores. Ray is shut down and every file closed by now, so they
+    # are moved out of the collector's reach: the exit takes 0.03-0.04 s (peers.startup.exit_s in
+    # benchmarks/results/peers.jsonl).
     gc.freeze()
 
 
