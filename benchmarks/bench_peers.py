@@ -19,8 +19,8 @@ time before the first step and after the last (start-up and shut-down).
   leaves (run once here, first). TRL's reward is exact match on the stripped completion (cheaper
   than trinity's ``math_reward``).
 - vocab: a step where the per-token costs dominate: the tiny model's body with Qwen2.5's
-  151,936-row tied embedding and head, 4 prompts x 4 samples of exactly 64 new tokens, lr 1e-5.
-  Prints each side's generation and training seconds per step: trinity's from its roles'
+  151,936-row tied embedding and head, 4 prompts x 4 samples of exactly 64 new tokens, lr 1e-5,
+  each sample's reward random on both sides (``UNIFORM_REWARD``: every row trains). Prints each side's generation and training seconds per step: trinity's from its roles'
   timers, TRL's from timing its model's ``generate`` inside its steps.
 """
 
@@ -53,7 +53,7 @@ TRL_SIDES = {"grpo": "TRL GRPOTrainer", "rloo": "TRL RLOOTrainer"}
 
 TRL_SCRIPT = textwrap.dedent(
     """
-    import json, sys, time
+    import json, random, sys, time
     import torch
     from datasets import Dataset
     from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
@@ -84,6 +84,9 @@ TRL_SCRIPT = textwrap.dedent(
     def exact_match(completions, answer, **kwargs):
         return [float(c[0]["content"].strip() == a) for c, a in zip(completions, answer)]
 
+    def uniform(completions, **kwargs):
+        return [random.random() for _ in completions]
+
     class Record(TrainerCallback):
         def on_step_begin(self, args, state, control, **kwargs):
             self.began, generating[0] = time.time(), 0.0
@@ -103,7 +106,8 @@ TRL_SCRIPT = textwrap.dedent(
         use_cpu=True, seed=settings["seed"], disable_tqdm=True,
         generation_kwargs={"min_new_tokens": settings["min_tokens"]} if settings["min_tokens"] else None,
     )
-    trainer = Trainer(model=model, processing_class=tokenizer, reward_funcs=exact_match,
+    reward = {"exact_match": exact_match, "uniform": uniform}[settings["reward"]]
+    trainer = Trainer(model=model, processing_class=tokenizer, reward_funcs=reward,
                           args=config, train_dataset=dataset, callbacks=[Record()])
     trainer.train()
     """
@@ -261,6 +265,7 @@ def quickstart_settings(model: Path, data: Path, steps: int, algorithm: str) -> 
         "steps": steps,
         "seed": 0,
         "algorithm": algorithm,
+        "reward": "exact_match",
     }
 
 
@@ -349,6 +354,24 @@ def quickstart(root: Path, pairs: int, steps: int, python: Path, algorithm: str)
 
 
 VOCAB = {"prompts": 4, "samples": 4, "tokens": 64, "lr": 1e-5, "rows": 151_936}
+UNIFORM_REWARD = """
+import random
+
+from trinity.plugin_api import hookimpl
+
+
+def uniform(response, truth=None, prompt=None):
+    return {"uniform": random.random()}
+
+
+@hookimpl
+def trinity_register_reward_fns(register):
+    register("uniform_reward", uniform)
+"""
+"""The vocab workload's reward on trinity's side, as TRL's ``uniform``: a sample's reward is
+random, so that no group's samples score alike (trinity runs such a group's rows forward only)
+and both sides train on every row. The untrained model's text is nearly empty (its tokens lie
+past the tokenizer's 512), so a reward on the text would be equal within every group."""
 
 
 def vocab(root: Path, pairs: int, steps: int, python: Path, algorithm: str) -> None:
@@ -359,7 +382,11 @@ def vocab(root: Path, pairs: int, steps: int, python: Path, algorithm: str) -> N
     settings = quickstart_settings(model, data, steps, algorithm) | {
         key: VOCAB[key] for key in ("prompts", "samples", "tokens", "lr")
     }
-    settings["min_tokens"] = VOCAB["tokens"]
+    settings["min_tokens"], settings["reward"] = VOCAB["tokens"], "uniform"
+    plugins = root / "vocab_plugins"
+    plugins.mkdir(parents=True, exist_ok=True)
+    (plugins / "uniform_reward.py").write_text(UNIFORM_REWARD)
+    os.environ["TRINITY_PLUGIN_DIRS"] = str(plugins)
 
     config = trinity_configs(
         root,
@@ -373,6 +400,7 @@ def vocab(root: Path, pairs: int, steps: int, python: Path, algorithm: str) -> N
         f"model.min_response_tokens={VOCAB['tokens']}",
         f"algorithm.optimizer.lr={VOCAB['lr']}",
         f"trainer.micro_batch_size_per_gpu={VOCAB['prompts'] * VOCAB['samples']}",
+        "buffer.explorer_input.default_reward_fn_type=uniform_reward",
     )
 
     compare(workload_name("vocab", algorithm), pairs, config, settings, python, root)

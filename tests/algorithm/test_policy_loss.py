@@ -11,8 +11,10 @@ from pydantic import ValidationError
 from trinity.algorithm.policy_loss import (
     CISPOPolicyLoss,
     GSPOPolicyLoss,
+    KLCovPolicyLoss,
     OPMDPolicyLoss,
     PPOPolicyLoss,
+    RECPolicyLoss,
     TOPRPolicyLoss,
 )
 from trinity.algorithm.supervised_loss import DPOLoss, MIXPolicyLoss, SFTLoss
@@ -207,6 +209,24 @@ def test_empty_rows_and_masked_garbage_give_finite_loss_and_grads(make_batch, fn
     assert (logprobs.grad[1] == 0).all() and (logprobs.grad[4, 2:] == 0).all()
     empty_loss, _ = fn(logprobs, batch.with_fields(response_mask=torch.zeros(6, 5)))
     assert empty_loss.item() == pytest.approx(0.0, abs=1e-6) or isinstance(fn, DPOLoss)
+
+
+VANISHING = [fn for fn in ALL_LOSSES if fn.vanishes_at_zero_advantage]
+KEEPING = [KLCovPolicyLoss(kl_cov_ratio=0.5), RECPolicyLoss(regularizer="k2", regularizer_coef=0.1), SFTLoss()]
+"""Losses with a term of their own: a row of zero advantages still has a gradient."""
+
+
+@pytest.mark.parametrize("fn", VANISHING + KEEPING, ids=lambda f: type(f).__name__)
+def test_a_loss_declared_to_vanish_at_zero_advantage_gives_those_rows_no_gradient(make_batch, fn):
+    """What lets the torch engine run such rows without a backward pass: off-policy ratios
+    (clipping, masks and gates acting) and every other row's advantages random."""
+    logprobs, batch = random_batch(make_batch, torch.ones(6, 5), spread=0.5)
+    batch.advantages[[0, 3]] = 0.0
+    logprobs = logprobs.requires_grad_(True)
+    fn(logprobs, batch)[0].backward()
+    assert (logprobs.grad[[0, 3]] == 0).all() == fn.vanishes_at_zero_advantage
+    assert (logprobs.grad[[1, 2, 4, 5]] != 0).any()
+    assert {type(f).__name__ for f in VANISHING} >= {"PPOPolicyLoss", "GSPOPolicyLoss", "CISPOPolicyLoss"}
 
 
 @pytest.mark.parametrize("fn", ALL_LOSSES, ids=lambda f: type(f).__name__)

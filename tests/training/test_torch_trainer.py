@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
+from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -473,3 +476,59 @@ def test_grad_offload_keeps_the_summed_gradients_off_the_model_between_micro_bat
         trained[offload] = weights(engine.actor)
     assert seen[False][1:] == [True] * 3 and seen[True][1:] == [False] * 3  # after the first of 4 micro-batches
     assert_same_weights(trained[True], trained[False], atol=1e-6)
+
+
+class _Unspared:
+    """A policy loss as given, but not declared to vanish at zero advantage: every row trains."""
+
+    vanishes_at_zero_advantage = False
+
+    def __init__(self, loss: Any) -> None:
+        self.loss, self.loss_agg_mode = loss, loss.loss_agg_mode
+
+    def __call__(self, logprobs: torch.Tensor, batch: Batch) -> tuple[torch.Tensor, dict[str, float]]:
+        return self.loss(logprobs, batch)
+
+
+@pytest.mark.parametrize(
+    "policy_loss, alike_tasks", [("ppo", {"0"}), ("gspo", {"0"}), ("cispo", {"0"}), ("ppo", {"0", "1", "2"})]
+)
+def test_rows_without_advantage_take_no_backward_and_change_nothing(
+    tiny_model_dir: Path, experiences: list[Experience], policy_loss: str, alike_tasks: set[str]
+) -> None:
+    """A group whose samples all scored alike has zero advantages: its rows run forward without
+    gradient, and the update and every metric equal those of all rows trained (two epochs, so the
+    second sees ratios off 1; Adam's weight decay and momentum act when every group is alike).
+    With a KL term every row trains."""
+    alike = [replace(e, reward=1.0) if e.eid.task in alike_tasks else e for e in experiences]
+    epochs = {"actor_rollout_ref": {"actor": {"ppo_epochs": 2}}}
+    fields = {"algorithm__policy_loss_fn": policy_loss, "trainer__micro_batch_size_per_gpu": 5}
+    results, batch = {}, None
+    for variant in ("spared", "unspared", "kl"):
+        kl = "k2" if variant == "kl" else "none"
+        engine = TorchTrainingEngine(
+            make_config(tiny_model_dir, **fields, algorithm__kl_loss_fn=kl, trainer__trainer_config=epochs)
+        )
+        if variant == "unspared":
+            engine.losses = dataclasses.replace(engine.losses, policy=_Unspared(engine.losses.policy))
+        batch = batch or with_advantages(engine, alike)
+        passes: list[tuple[bool, int]] = []
+        hook = engine.actor.register_forward_pre_hook(
+            lambda module, args, kwargs, passes=passes: passes.append(
+                (torch.is_grad_enabled(), len(kwargs["input_ids"]))
+            ),
+            with_kwargs=True,
+        )
+        metrics = engine.train_step(batch)
+        hook.remove()
+        results[variant] = (metrics, weights(engine.actor), passes)
+    zero = int(((batch.advantages != 0) & batch.response_mask.bool()).any(dim=1).logical_not().sum())
+    assert zero == 4 * len(alike_tasks)
+    (spared, spared_weights, spared_passes), (full, full_weights, full_passes) = results["spared"], results["unspared"]
+    with_grad = sum(rows for grad, rows in spared_passes if grad)
+    assert with_grad == 2 * (len(alike) - zero) and sum(rows for _, rows in spared_passes) == 2 * len(alike)
+    assert all(grad for grad, _ in full_passes) and all(grad for grad, _ in results["kl"][2])
+    assert spared.keys() == full.keys()
+    for key in spared:
+        assert spared[key] == pytest.approx(full[key], rel=1e-5, abs=1e-7), key
+    assert_same_weights(spared_weights, full_weights, atol=1e-6)

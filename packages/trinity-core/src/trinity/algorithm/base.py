@@ -55,6 +55,11 @@ class AdvantageFn(AlgorithmFn):
 class PolicyLossFn(AlgorithmFn):
     """The actor's loss from current logprobs ``[B, R]`` and the batch."""
 
+    vanishes_at_zero_advantage: ClassVar[bool] = False
+    """Whether every per-token term is a multiple of its token's advantage, whatever the logprobs:
+    a row whose advantages are all 0 then adds nothing to the gradient, and the torch engine runs
+    it without one (under GRPO, a group whose samples all scored alike)."""
+
     @abstractmethod
     def __call__(self, logprobs: torch.Tensor, batch: Batch) -> tuple[torch.Tensor, Metrics]: ...
 
@@ -74,6 +79,11 @@ class KLFn(AlgorithmFn):
     @abstractmethod
     def calculate_kl_loss(self, logprobs: torch.Tensor, batch: Batch) -> tuple[torch.Tensor, Metrics]:
         """``kl_coef * aggregated kl`` as a loss term (``kl_loss_fn``)."""
+
+    @property
+    def loss_has_gradient(self) -> bool:
+        """Whether ``calculate_kl_loss`` adds to the gradient (not without a KL term or at ``kl_coef`` 0)."""
+        return True
 
 
 class EntropyLossFn(AlgorithmFn):

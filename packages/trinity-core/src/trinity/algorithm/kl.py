@@ -80,6 +80,10 @@ class _KL(KLFn):
     def kl_coef(self) -> float:
         return self.controller.value
 
+    @property
+    def loss_has_gradient(self) -> bool:
+        return self.kl_coef != 0
+
     def kl(self, logprobs: torch.Tensor, ref_logprobs: torch.Tensor) -> torch.Tensor:
         """Per-token estimate ``[B, R]`` (float32)."""
         return type(self).estimate(logprobs, ref_logprobs)
@@ -118,6 +122,10 @@ class NoKL(_KL):
 
     def calculate_kl_loss(self, logprobs: torch.Tensor, batch: Batch) -> tuple[torch.Tensor, Metrics]:
         return logprobs.new_zeros((), dtype=torch.float32), {}
+
+    @property
+    def loss_has_gradient(self) -> bool:
+        return False
 
 
 class K1(_KL):

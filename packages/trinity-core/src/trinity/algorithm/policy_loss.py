@@ -86,6 +86,7 @@ class _ClippedLoss(AggregatedLoss):
     """The clipped surrogate shared by ``ppo``, ``gspo`` and ``clip_cov``."""
 
     default_clip: ClassVar[tuple[float, float]] = (0.2, 0.2)
+    vanishes_at_zero_advantage = True
 
     class Args(AggregatedLoss.Args):
         clip_range: float | None = Field(0.2, ge=0, description="PPO's epsilon: the ratio is clipped to 1 +- it")
@@ -256,6 +257,7 @@ class GeoMeanPolicyLoss(AggregatedLoss):
     """
 
     name = "geo_mean"
+    vanishes_at_zero_advantage = True
 
     class Args(PluginArgs):
         clip_range: float | None = Field(0.4, ge=0, description="log-ratio clip range (GMPO's 0.4)")
@@ -300,6 +302,7 @@ class SAPOPolicyLoss(AggregatedLoss):
     """
 
     name = "sapo"
+    vanishes_at_zero_advantage = True
 
     class Args(AggregatedLoss.Args):
         loss_agg_mode: LossAggMode = Field("seq-mean-token-mean", description=LOSS_AGG_MODE.description)
@@ -326,6 +329,7 @@ class CISPOPolicyLoss(AggregatedLoss):
     """
 
     name = "cispo"
+    vanishes_at_zero_advantage = True
 
     class Args(AggregatedLoss.Args):
         clip_range_low: float = Field(1.0, ge=0, description="lower weight clip, 1 - low (1: no lower bound)")
@@ -354,6 +358,7 @@ class GPGPolicyLoss(AggregatedLoss):
     ratio and no clipping."""
 
     name = "gpg"
+    vanishes_at_zero_advantage = True
 
     def scale(self) -> float:
         return 1.0
@@ -386,6 +391,7 @@ class ImportanceSamplingLoss(AggregatedLoss):
     log-ratio clamped to [-20, 20]."""
 
     name = "importance_sampling"
+    vanishes_at_zero_advantage = True
 
     def __call__(self, logprobs: torch.Tensor, batch: Batch) -> tuple[torch.Tensor, Metrics]:
         logprobs, old, advantages, mask = self.inputs(logprobs, batch)
@@ -401,6 +407,7 @@ class SPPOPolicyLoss(AggregatedLoss):
     ``[1 / (1 + epsilon), 1 + epsilon]`` (0 elsewhere)."""
 
     name = "sppo"
+    vanishes_at_zero_advantage = True
 
     class Args(AggregatedLoss.Args):
         epsilon: float = Field(0.3, gt=0, description="the ratio's trust range [1/(1+eps), 1+eps]")
@@ -425,6 +432,7 @@ class TOPRPolicyLoss(AggregatedLoss):
     """
 
     name = "topr"
+    vanishes_at_zero_advantage = True
 
     class Args(AggregatedLoss.Args):
         advantage_threshold: float = Field(0.0, description="advantages at or below it are tapered")
@@ -461,6 +469,7 @@ class M2POPolicyLoss(AggregatedLoss):
     """
 
     name = "m2po"
+    vanishes_at_zero_advantage = True
 
     class Args(PluginArgs):
         m2_threshold: float = Field(0.04, ge=0, description="bound on the mean squared log-ratio")
@@ -545,6 +554,10 @@ class RECPolicyLoss(AggregatedLoss):
     @property
     def loss_agg_mode(self) -> str:
         return "seq-mean-token-mean" if self.args.clip_mode == "gspo-one-side" else "token-mean"
+
+    @property
+    def vanishes_at_zero_advantage(self) -> bool:  # type: ignore[override]
+        return self.args.regularizer == "none" or self.args.regularizer_coef == 0
 
     def __call__(self, logprobs: torch.Tensor, batch: Batch) -> tuple[torch.Tensor, Metrics]:
         logprobs, old, advantages, mask = self.inputs(logprobs, batch)

@@ -84,6 +84,16 @@ class LossFns:
         coef = getattr(getattr(self.entropy, "args", None), "entropy_coef", None)
         return coef is None or coef != 0
 
+    def gradient_rows(self, mb: Batch) -> torch.Tensor | None:
+        """The rows of ``mb`` that add to the gradient, where the others add nothing: rows whose
+        advantages are all 0 under a policy loss that vanishes there, with no KL, entropy or
+        bypass-correction term to give them one. None: every row (nothing to tell apart)."""
+        if mb.advantages is None or not self.policy.vanishes_at_zero_advantage:
+            return None
+        if self.kl.loss_has_gradient or self.entropy_grad or self.correction is not None:
+            return None
+        return ((mb.advantages != 0) & mb.response_mask.bool()).any(dim=1)
+
     def actor_micro_loss(
         self, logprobs: torch.Tensor, entropy: torch.Tensor, mb: Batch, totals: Totals
     ) -> tuple[torch.Tensor, Metrics, float]:
