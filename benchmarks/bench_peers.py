@@ -101,7 +101,8 @@ TRL_SCRIPT = textwrap.dedent(
     config = Config(
         output_dir=settings["out"], per_device_train_batch_size=settings["prompts"] * settings["samples"],
         num_generations=settings["samples"], max_completion_length=settings["tokens"],
-        temperature=1.0, learning_rate=settings["lr"], lr_scheduler_type="constant", warmup_steps=0,
+        temperature=1.0, learning_rate=settings["lr"], lr_scheduler_type="constant_with_warmup",
+        warmup_steps=settings["warmup"],
         beta=0.0, max_steps=settings["steps"], logging_steps=1, report_to=[], save_strategy="no",
         use_cpu=True, seed=settings["seed"], disable_tqdm=True,
         generation_kwargs={"min_new_tokens": settings["min_tokens"]} if settings["min_tokens"] else None,
@@ -251,6 +252,11 @@ def warm_model(root: Path) -> tuple[Path, Path]:
     return warm / "actor" / "huggingface", data
 
 
+def shipped_warmup() -> int:
+    """The quickstart's lr warm-up steps (both sides warm up linearly from 0)."""
+    return max(0, OmegaConf.load(QUICKSTART / "quickstart.yaml").algorithm.optimizer.get("lr_warmup_steps", 0))
+
+
 def quickstart_settings(model: Path, data: Path, steps: int, algorithm: str) -> dict:
     shipped = OmegaConf.load(QUICKSTART / "quickstart.yaml")
     return {
@@ -262,6 +268,7 @@ def quickstart_settings(model: Path, data: Path, steps: int, algorithm: str) -> 
         "tokens": shipped.model.max_response_tokens,
         "min_tokens": 0,
         "lr": float(shipped.algorithm.optimizer.lr),
+        "warmup": shipped_warmup(),
         "steps": steps,
         "seed": 0,
         "algorithm": algorithm,
@@ -339,8 +346,11 @@ def trinity_configs(root: Path, model: Path, data: Path, steps: int, algorithm: 
     """``config(name)``: the quickstart's experiment for one trinity run of the bench, ``changes``
     over it; no checkpoints but the last."""
 
+    warmup = shipped_warmup()  # write_experiment leaves it out, as for a test's few steps
+
     def config(name: str) -> Path:
         run = (f"name={name}", f"buffer.total_steps={steps}", f"algorithm.algorithm_type={algorithm}")
+        run += (f"algorithm.optimizer.lr_warmup_steps={warmup}",)
         return write_experiment(root / name, model, data, *run, "trainer.save_interval=0", *changes)
 
     return config

@@ -21,6 +21,8 @@ def write_experiment(tmp_path: Path, model: Path, data: Path, *changes: str, sta
     config = OmegaConf.load(QUICKSTART / "quickstart.yaml")
     if not stages:
         del config["stages"]
+        # no lr warm-up: a test's few steps train at the quickstart's lr from the first one
+        config.algorithm.optimizer.lr_warmup_steps = 0
     config.merge_with_dotlist(
         [
             f"checkpoint_root_dir={tmp_path / 'ckpt'}",

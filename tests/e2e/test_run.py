@@ -41,7 +41,8 @@ def assert_ok(result: subprocess.CompletedProcess) -> None:
 def test_quickstart_stages_learn_arithmetic(tmp_path, tiny_model_dir, arithmetic_data):
     """SFT warm-up then GRPO in mode both: the rollout reward rises by a clear margin over the
     warm model's, measured before any update (0.719 at the shipped seeds). The GRPO stage takes 75
-    of the quickstart's 200 steps (CI's time): its last tenth scores about 0.93 by then."""
+    of the quickstart's 200 steps (CI's time), its lr warm-up included: its last steps score
+    about 0.91 by then (0.907-0.925 over seeds 0, 1, 2, 42)."""
     config = write_experiment(tmp_path, tiny_model_dir, arithmetic_data, "buffer.total_epochs=48", stages=True)
     result = trinity_run(config)
     assert_ok(result)

@@ -184,6 +184,7 @@ def base_config(out_dir: Path, model: Path, data: Path):
             f"model.model_path={model}",
             f"buffer.explorer_input.taskset.path={data / 'tasks.jsonl'}",
             "trainer.save_interval=0",
+            "algorithm.optimizer.lr_warmup_steps=0",  # the cells' start models do not collapse (RL_START)
         ]
     )
     return config
