@@ -11,6 +11,7 @@ keys read and the checkpoint layout.
 from __future__ import annotations
 
 import copy
+import functools
 import logging
 import math
 from collections.abc import Callable
@@ -104,6 +105,33 @@ def _offload_gradients(model: torch.nn.Module, held: dict[torch.nn.Parameter, to
             grad = param.grad.to("cpu")
             held[param] = held[param].add_(grad) if param in held else grad
             param.grad = None
+
+
+def _zero_missing_gradients(model: torch.nn.Module) -> None:
+    """A trainable parameter no row reached (or none ran backward: all spared or empty) steps on
+    a zero gradient, as under verl's FSDP: momentum and weight decay act on it."""
+    for param in model.parameters():
+        if param.requires_grad and param.grad is None:
+            param.grad = torch.zeros_like(param)
+
+
+def grad_through_rows(
+    forward: Callable[[Batch], tuple[torch.Tensor, torch.Tensor]], mb: Batch, rows: torch.Tensor | None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``forward(mb)`` (logprobs and entropy ``[b, R]``) with autograd only through ``rows`` (None:
+    all). The other rows add nothing to the gradient, so they take a forward pass alone, for the
+    loss's value and metrics: late in a GRPO run most groups score alike, and the backward pass
+    is most of a step."""
+    if rows is None or bool(rows.all()):
+        return forward(mb)
+    learn, spare = rows.cpu().nonzero().flatten(), (~rows).cpu().nonzero().flatten()  # row lists index on the CPU
+    with torch.no_grad():
+        spared = forward(mb.select(spare))
+    if not learn.numel():
+        return spared
+    learned = forward(mb.select(learn))
+    order = torch.argsort(torch.cat([learn, spare]))
+    return torch.cat([learned[0], spared[0]])[order], torch.cat([learned[1], spared[1]])[order]
 
 
 def micro_batches(
@@ -331,9 +359,7 @@ class TorchTrainingEngine(TrainingEngine):
                     sums[key] = sums.get(key, 0.0) + weight * value / self.args.ppo_epochs
             for param, grad in held.items():
                 param.grad = grad.to(param.device)
-            for param in model.parameters():  # no row reached it (or none ran backward: all spared or empty):
-                if param.requires_grad and param.grad is None:  # it steps on a zero gradient, as under
-                    param.grad = torch.zeros_like(param)  # verl's FSDP (momentum and weight decay act)
+            _zero_missing_gradients(model)
             clip = self.config.trainer.grad_clip
             norm = torch.nn.utils.clip_grad_norm_(model.parameters(), clip if clip and clip > 0 else math.inf)
             if torch.isfinite(norm):
@@ -343,26 +369,11 @@ class TorchTrainingEngine(TrainingEngine):
 
     def _actor_loss(self, totals: Totals) -> MicroLoss:
         def loss(mb: Batch) -> tuple[torch.Tensor, Metrics, float]:
-            logprobs, entropy = self._actor_logprobs(mb, self.losses.gradient_rows(mb))
+            forward = functools.partial(self._logprobs, self.actor, with_entropy=True)
+            logprobs, entropy = grad_through_rows(forward, mb, self.losses.gradient_rows(mb))
             return self.losses.actor_micro_loss(logprobs, entropy, mb, totals)
 
         return loss
-
-    def _actor_logprobs(self, mb: Batch, rows: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
-        """The actor's logprobs and entropy of ``mb``, with autograd only through ``rows`` (None:
-        all): the other rows add nothing to the gradient, so they take a forward pass alone, for
-        the loss's value and metrics. Late in a GRPO run most groups score alike, and the backward
-        pass is most of a step."""
-        if rows is None or bool(rows.all()):
-            return self._logprobs(self.actor, mb, with_entropy=True)
-        learn, spare = rows.cpu().nonzero().flatten(), (~rows).cpu().nonzero().flatten()  # row lists index on the CPU
-        with torch.no_grad():
-            spared = self._logprobs(self.actor, mb.select(spare), with_entropy=True)
-        if not learn.numel():
-            return spared
-        learned = self._logprobs(self.actor, mb.select(learn), with_entropy=True)
-        order = torch.argsort(torch.cat([learn, spare]))
-        return torch.cat([learned[0], spared[0]])[order], torch.cat([learned[1], spared[1]])[order]
 
     def _critic_loss(self, totals: Totals) -> MicroLoss:
         mode, clip = self.config.algorithm.loss_agg_mode, self.args.cliprange_value
