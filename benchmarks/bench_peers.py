@@ -20,8 +20,9 @@ time before the first step and after the last (start-up and shut-down).
   than trinity's ``math_reward``).
 - vocab: a step where the per-token costs dominate: the tiny model's body with Qwen2.5's
   151,936-row tied embedding and head, 4 prompts x 4 samples of exactly 64 new tokens, lr 1e-5,
-  each sample's reward random on both sides (``UNIFORM_REWARD``: every row trains). Prints each side's generation and training seconds per step: trinity's from its roles'
-  timers, TRL's from timing its model's ``generate`` inside its steps.
+  each sample's reward random on both sides (``UNIFORM_REWARD``: every row trains). Prints each
+  side's generation and training seconds per step: trinity's from its roles' timers, TRL's from
+  timing its model's ``generate`` inside its steps.
 """
 
 from __future__ import annotations
@@ -349,8 +350,12 @@ def trinity_configs(root: Path, model: Path, data: Path, steps: int, algorithm: 
     warmup = shipped_warmup()  # write_experiment leaves it out, as for a test's few steps
 
     def config(name: str) -> Path:
-        run = (f"name={name}", f"buffer.total_steps={steps}", f"algorithm.algorithm_type={algorithm}")
-        run += (f"algorithm.optimizer.lr_warmup_steps={warmup}",)
+        run = (
+            f"name={name}",
+            f"buffer.total_steps={steps}",
+            f"algorithm.algorithm_type={algorithm}",
+            f"algorithm.optimizer.lr_warmup_steps={warmup}",
+        )
         return write_experiment(root / name, model, data, *run, "trainer.save_interval=0", *changes)
 
     return config
