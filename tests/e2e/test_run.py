@@ -20,6 +20,7 @@ from helpers.role_processes import RUN_TAG, role_pids
 from trinity.common.files import read_json
 from trinity.monitor.console import read_jsonl
 from trinity.monitor.learnable import reward_trend
+from trinity.testing.crash_points import CRASH_AT, CRASH_SIGNAL
 
 JOB = Path("ckpt") / "quickstart" / "arithmetic"
 
@@ -241,7 +242,13 @@ def test_trainer_killed_mid_run_resumes_from_its_checkpoint(tmp_path, tiny_model
     )
     meta = tmp_path / JOB / "meta" / "trainer.json"
     monkeypatch.setenv(RUN_TAG, str(tmp_path))  # its actors, apart from a suite's beside it
+    # Frozen once its first checkpoint (step 2) is committed, so that the kill lands mid-run: the
+    # tiny model's 4 remaining steps take less time than finding the actor's process.
+    monkeypatch.setenv(CRASH_AT, "trainer.after_commit")
+    monkeypatch.setenv(CRASH_SIGNAL, "SIGSTOP")
     first = trinity_start(train, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    monkeypatch.delenv(CRASH_AT)
+    monkeypatch.delenv(CRASH_SIGNAL)
     deadline = time.monotonic() + 240
     while not (meta.is_file() and read_json(meta)["step"] >= 2):
         assert first.poll() is None and time.monotonic() < deadline, "the trainer never saved a checkpoint"
@@ -255,6 +262,7 @@ def test_trainer_killed_mid_run_resumes_from_its_checkpoint(tmp_path, tiny_model
     os.killpg(first.pid, signal.SIGKILL)  # the CLI and the Ray processes of its group
     first.wait()
     killed_at = read_json(meta)["step"]
+    assert killed_at == 2, f"killed at step {killed_at}, not where the trainer froze"
     assert_ok(trinity_run(train))
     assert read_json(meta)["step"] == 6
     steps = [r["step"] for r in metrics(tmp_path, "trainer")]
