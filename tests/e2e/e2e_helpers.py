@@ -9,33 +9,18 @@ from pathlib import Path
 from omegaconf import OmegaConf
 
 from helpers.cli import TRINITY
+from helpers.quickstart import QUICKSTART, REPO, quickstart_config  # noqa: F401  (imported from here too)
 
-REPO = Path(__file__).resolve().parents[2]
-QUICKSTART = REPO / "examples" / "quickstart"
 EXPLORE_ONLY = ("mode=explore", "synchronizer.sync_method=checkpoint")
 """Overrides for a run of the explorer alone (no trainer, so no weights to sync)."""
 
 
 def write_experiment(tmp_path: Path, model: Path, data: Path, *changes: str, stages: bool = False) -> Path:
-    """The quickstart config pointed at ``model``/``data`` under ``tmp_path``, plus dotlist changes."""
-    config = OmegaConf.load(QUICKSTART / "quickstart.yaml")
-    if not stages:
-        del config["stages"]
-        # no lr warm-up: a test's few steps train at the quickstart's lr from the first one
-        config.algorithm.optimizer.lr_warmup_steps = 0
-    config.merge_with_dotlist(
-        [
-            f"checkpoint_root_dir={tmp_path / 'ckpt'}",
-            f"model.model_path={model}",
-            f"buffer.explorer_input.taskset.path={data / 'tasks.jsonl'}",
-            *changes,
-        ]
-    )
-    if stages:
-        config.stages[0].buffer.trainer_input.experience_buffer.path = str(data / "sft.jsonl")
+    """``tmp_path/experiment.yaml``: the quickstart pointed at ``model``/``data`` under
+    ``tmp_path``, plus dotlist changes (``helpers.quickstart.quickstart_config``)."""
     tmp_path.mkdir(parents=True, exist_ok=True)
     path = tmp_path / "experiment.yaml"
-    OmegaConf.save(config, path)
+    OmegaConf.save(quickstart_config(tmp_path, model, data, *changes, stages=stages), path)
     return path
 
 

@@ -27,8 +27,8 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
-REPO = Path(__file__).resolve().parents[2]
-QUICKSTART = REPO / "examples" / "quickstart"
+from helpers.quickstart import QUICKSTART, quickstart_config
+
 PLUGINS = Path(__file__).with_name("plugins")
 """The learning runs' own plugins (broken mechanisms for the controls, task rewards), loaded
 by every learning run through ``TRINITY_PLUGIN_DIRS``: :func:`plugin_env`."""
@@ -173,21 +173,9 @@ class Workspace:
 
 
 def base_config(out_dir: Path, model: Path, data: Path):
-    """The quickstart config (no stages) writing under ``out_dir``, on ``model`` and ``data``."""
-    config = OmegaConf.load(QUICKSTART / "quickstart.yaml")
-    del config["stages"]
-    config.merge_with_dotlist(
-        [
-            f"checkpoint_root_dir={out_dir / 'ckpt'}",
-            f"project={PROJECT}",
-            f"name={NAME}",
-            f"model.model_path={model}",
-            f"buffer.explorer_input.taskset.path={data / 'tasks.jsonl'}",
-            "trainer.save_interval=0",
-            "algorithm.optimizer.lr_warmup_steps=0",  # the cells' start models do not collapse (RL_START)
-        ]
-    )
-    return config
+    """The quickstart config (no stages, no lr warm-up: the cells' start models do not collapse,
+    RL_START) writing under ``out_dir``, on ``model`` and ``data``."""
+    return quickstart_config(out_dir, model, data, f"project={PROJECT}", f"name={NAME}", "trainer.save_interval=0")
 
 
 @dataclass(frozen=True)
