@@ -6,6 +6,7 @@ import os
 import random
 import re
 import shutil
+import signal
 import sqlite3
 import subprocess
 import time
@@ -19,6 +20,7 @@ from test_tool_call_run import check_tool_call_run, tool_call_experiment
 from helpers.ray_cluster import ray_head, ray_worker
 from trinity.common.files import read_json
 from trinity.report import SUMMARY_FILE
+from trinity.testing.crash_points import CRASH_AT, CRASH_SIGNAL
 
 pytest.importorskip("vllm")
 
@@ -135,20 +137,42 @@ def _command_line(process) -> str:
 
 
 def kill_the_vllm_server_after_two_steps(tmp_path: Path, config: Path) -> tuple[subprocess.Popen, str]:
-    """Start ``trinity run``, kill its vLLM engine's process once the explorer has finished two
-    steps, and wait for the run's end: the run and its output."""
+    """Start ``trinity run``, kill its vLLM engine's process while the explorer stands frozen
+    after its second step (SIGSTOP at the ``explorer.after_meta`` crash point: the tiny model's
+    steps take 0.05 s, so a run left going could end before the kill), let the explorer go on,
+    and wait for the run's end: the run and its output."""
     import psutil
 
-    run = trinity_start(config, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    explored = tmp_path / JOB / "monitor" / "explorer.jsonl"
+    os.environ.update({CRASH_AT: "explorer.after_meta:2", CRASH_SIGNAL: "SIGSTOP"})
+    try:
+        run = trinity_start(config, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    finally:
+        for name in (CRASH_AT, CRASH_SIGNAL):
+            os.environ.pop(name)
     deadline = time.monotonic() + 300
-    while not (explored.is_file() and len(metrics(tmp_path, "explorer")) >= 2):
+    while True:
         assert run.poll() is None and time.monotonic() < deadline, "the explorer never finished two steps"
+        processes = psutil.Process(run.pid).children(recursive=True)
+        explorers = [p for p in processes if "ExplorerRole" in _command_line(p)]
+        if explorers and all(_stopped(p) for p in explorers):
+            break
         time.sleep(0.2)
-    (server,) = [p for p in psutil.Process(run.pid).children(recursive=True) if "VLLMServer" in _command_line(p)]
+    (server,) = [p for p in processes if "VLLMServer" in _command_line(p)]
     server.kill()
+    server.wait(timeout=60)
+    for explorer in explorers:
+        explorer.send_signal(signal.SIGCONT)
     output, _ = run.communicate(timeout=300)
     return run, output
+
+
+def _stopped(process) -> bool:
+    import psutil
+
+    try:
+        return process.status() == psutil.STATUS_STOPPED
+    except psutil.NoSuchProcess:
+        return False
 
 
 @pytest.mark.slow
