@@ -136,7 +136,7 @@ def _command_line(process) -> str:
         return ""
 
 
-def kill_the_vllm_server_after_two_steps(tmp_path: Path, config: Path) -> tuple[subprocess.Popen, str]:
+def kill_the_vllm_server_after_two_steps(config: Path) -> tuple[subprocess.Popen, str]:
     """Start ``trinity run``, kill its vLLM engine's process while the explorer stands frozen
     after its second step (SIGSTOP at the ``explorer.after_meta`` crash point: the tiny model's
     steps take 0.05 s, so a run left going could end before the kill), let the explorer go on,
@@ -189,7 +189,7 @@ def test_a_crashed_vllm_engine_is_restarted_and_the_run_loses_nothing(tmp_path, 
         *EXPLORE_ONLY,
         f"buffer.total_steps={steps}",
     )
-    run, output = kill_the_vllm_server_after_two_steps(tmp_path, config)
+    run, output = kill_the_vllm_server_after_two_steps(config)
     assert run.returncode == 0, output[-4000:]
     assert len(metrics(tmp_path, "explorer")) == steps, output[-3000:]
     assert re.search(r"vllm engine .*Ray actor died .*; restarting it \(restart 1 of 3\)", output), output[-3000:]
@@ -210,7 +210,7 @@ def test_with_nccl_sync_a_crashed_vllm_engine_ends_the_run_naming_why(tmp_path, 
         "synchronizer.sync_method=nccl",
         "buffer.total_steps=400",
     )
-    run, output = kill_the_vllm_server_after_two_steps(tmp_path, config)
+    run, output = kill_the_vllm_server_after_two_steps(config)
     assert run.returncode == 1, output[-4000:]
     assert "nccl sync: version 1 received" in job_log(tmp_path), output[-3000:]  # the second step's weights
     failure = re.search(r"explorer failed: (EngineCrashed|NCCLSyncError): .*vllm engine .*Ray actor died.*", output)
