@@ -10,6 +10,7 @@ from omegaconf import OmegaConf
 
 from helpers.cli import TRINITY
 from helpers.quickstart import QUICKSTART, REPO, quickstart_config  # noqa: F401  (imported from here too)
+from trinity.testing.crash_points import CRASH_AT, CRASH_SIGNAL
 
 EXPLORE_ONLY = ("mode=explore", "synchronizer.sync_method=checkpoint")
 """Overrides for a run of the explorer alone (no trainer, so no weights to sync)."""
@@ -39,19 +40,27 @@ def written_experiences(tmp_path: Path, count: int, **read) -> list:
         reader.close()
 
 
-def _trinity(config: Path, overrides: tuple[str, ...]) -> dict:
-    """What both ways of running ``trinity run`` on ``config`` share: command, env, cwd."""
+def _trinity(config: Path, overrides: tuple[str, ...], env: dict[str, str] | None = None) -> dict:
+    """What both ways of running ``trinity run`` on ``config`` share: command, env (this
+    process's, plus ``env``), cwd."""
     return {
         "args": [*TRINITY, "run", "--config", str(config), *overrides],
-        "env": {**os.environ, "PYTHONUNBUFFERED": "1"},
+        "env": {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})},
         "cwd": config.parent,
     }
+
+
+def frozen_at(point: str) -> dict[str, str]:
+    """The environment under which a run's process stops itself (SIGSTOP) at crash point
+    ``point`` (``trinity.testing.crash_points``: ``name[:n]``), for a test to act on it there."""
+    return {CRASH_AT: point, CRASH_SIGNAL: "SIGSTOP"}
 
 
 def trinity_run(config: Path, *overrides: str, timeout: float = 600, **popen) -> subprocess.CompletedProcess:
     return subprocess.run(**_trinity(config, overrides), capture_output=True, text=True, timeout=timeout, **popen)
 
 
-def trinity_start(config: Path, *overrides: str, **popen) -> subprocess.Popen:
-    """``trinity run`` in the background, in a session of its own (a test may kill its processes)."""
-    return subprocess.Popen(**_trinity(config, overrides), start_new_session=True, **popen)
+def trinity_start(config: Path, *overrides: str, env: dict[str, str] | None = None, **popen) -> subprocess.Popen:
+    """``trinity run`` in the background, in a session of its own (a test may kill its processes),
+    with ``env`` over this process's environment."""
+    return subprocess.Popen(**_trinity(config, overrides, env), start_new_session=True, **popen)

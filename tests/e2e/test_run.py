@@ -13,14 +13,13 @@ import time
 from pathlib import Path
 
 import pytest
-from e2e_helpers import EXPLORE_ONLY, trinity_run, trinity_start, write_experiment
+from e2e_helpers import EXPLORE_ONLY, frozen_at, trinity_run, trinity_start, write_experiment
 
 from helpers.ray_cluster import ray_head
 from helpers.role_processes import RUN_TAG, role_pids
 from trinity.common.files import read_json
 from trinity.monitor.console import read_jsonl
 from trinity.monitor.learnable import reward_trend
-from trinity.testing.crash_points import CRASH_AT, CRASH_SIGNAL
 
 JOB = Path("ckpt") / "quickstart" / "arithmetic"
 
@@ -244,11 +243,8 @@ def test_trainer_killed_mid_run_resumes_from_its_checkpoint(tmp_path, tiny_model
     monkeypatch.setenv(RUN_TAG, str(tmp_path))  # its actors, apart from a suite's beside it
     # Frozen once its first checkpoint (step 2) is committed, so that the kill lands mid-run: the
     # tiny model's 4 remaining steps take less time than finding the actor's process.
-    monkeypatch.setenv(CRASH_AT, "trainer.after_commit")
-    monkeypatch.setenv(CRASH_SIGNAL, "SIGSTOP")
-    first = trinity_start(train, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    monkeypatch.delenv(CRASH_AT)
-    monkeypatch.delenv(CRASH_SIGNAL)
+    frozen = frozen_at("trainer.after_commit")
+    first = trinity_start(train, env=frozen, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 240
     while not (meta.is_file() and read_json(meta)["step"] >= 2):
         assert first.poll() is None and time.monotonic() < deadline, "the trainer never saved a checkpoint"

@@ -13,14 +13,13 @@ import time
 from pathlib import Path
 
 import pytest
-from e2e_helpers import EXPLORE_ONLY, trinity_run, trinity_start, write_experiment
+from e2e_helpers import EXPLORE_ONLY, frozen_at, trinity_run, trinity_start, write_experiment
 from test_run import JOB, assert_ok, job_log, metrics
 from test_tool_call_run import check_tool_call_run, tool_call_experiment
 
 from helpers.ray_cluster import ray_head, ray_worker
 from trinity.common.files import read_json
 from trinity.report import SUMMARY_FILE
-from trinity.testing.crash_points import CRASH_AT, CRASH_SIGNAL
 
 pytest.importorskip("vllm")
 
@@ -143,12 +142,8 @@ def kill_the_vllm_server_after_two_steps(config: Path) -> tuple[subprocess.Popen
     and wait for the run's end: the run and its output."""
     import psutil
 
-    os.environ.update({CRASH_AT: "explorer.after_meta:2", CRASH_SIGNAL: "SIGSTOP"})
-    try:
-        run = trinity_start(config, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    finally:
-        for name in (CRASH_AT, CRASH_SIGNAL):
-            os.environ.pop(name)
+    frozen = frozen_at("explorer.after_meta:2")
+    run = trinity_start(config, env=frozen, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     deadline = time.monotonic() + 300
     while True:
         assert run.poll() is None and time.monotonic() < deadline, "the explorer never finished two steps"
