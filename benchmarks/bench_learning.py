@@ -10,7 +10,8 @@ header) and docs/learning.png (each cell's curves).
 
 Each cell runs as ``trinity run`` in a subprocess, once per seed (0 .. N-1), ``--jobs`` at a time
 (default 1; with 2 on 2 cores the matrix takes about a third less time, each cell's wall time
-grows; the cells whose runner runs trinity in this process, sft and dpo, need the default). A
+grows; the cells with a runner of their own run one at a time in the main thread, beside the
+pool's). A
 cell learns when the mean of its change over the seeds is at least its margin and the margin is
 at least twice the change's spread (its standard deviation over the seeds); with one seed the
 spread is unknown and the row says so. A cell with a ``baseline`` (the async sync styles: the
@@ -36,8 +37,10 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import traceback
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -162,6 +165,30 @@ def run_row(cell: Cell, workspace: Workspace, out: Path, seeds: int, control: st
         else:
             row.results.append(result)
     return row
+
+
+def run_all(runs: list[tuple], jobs: int, finished: Callable[[Row], None]) -> None:
+    """Run every row, ``jobs`` at a time. Rows whose cell has a ``runner`` run in this (the main)
+    thread, one after another: a runner may run trinity in this process, which sets signal
+    handlers. The other rows run ``trinity run`` subprocesses from a pool beside them."""
+    slots, lock = threading.Semaphore(jobs), threading.Lock()
+
+    def row_in_a_slot(run: tuple) -> Row:
+        with slots:
+            row = run_row(*run)
+        with lock:
+            finished(row)
+        return row
+
+    def in_main(run: tuple) -> bool:
+        return jobs == 1 or run[0].runner is not None
+
+    with concurrent.futures.ThreadPoolExecutor(jobs) as pool:
+        futures = [pool.submit(row_in_a_slot, run) for run in runs if not in_main(run)]
+        for run in filter(in_main, runs):
+            row_in_a_slot(run)
+        for future in futures:
+            future.result()
 
 
 def prepare(workspace: Workspace, plan: list[tuple[Cell, str]]) -> None:
@@ -360,13 +387,7 @@ def main() -> None:
             (cell, workspace, root / "runs" / slug(cell, control), args.seeds, control, args.short)
             for cell, control in plan
         ]
-        if args.jobs == 1:  # in this thread: a runner that runs trinity in this process sets signal handlers
-            for run in runs:
-                finished(run_row(*run))
-        else:
-            with concurrent.futures.ThreadPoolExecutor(args.jobs) as pool:
-                for future in concurrent.futures.as_completed([pool.submit(run_row, *run) for run in runs]):
-                    finished(future.result())
+        run_all(runs, args.jobs, finished)
         rows.sort(key=lambda row: plan.index((row.cell, row.control)))
         ends = {row.cell.name: row.mean("end") for row in rows if not row.control}
         for row in rows:
