@@ -1,5 +1,5 @@
-"""config/ in parts: the checker is config's own, and the older names are rewritten in one place
-(``trinity.config.compat``). Reads sources and small trees only: well under a second."""
+"""config/ in parts: the checker is config's own, and the older names and the keys without effect
+are handled in one place (``trinity.config.compat``). Reads sources and small trees only: well under a second."""
 
 from __future__ import annotations
 
@@ -68,3 +68,13 @@ def test_every_older_name_points_from_a_free_key_to_a_current_one():
             field = sections[section].model_fields[key]
             for current in names.values():
                 assert TypeAdapter(field.annotation).validate_python(current) == current, f"{section}.{key}"
+
+
+def test_every_key_without_effect_is_one_the_schema_does_not_declare():
+    """Each entry of ``compat.NO_EFFECT_KEYS`` names a section of the schema and a key it does not declare:
+    one it declared would be taken out before validation, and never reach the code that reads it."""
+    sections = _sections(Config, {})
+    for section, keys in compat.NO_EFFECT_KEYS.items():
+        model = sections[section]
+        for dotted in keys:
+            assert dotted.split(".")[0] not in model.model_fields, f"{section}.{dotted}"

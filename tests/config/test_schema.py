@@ -13,7 +13,8 @@ from config_helpers import issues_of, write
 from helpers.cli import trinity
 from trinity.cli.commands import inert_workflow_args
 from trinity.config import load_config
-from trinity.config.base import EFFECT, inert_message
+from trinity.config.base import inert_message
+from trinity.config.compat import NO_EFFECT_KEYS
 from trinity.config.load import children
 from trinity.config.reference import inert_keys
 from trinity.config.schema import Config, MegatronParallelConfig, TinkerConfig
@@ -245,9 +246,9 @@ def test_a_plugin_declares_its_args_and_config_check_validates_them(tmp_path):
     assert good.returncode == 0, good.stderr
 
 
-def test_schema_walk_every_key_is_acted_on_or_declared_inert():
-    """A field no code reads must be marked ``inert``: the list of keys with no effect can only
-    shrink as features land, and nothing is accepted and silently ignored."""
+def test_schema_walk_every_key_is_acted_on():
+    """A field no code reads must go to ``compat.NO_EFFECT_KEYS`` (taken out with a warning): the list
+    of keys with no effect can only shrink as features land, and nothing is accepted and silently ignored."""
     sources = [
         path.read_text()
         for path in (REPO / "packages").glob("*/src/**/*.py")
@@ -256,8 +257,7 @@ def test_schema_walk_every_key_is_acted_on_or_declared_inert():
     code = "\n".join(sources)
     unused = []
     for model, name, field in _fields(Config):
-        effect = (field.json_schema_extra or {}).get(EFFECT)
-        if effect == "inert" or children(field.annotation):  # a section's keys are checked one by one
+        if children(field.annotation):  # a section's keys are checked one by one
             continue
         if model is TinkerConfig:  # each key set is refused at run by check_tinker (test_run_refusals.py)
             continue
@@ -265,7 +265,7 @@ def test_schema_walk_every_key_is_acted_on_or_declared_inert():
             continue
         if f".{name}" not in code and f'"{name}"' not in code and f"'{name}'" not in code:
             unused.append(f"{model.__name__}.{name}")
-    assert not unused, f"fields no code reads; act on them or mark them inert: {unused}"
+    assert not unused, f"fields no code reads; act on them or move them to compat.NO_EFFECT_KEYS: {unused}"
 
 
 def _fields(model, seen=None):
@@ -300,7 +300,7 @@ def test_config_schema_prints_a_json_schema_with_types_defaults_and_ranges():
         "type": "integer",
     }
     assert schema["$defs"]["MonitorConfig"]["properties"]["monitor_type"]["default"] == ["tensorboard"]
-    assert schema["$defs"]["SynchronizerConfig"]["properties"]["wait_for_checkpoint"][EFFECT] == "inert"
+    assert "wait_for_checkpoint" not in schema["$defs"]["SynchronizerConfig"]["properties"]  # compat takes it out
     assert schema["additionalProperties"] is False
 
 
@@ -342,31 +342,28 @@ pipeline and expert parallel keys now reach vLLM, Megatron's parallel keys are r
 enable_runtime_lora_updating serves the adapter on vLLM's endpoint): lower this as keys take effect, never raise it."""
 
 
-def _inert_declarations() -> list[str]:
-    """``file:line`` of every ``inert(...)`` field, the schema's and every package's plugin args' (read from
-    the sources, as importing every plugin to ask its ``Args`` takes seconds); each has a ``reason``."""
+def _plugin_inert_declarations() -> list[str]:
+    """``file:line`` of every ``inert(...)`` plugin argument in every package (read from the sources, as
+    importing every plugin to ask its ``Args`` takes seconds); each has a ``reason``."""
     import ast
 
     found = []
     for source in sorted((REPO / "packages").glob("*/src/**/*.py")):
         for node in ast.walk(ast.parse(source.read_text())):
             if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "inert":
-                found.append(
-                    f"{source.relative_to(SCHEMA.parent) if SCHEMA in source.parents else source.name}:{node.lineno}"
-                )
+                found.append(f"{source.name}:{node.lineno}")
     return found
 
 
-def test_inert_keys_do_not_grow_and_each_schema_key_is_in_the_docs_with_its_reason():
-    declared = _inert_declarations()
-    assert len(declared) <= INERT_NOW, f"{len(declared)} inert keys, more than {INERT_NOW}: {declared}"
-    keys = inert_keys()
-    # every declaration is listed (one inherited by several sections, e.g. storage keys, once per section)
-    assert len(keys) >= sum(d.startswith("schema/") for d in declared)
+def test_inert_keys_do_not_grow_and_each_is_in_the_docs_with_its_reason():
+    keys = inert_keys()  # the config's own (compat.NO_EFFECT_KEYS), each at the first place its section appears
+    assert len(keys) == sum(len(table) for table in NO_EFFECT_KEYS.values())
+    declared = _plugin_inert_declarations()
+    assert len(keys) + len(declared) <= INERT_NOW, f"more than {INERT_NOW} keys without effect: {keys}, {declared}"
     docs = (REPO / "docs" / "config.md").read_text()
     assert f"## Keys with no effect ({len(keys)})" in docs
     missing = [key for key, reason in keys.items() if f"| `{key}` | {reason} |" not in docs]
     assert not missing, missing
-    plugin_keys = inert_workflow_args()  # the workflows' own: every remaining declaration outside the schema
-    assert len(plugin_keys) >= sum(not d.startswith("schema/") for d in declared)
+    plugin_keys = inert_workflow_args()  # the workflows' own: every declaration
+    assert len(plugin_keys) >= len(declared)
     assert [key for key, reason in plugin_keys.items() if f"| `{key}` | {reason} |" not in docs] == []

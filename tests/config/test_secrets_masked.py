@@ -168,7 +168,6 @@ def test_the_schema_walk_plants_every_credential_field(planted):
         "buffer.explorer_input.tasksets[0].path",
         "buffer.trainer_input.experience_buffer.path",
         "buffer.trainer_input.auxiliary_buffers.planted.path",
-        "data_processor.experience_pipeline.inputs.planted.path",
         "service.data_juicer.server_url",
         "model.tinker.base_url",
         "monitor.monitor_args",

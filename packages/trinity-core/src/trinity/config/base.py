@@ -51,7 +51,8 @@ REASON = "x-trinity-reason"
 
 
 def inert(default: Any = PydanticUndefined, description: str = "", *, reason: str, **constraints: Any) -> Any:
-    """A field Trinity-RFT accepts that trinity does not act on (warns when set), and ``reason``: why not here."""
+    """A plugin argument (``PluginArgs``) accepted and not acted on (warns when set off its default), and
+    ``reason``: why not here. Keys of the config's own sections without effect are ``compat.NO_EFFECT_KEYS``."""
     extra = {EFFECT: "inert", REASON: reason}
     return Field(default, description=description, json_schema_extra=extra, **constraints)
 

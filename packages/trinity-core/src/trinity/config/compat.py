@@ -1,16 +1,19 @@
-"""Trinity-RFT's configs as trinity reads them: older names rewritten, keys without effect explained.
+"""Trinity-RFT's configs as trinity reads them: older names rewritten, keys without effect set aside.
 
 A config written for Trinity-RFT loads unchanged. Before a section is validated, ``rewrite`` moves
-each older key to its current place and maps each older value to its current name, and says what
-it rewrote (a warning per rewrite, naming the old and the new). Keys trinity accepts but does not
-act on stay declared in their section with ``inert(reason=...)``, so that they are typed and
-documented where they are written; their reasons are the constants below, and the loader warns of
-each one set off its default (an error under ``trinity config check --strict``).
+each older key to its current place, maps each older value to its current name, and takes out each
+key trinity accepts but does not act on (``NO_EFFECT_KEYS``), and says what it did: a warning per
+rewrite naming the old and the new, and per key without effect set off its default, why it cannot
+act here (an error under ``trinity config check --strict``). The sections in
+``trinity.config.schema`` then declare only keys that act; docs/config.md lists both tables.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
+
+from trinity.config.base import inert_message
 
 RENAMED_KEYS: dict[str, dict[str, str]] = {
     "TasksetConfig": {"task_selector": "data_selector"},
@@ -33,7 +36,7 @@ RENAMED_VALUES: dict[str, dict[str, dict[str, str]]] = {
 }
 """Section model -> {key: {older value: its current name}} (compared case-insensitively)."""
 
-# Why an inert key cannot act here (``inert(reason=...)``), one constant per cause.
+# Why a key without effect cannot act here, one constant per cause.
 RUNNERS_ARE_COROUTINES = "trinity's workflow runners are coroutines of the explorer, not actors to prepare"
 PIPELINE_INPUTS_UNREAD = (
     "Trinity-RFT builds readers of these buffers but its pipeline never reads them (it processes the "
@@ -49,6 +52,32 @@ COD_NOT_SHIPPED = (
 )
 
 
+@dataclass(frozen=True)
+class NoEffect:
+    """A key Trinity-RFT reads and trinity accepts without acting on it: its default there (the value
+    its examples write, which says nothing) and why it cannot act here."""
+
+    default: Any
+    reason: str
+
+
+NO_EFFECT_KEYS: dict[str, dict[str, NoEffect]] = {
+    "Config": {
+        "cod.task_pack_size": NoEffect(4, COD_NOT_SHIPPED),
+        "cod.eval_task_pack_size": NoEffect(None, COD_NOT_SHIPPED),
+        "cod.packing_strategy": NoEffect("cod", COD_NOT_SHIPPED),
+        "cod.cod_workflow_args": NoEffect({}, COD_NOT_SHIPPED),
+    },
+    "ExplorerConfig": {
+        "runner_prepare_concurrency": NoEffect(8, RUNNERS_ARE_COROUTINES),
+        "runner_prepare_max_retries": NoEffect(2, RUNNERS_ARE_COROUTINES),
+    },
+    "SynchronizerConfig": {"wait_for_checkpoint": NoEffect(False, WAIT_FOR_CHECKPOINT_UNUSED)},
+    "ExperiencePipelineConfig": {"inputs": NoEffect({}, PIPELINE_INPUTS_UNREAD)},
+}
+"""Section model -> {key (dotted within the section): its default and why it has no effect}."""
+
+
 def renamed_keys(model: type) -> dict[str, str]:
     """The older keys of a section model, its bases' included: ``{older key: current dotted place}``."""
     found: dict[str, str] = {}
@@ -61,10 +90,31 @@ def _key(path: str, key: str) -> str:
     return f"{path}.{key}" if path else key
 
 
-def rewrite(model: type, data: dict[str, Any], path: str) -> tuple[dict[str, Any], list[tuple[str, str]]]:
-    """``data`` (one section's mapping, at dotted ``path``) in current names, and what was rewritten:
-    ``(dotted key, message)`` per older key moved or older value renamed. Nested sections are the caller's."""
-    data, rewrites = dict(data), []
+def _take(data: dict[str, Any], dotted: str) -> tuple[bool, Any]:
+    """Remove the key at ``dotted`` from ``data`` (and a parent mapping it leaves empty); whether it was there, its value."""
+    parent, *rest = dotted.split(".", 1)
+    if parent not in data:
+        return False, None
+    if not rest:
+        return True, data.pop(parent)
+    inner = data[parent]
+    if not isinstance(inner, dict):
+        return False, None
+    inner = data[parent] = dict(inner)
+    found, value = _take(inner, rest[0])
+    if not inner:
+        del data[parent]
+    return found, value
+
+
+def rewrite(
+    model: type, data: dict[str, Any], path: str
+) -> tuple[dict[str, Any], list[tuple[str, str]], list[tuple[str, str]]]:
+    """``data`` (one section's mapping, at dotted ``path``) in current names and without the keys
+    that have no effect; what was rewritten, ``(dotted key, message)`` per older key moved or older
+    value renamed; and ``(dotted key, message)`` per key without effect set off its default. Nested
+    sections are the caller's."""
+    data, rewrites, no_effect = dict(data), [], []
     for old, new in renamed_keys(model).items():
         if old not in data:
             continue
@@ -85,4 +135,8 @@ def rewrite(model: type, data: dict[str, Any], path: str) -> tuple[dict[str, Any
         if current is not None:
             rewrites.append((_key(path, key), f"{value!r} is deprecated: using {current!r}"))
             data[key] = current
-    return data, rewrites
+    for key, inert in NO_EFFECT_KEYS.get(model.__name__, {}).items():
+        found, value = _take(data, key)
+        if found and value != inert.default:
+            no_effect.append((_key(path, key), inert_message(inert.reason)))
+    return data, rewrites, no_effect

@@ -273,13 +273,15 @@ def model_at(cls: type[BaseModel], loc: tuple[Any, ...]) -> type[BaseModel] | No
 
 
 def _rewrite_older_names(cls: type[BaseModel], data: Any, path: str, issues: IssueCollector) -> Any:
-    """``data`` with Trinity-RFT's older keys and values rewritten (``trinity.config.compat``) in every
-    section it holds, each rewrite a warning under its dotted key."""
+    """``data`` with Trinity-RFT's older keys and values rewritten and its keys without effect taken
+    out (``trinity.config.compat``) in every section it holds, each said under its dotted key."""
     if not isinstance(data, dict):
         return data
-    data, rewrites = compat.rewrite(cls, data, path)
+    data, rewrites, no_effect = compat.rewrite(cls, data, path)
     for key, message in rewrites:
         issues.warn(key, message)
+    for key, message in no_effect:
+        issues.no_effect(key, message)
     for name, field in cls.model_fields.items():
         inner = children(field.annotation)
         if inner is None or name not in data:

@@ -1,6 +1,7 @@
 """The schema as documents: JSON Schema (``trinity config schema``) and the Markdown reference of
 every key (``trinity config docs``, kept in ``docs/config.md``); both read the models of
-``trinity.config.schema`` and nothing else, so they cannot drift from what is validated.
+``trinity.config.schema`` (and the Markdown ``trinity.config.compat``'s tables) and nothing else, so
+they cannot drift from what is validated.
 """
 
 from __future__ import annotations
@@ -14,8 +15,8 @@ import annotated_types
 from pydantic import BaseModel
 from pydantic.json_schema import GenerateJsonSchema
 
-from trinity.config.base import EFFECT, inert_reason
-from trinity.config.compat import renamed_keys
+from trinity.config.base import EFFECT
+from trinity.config.compat import NO_EFFECT_KEYS, renamed_keys
 from trinity.config.load import children
 from trinity.config.schema import Config
 
@@ -107,21 +108,20 @@ def _default(field: Any) -> str:
 
 def _description(field: Any) -> str:
     effect = (field.json_schema_extra or {}).get(EFFECT)
-    prefix = {"inert": "**No effect.** ", "derived": "*Derived.* "}.get(effect, "")
+    prefix = "*Derived.* " if effect == "derived" else ""
     return prefix + (field.description or "").replace("|", "\\|")
 
 
 def inert_keys(found: dict[type[BaseModel], list[str]] | None = None) -> dict[str, str]:
-    """``{dotted key: reason}`` of every key of the schema that has no effect in trinity."""
+    """``{dotted key: reason}`` of every key trinity accepts without effect (``compat.NO_EFFECT_KEYS``),
+    at the first place its section appears."""
     if found is None:
         found = {}
         _models(Config, "", found)
     keys = {}
     for model, paths in found.items():
-        for name, field in model.model_fields.items():
-            reason = inert_reason(field)
-            if reason:
-                keys[".".join(p for p in (paths[0], name) if p)] = reason
+        for name, inert in NO_EFFECT_KEYS.get(model.__name__, {}).items():
+            keys[".".join(p for p in (paths[0], name) if p)] = inert.reason
     return keys
 
 
@@ -147,10 +147,10 @@ def markdown(plugin_inert: dict[str, str] | None = None) -> str:
     lines = [
         "# Configuration reference",
         "",
-        "Generated from `trinity/config/schema/` by `trinity config docs`; a test keeps it in step.",
-        "Keys are Trinity-RFT's. **No effect**: accepted, warns when set (an error under",
-        "`trinity config check --strict`); why is listed below. *Derived*: filled by trinity; a value in the",
-        "file is replaced.",
+        "Generated from `trinity/config/schema/` and `trinity/config/compat.py` by `trinity config docs`; a",
+        "test keeps it in step. Keys are Trinity-RFT's. **No effect**: accepted, taken out before validation,",
+        "warns when set off Trinity-RFT's default (an error under `trinity config check --strict`); why is",
+        "listed below. *Derived*: filled by trinity; a value in the file is replaced.",
         "",
         "A config is read in three passes: typed (an unknown key or a bad value named), derived",
         "(`trinity/config/derive.py` fills the unset and *Derived* values in Trinity-RFT's order and warns of",
@@ -189,5 +189,8 @@ def markdown(plugin_inert: dict[str, str] | None = None) -> str:
         if renamed:
             moves = ", ".join(f"`{old}` → `{new}`" for old, new in renamed.items())
             lines += ["", f"Older names, moved with a warning: {moves}."]
+        without_effect = NO_EFFECT_KEYS.get(model.__name__)
+        if without_effect:
+            lines += ["", f"Accepted without effect (above): {', '.join(f'`{key}`' for key in without_effect)}."]
         lines.append("")
     return "\n".join(lines)

@@ -4,9 +4,9 @@ one module per section (``buffer``, ``explorer``, ...; ``experiment`` holds the 
 Each field carries its type, default, range or allowed values and a one-line description; from
 them come validation, ``trinity config schema`` (JSON Schema), docs/config.md and the studio's
 form. Names, defaults and meanings follow Trinity-RFT's 0.6 ``config.py`` so that its configs load
-unchanged; ``None`` means "derive it" (``trinity.config.derive``). ``inert(...)`` marks a key
-accepted but not acted on (it warns), ``derived(...)`` one the derivation fills (a value in the
-file is replaced). Free-form mappings (``*_args``, ``trainer_config``) are checked by their owner.
+unchanged; ``None`` means "derive it" (``trinity.config.derive``). Keys accepted but not acted on
+are not declared here: ``trinity.config.compat`` takes them out before validation (with a warning).
+``derived(...)`` marks a key the derivation fills (a value in the file is replaced). Free-form mappings (``*_args``, ``trainer_config``) are checked by their owner.
 """
 
 from trinity.config.schema.algorithm import (
@@ -39,7 +39,7 @@ from trinity.config.schema.data_processor import (
     OperatorConfig,
     TaskPipelineConfig,
 )
-from trinity.config.schema.experiment import CoDConfig, Config, StageConfig
+from trinity.config.schema.experiment import Config, StageConfig
 from trinity.config.schema.explorer import DynamicTimeoutConfig, ExplorerConfig, InferenceModelConfig, OverRolloutConfig
 from trinity.config.schema.model import ExternalModelConfig, LoRAConfig, ModelConfig, TinkerConfig
 from trinity.config.schema.monitor import LogConfig, MonitorConfig
@@ -66,7 +66,6 @@ __all__ = [
     "AlgorithmConfig",
     "BufferConfig",
     "ClusterConfig",
-    "CoDConfig",
     "ConcurrentMode",
     "Config",
     "DataJuicerServiceConfig",

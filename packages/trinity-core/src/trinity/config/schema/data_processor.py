@@ -6,8 +6,7 @@ from typing import Any
 
 from pydantic import Field
 
-from trinity.config.base import ConfigModel, derived, inert
-from trinity.config.compat import PIPELINE_INPUTS_UNREAD
+from trinity.config.base import ConfigModel, derived
 from trinity.config.schema.buffer import ExperienceBufferConfig, TasksetConfig
 
 
@@ -31,11 +30,6 @@ class ExperiencePipelineConfig(ConfigModel):
         None,
         description="Where save_input appends: a jsonl file, or sqlite (.db, .sqlite); "
         "unset: <checkpoint_job_dir>/experience_pipeline_input.jsonl.",
-    )
-    inputs: dict[str, ExperienceBufferConfig] = inert(
-        default_factory=dict,
-        description="Extra input buffers.",
-        reason=PIPELINE_INPUTS_UNREAD,
     )
     output: ExperienceBufferConfig | None = derived(None, "The pipeline's output: the trainer's experience buffer.")
 

@@ -6,8 +6,7 @@ from typing import Any
 
 from pydantic import Field
 
-from trinity.config.base import ConfigModel, derived, inert
-from trinity.config.compat import COD_NOT_SHIPPED
+from trinity.config.base import ConfigModel, derived
 from trinity.config.schema.algorithm import AlgorithmConfig
 from trinity.config.schema.buffer import BufferConfig
 from trinity.config.schema.cluster import ClusterConfig
@@ -19,19 +18,6 @@ from trinity.config.schema.service import ServiceConfig
 from trinity.config.schema.synchronizer import SynchronizerConfig
 from trinity.config.schema.trainer import TrainerConfig
 from trinity.config.schema.values import Mode
-
-
-class CoDConfig(ConfigModel):
-    """Chain-of-draft task packing (a Trinity-RFT research feature)."""
-
-    task_pack_size: int = inert(4, "Tasks packed into one.", ge=1, reason=COD_NOT_SHIPPED)
-    eval_task_pack_size: int | None = inert(
-        None, "Tasks packed into one when evaluating.", ge=1, reason=COD_NOT_SHIPPED
-    )
-    packing_strategy: str = inert("cod", "How tasks are packed.", reason=COD_NOT_SHIPPED)
-    cod_workflow_args: dict[str, Any] = inert(
-        default_factory=dict, description="Arguments of the packing workflow.", reason=COD_NOT_SHIPPED
-    )
 
 
 class StageConfig(ConfigModel):
@@ -77,7 +63,6 @@ class Config(ConfigModel):
     synchronizer: SynchronizerConfig = Field(default_factory=SynchronizerConfig, description="Weight sync.")
     service: ServiceConfig = Field(default_factory=ServiceConfig, description="Outside services.")
     log: LogConfig = Field(default_factory=LogConfig, description="Logs.")
-    cod: CoDConfig = Field(default_factory=CoDConfig, description="Chain-of-draft packing (research).")
     stages: list[StageConfig] = Field(default_factory=list, description="Stages run in order.")
 
     @property

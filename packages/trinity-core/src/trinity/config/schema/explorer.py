@@ -6,8 +6,7 @@ from typing import Any
 
 from pydantic import Field
 
-from trinity.config.base import ConfigModel, derived, inert
-from trinity.config.compat import RUNNERS_ARE_COROUTINES
+from trinity.config.base import ConfigModel, derived
 from trinity.config.schema.model import ExternalModelConfig
 from trinity.config.schema.values import ConcurrentMode
 
@@ -167,18 +166,6 @@ class ExplorerConfig(ConfigModel):
     name: str = Field("explorer", description="Name of this explorer (several may feed one trainer).")
     mode: str = derived("both", "The experiment's mode.")
     runner_per_model: int = Field(8, ge=1, description="Workflows run at once per rollout engine.")
-    runner_prepare_concurrency: int = inert(
-        8,
-        "Runners being prepared at once.",
-        ge=1,
-        reason=RUNNERS_ARE_COROUTINES,
-    )
-    runner_prepare_max_retries: int = inert(
-        2,
-        "Retries of a runner that failed to start.",
-        ge=0,
-        reason=RUNNERS_ARE_COROUTINES,
-    )
     max_timeout: int = Field(1800, gt=0, description="Seconds a task may take before it fails.")
     max_retry_times: int = Field(2, ge=0, description="Retries of a failed task.")
     env_vars: dict[str, str] = Field(default_factory=dict, description="Environment variables of the workflows.")

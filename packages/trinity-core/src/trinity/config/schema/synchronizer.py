@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from trinity.config.base import ConfigModel, derived, inert
-from trinity.config.compat import WAIT_FOR_CHECKPOINT_UNUSED
+from trinity.config.base import ConfigModel, derived
 from trinity.config.schema.values import SyncMethodName, SyncStyle
 
 
@@ -34,11 +33,6 @@ class SynchronizerConfig(ConfigModel):
         "rollout_weight_sync",
         min_length=1,
         description="Name of the NCCL weight-sync group (its keys in the group's store).",
-    )
-    wait_for_checkpoint: bool = inert(
-        False,
-        "Wait for the latest checkpoint before syncing.",
-        reason=WAIT_FOR_CHECKPOINT_UNUSED,
     )
     explorer_world_size: int | None = derived(None, "Ranks of the rollout engines.", ge=0)
     ray_namespace: str = derived("", "The experiment's Ray namespace.")

@@ -163,8 +163,8 @@ function leaf(name, schema, path, showPath) {
   const label = el("label", { for: id }, name, showPath ? el("span", { class: "path", text: path }) : null);
   const box = el("div", { class: "field", "data-field": path }, label, input);
   if (choices) box.append(choices);
-  const effect = { inert: "No effect yet in trinity. ", derived: "Derived by trinity: a value set here is replaced. " };
-  const help = (effect[field["x-trinity-effect"]] || "") + (field.description || node.description || "");
+  const derived = field["x-trinity-effect"] === "derived" ? "Derived by trinity: a value set here is replaced. " : "";
+  const help = derived + (field.description || node.description || "");
   if (help) box.append(el("div", { class: "help", text: help }));
   box.append(el("div", { class: "error" }));
   return box;
