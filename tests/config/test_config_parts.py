@@ -4,13 +4,18 @@ are handled in one place (``trinity.config.compat``). Reads sources and small tr
 from __future__ import annotations
 
 import ast
+import json
 from pathlib import Path
 from typing import Any
 
+import pytest
+from config_helpers import issues_of, write
 from pydantic import BaseModel, TypeAdapter
 
-from trinity.config import compat
+from trinity.config import compat, load_config
+from trinity.config.base import inert_message
 from trinity.config.load import children
+from trinity.config.reference import inert_keys
 from trinity.config.schema import Config
 
 PACKAGES = Path(__file__).resolve().parents[2] / "packages"
@@ -78,3 +83,23 @@ def test_every_key_without_effect_is_one_the_schema_does_not_declare():
         model = sections[section]
         for dotted in keys:
             assert dotted.split(".")[0] not in model.model_fields, f"{section}.{dotted}"
+
+
+OFF_DEFAULT = {int: "5", str: "other", bool: "true", dict: "{a: {path: x.jsonl}}", type(None): "8"}
+"""A value off a key's default, as an override writes it, by the default's type."""
+
+
+@pytest.mark.parametrize("key", sorted(inert_keys()))
+def test_each_key_without_effect_warns_off_its_default_and_strict_refuses_it(tmp_path, key):
+    section = next(t for t in compat.NO_EFFECT_KEYS.values() for k in t if key.endswith(k))
+    inert = section[next(k for k in section if key.endswith(k))]
+    path = write(tmp_path, "monitor: {monitor_type: console}\n")
+    off = f"{key}={OFF_DEFAULT[type(inert.default)]}"
+    assert issues_of(path, [off], strict=True) == {key: inert_message(inert.reason)}
+    default = json.dumps(inert.default)  # YAML reads JSON's null, false, {}, "cod"
+    load_config(path, [f"{key}={default}"], strict=True)  # at the default: nothing to say, so --strict passes
+
+
+def test_a_section_without_effect_written_empty_is_taken_out(tmp_path):
+    path = write(tmp_path, "monitor: {monitor_type: console}\ncod:\n")
+    assert load_config(path, strict=True).model_dump(mode="json").keys().isdisjoint({"cod"})

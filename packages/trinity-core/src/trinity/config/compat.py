@@ -98,6 +98,9 @@ def _take(data: dict[str, Any], dotted: str) -> tuple[bool, Any]:
     if not rest:
         return True, data.pop(parent)
     inner = data[parent]
+    if inner is None:  # ``cod:`` written empty says nothing
+        del data[parent]
+        return False, None
     if not isinstance(inner, dict):
         return False, None
     inner = data[parent] = dict(inner)
