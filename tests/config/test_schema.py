@@ -164,7 +164,7 @@ def test_a_key_with_no_effect_warns_by_name_with_its_reason_and_strict_refuses_i
     overrides = ["explorer.runner_prepare_concurrency=4"]
     load_config(path, [*overrides, "explorer.runner_prepare_max_retries=2"])  # the default: nothing to say
     key = "explorer.runner_prepare_concurrency"
-    message = inert_message(inert_keys()[key])
+    message = inert_message(inert_keys()[key].reason)
     assert message.startswith("has no effect in trinity: trinity's workflow runners are coroutines")
     assert f"{key}: {message}" in caplog.text and "runner_prepare_max_retries" not in caplog.text
     assert issues_of(path, overrides, strict=True) == {key: message}
@@ -362,7 +362,7 @@ def test_inert_keys_do_not_grow_and_each_is_in_the_docs_with_its_reason():
     assert len(keys) + len(declared) <= INERT_NOW, f"more than {INERT_NOW} keys without effect: {keys}, {declared}"
     docs = (REPO / "docs" / "config.md").read_text()
     assert f"## Keys with no effect ({len(keys)})" in docs
-    missing = [key for key, reason in keys.items() if f"| `{key}` | {reason} |" not in docs]
+    missing = [key for key, entry in keys.items() if f"| `{key}` | {entry.reason} |" not in docs]
     assert not missing, missing
     plugin_keys = inert_workflow_args()  # the workflows' own: every declaration
     assert len(plugin_keys) >= len(declared)

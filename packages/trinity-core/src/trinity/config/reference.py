@@ -16,7 +16,7 @@ from pydantic import BaseModel
 from pydantic.json_schema import GenerateJsonSchema
 
 from trinity.config.base import EFFECT
-from trinity.config.compat import NO_EFFECT_KEYS, renamed_keys
+from trinity.config.compat import NO_EFFECT_KEYS, NoEffect, renamed_keys
 from trinity.config.load import children
 from trinity.config.schema import Config
 
@@ -112,16 +112,16 @@ def _description(field: Any) -> str:
     return prefix + (field.description or "").replace("|", "\\|")
 
 
-def inert_keys(found: dict[type[BaseModel], list[str]] | None = None) -> dict[str, str]:
-    """``{dotted key: reason}`` of every key trinity accepts without effect (``compat.NO_EFFECT_KEYS``),
-    at the first place its section appears."""
+def inert_keys(found: dict[type[BaseModel], list[str]] | None = None) -> dict[str, NoEffect]:
+    """``{dotted key: its default and reason}`` of every key trinity accepts without effect
+    (``compat.NO_EFFECT_KEYS``), at the first place its section appears."""
     if found is None:
         found = {}
         _models(Config, "", found)
     keys = {}
     for model, paths in found.items():
         for name, inert in NO_EFFECT_KEYS.get(model.__name__, {}).items():
-            keys[".".join(p for p in (paths[0], name) if p)] = inert.reason
+            keys[".".join(p for p in (paths[0], name) if p)] = inert
     return keys
 
 
@@ -173,7 +173,7 @@ def markdown(plugin_inert: dict[str, str] | None = None) -> str:
     ]
     inert = inert_keys(found)
     lines += [f"## Keys with no effect ({len(inert)})", "", "| key | why it cannot act here |", "|---|---|"]
-    lines += [f"| `{key}` | {reason} |" for key, reason in inert.items()]
+    lines += [f"| `{key}` | {entry.reason} |" for key, entry in inert.items()]
     lines.append("")
     if plugin_inert:
         lines += [f"## Plugin arguments with no effect ({len(plugin_inert)})", "", "| key | why it cannot act here |"]

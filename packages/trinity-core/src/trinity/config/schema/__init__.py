@@ -6,7 +6,8 @@ them come validation, ``trinity config schema`` (JSON Schema), docs/config.md an
 form. Names, defaults and meanings follow Trinity-RFT's 0.6 ``config.py`` so that its configs load
 unchanged; ``None`` means "derive it" (``trinity.config.derive``). Keys accepted but not acted on
 are not declared here: ``trinity.config.compat`` takes them out before validation (with a warning).
-``derived(...)`` marks a key the derivation fills (a value in the file is replaced). Free-form mappings (``*_args``, ``trainer_config``) are checked by their owner.
+``derived(...)`` marks a key the derivation fills (a value in the file is replaced). Free-form
+mappings (``*_args``, ``trainer_config``) are checked by their owner.
 """
 
 from trinity.config.schema.algorithm import (
