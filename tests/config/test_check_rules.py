@@ -213,6 +213,10 @@ RULES = [
          "trainer.max_token_len_per_gpu", "a full-length sample will not fit a micro-batch"),
     Rule("mix-without-expert-buffer", ["algorithm.algorithm_type=mix"], "error",
          "buffer.trainer_input.auxiliary_buffers", "reads expert data from the auxiliary buffer"),
+    Rule("mix-reads-fewer-rollouts-than-written",
+         ["algorithm.algorithm_type=mix", "algorithm.repeat_times=8", "buffer.batch_size=16",
+          "buffer.trainer_input.auxiliary_buffers={sft_dataset: {name: sft_dataset, path: /t.jsonl}}"],
+         "warning", "buffer.train_batch_size", "read 64 of the 128 rollouts the explorer writes a step"),
     # check_data_processor
     Rule("unknown-operator", ["data_processor.experience_pipeline.operators=[{name: nope_operator}]"], "error",
          "data_processor.experience_pipeline.operators[0].name", "nope_operator"),
@@ -282,7 +286,7 @@ def test_vllm_serves_the_adapter_on_its_endpoint_only_with_runtime_lora_updating
 REPORTS = re.compile(r"issues\.(add|warn|refuse_at_run|no_effect)\(|\(over_the_limit or issues\.add\)\(")
 """A place in check.py that reports an issue."""
 
-CHECKER_REPORTS = 54
+CHECKER_REPORTS = 55
 """Places in check.py that report an issue when the cases above were written: each is caught by a
 case (a report disabled in memory, one at a time, fails at least one case)."""
 

@@ -85,7 +85,10 @@ class MixSampleStrategy(SampleStrategy):
 
     The trainer reads ``expert_data_ratio`` of each batch from the auxiliary buffer
     ``sft_dataset_name`` and the rest from the experience buffer, marks the expert rows with
-    ``info["is_expert"] = True`` and passes both; the batch gets ``is_expert`` accordingly.
+    ``info["is_expert"] = True`` and passes both; the batch gets ``is_expert`` accordingly. So
+    ``buffer.train_batch_size`` is rollouts plus expert rows: at batch_size x repeat_times the
+    trainer reads only part of each step's rollouts, and the check warns (as Trinity-RFT's mix
+    examples, set it to the rollouts over ``1 - expert_data_ratio``).
     """
 
     class Args(PluginArgs):

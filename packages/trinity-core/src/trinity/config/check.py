@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib.util
+import math
 from collections.abc import Callable, Iterator
 from contextvars import ContextVar
 from pathlib import Path
@@ -573,6 +574,24 @@ def _check_expert_buffer(config: Config, issues: IssueCollector) -> None:
             "buffer.trainer_input.auxiliary_buffers",
             f"sample strategy '{algo.sample_strategy}' reads expert data from the auxiliary buffer "
             f"'{reads[0]}', which is not configured (configured: {', '.join(auxiliary) or 'none'})",
+        )
+    if reads and explorer_runs(config) and trainer_runs(config):
+        _check_rollouts_per_step(config, reads[1], issues)
+
+
+def _check_rollouts_per_step(config: Config, expert_rows: int, issues: IssueCollector) -> None:
+    """With expert rows in each train batch, the trainer reads fewer rollouts a step than the
+    explorer writes unless ``train_batch_size`` makes room for both: then every step trains on
+    rollouts older than the last (staleness grows by one every few steps) and learning stalls."""
+    buffer = config.buffer
+    written, read = buffer.batch_size * config.algorithm.repeat_times, buffer.train_batch_size - expert_rows
+    if 0 < read < written:
+        matching = math.ceil(written / (read / buffer.train_batch_size))
+        issues.warn(
+            "buffer.train_batch_size",
+            f"{buffer.train_batch_size} rows a step, {expert_rows} of them expert data, read {read} of the "
+            f"{written} rollouts the explorer writes a step (batch_size x repeat_times): the rollouts pile up "
+            f"and each step trains on staler ones; {matching} reads them all",
         )
 
 
