@@ -48,6 +48,7 @@ class VLLMRolloutEngine(RolloutEngine):
     in_explorer_process = False  # each engine is a VLLMServer actor that asks for its GPUs
     takes_lora = True
     takes_parallel_keys = True
+    takes_partial_rollout = True
 
     def __init__(self, config: InferenceModelConfig, model: ModelConfig) -> None:
         path = config.model_path or model.model_path
@@ -90,19 +91,20 @@ class VLLMRolloutEngine(RolloutEngine):
         self._start_server()
 
     def generate(self, prompts: list[str], args: SamplingArgs) -> list[list[Completion]]:
-        return self._call("generate", self._text_prompts(prompts), args)
+        return self._call("generate", self._text_prompts(prompts), args, self.partial_rollout)
 
     def chat(self, conversations: list[list[dict[str, Any]]], args: SamplingArgs) -> list[list[Completion]]:
-        return self._call("generate", self._chat_prompts(conversations, args.tools), args)
+        return self._call("generate", self._chat_prompts(conversations, args.tools), args, self.partial_rollout)
 
     def logprobs(self, token_ids: list[list[int]]) -> list[list[float]]:
         return self._call("logprobs", token_ids)
 
     async def generate_async(self, prompts: list[str], args: SamplingArgs) -> list[list[Completion]]:
-        return await self._call_async("generate", self._text_prompts(prompts), args)
+        return await self._call_async("generate", self._text_prompts(prompts), args, self.partial_rollout)
 
     async def chat_async(self, conversations: list[list[dict[str, Any]]], args: SamplingArgs) -> list[list[Completion]]:
-        return await self._call_async("generate", self._chat_prompts(conversations, args.tools), args)
+        prompts = self._chat_prompts(conversations, args.tools)
+        return await self._call_async("generate", prompts, args, self.partial_rollout)
 
     async def logprobs_async(self, token_ids: list[list[int]]) -> list[list[float]]:
         return await self._call_async("logprobs", token_ids)
@@ -121,7 +123,7 @@ class VLLMRolloutEngine(RolloutEngine):
         checkpoint_path: str | None = None,
         version: int = 0,
     ) -> None:
-        self.model_version = self._call("update_weights", state_dict, checkpoint_path, version)
+        self.model_version = self._call("update_weights", state_dict, checkpoint_path, version, self.partial_rollout)
 
     def init_weight_group(self, address: dict[str, Any], rank_offset: int) -> None:
         """nccl sync: this engine's workers join the trainer's weight group from ``rank_offset`` on."""
@@ -129,7 +131,7 @@ class VLLMRolloutEngine(RolloutEngine):
 
     def receive_weights(self, meta: list, version: int) -> None:
         """nccl sync: take the trainer's broadcast of ``meta``'s tensors as ``version``."""
-        self.model_version = self._call("receive_weights", meta, version)
+        self.model_version = self._call("receive_weights", meta, version, self.partial_rollout)
 
     def shutdown(self) -> None:
         try:

@@ -17,6 +17,8 @@ import shutil
 import tempfile
 import uuid
 from collections import Counter
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager, nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -86,6 +88,51 @@ class RetiredAdapters:
             self.retired.remove((swap, folder))
 
 
+class LoadGate:
+    """Weight loads against the requests in flight, so that every token's version is known.
+
+    A load either waits for the requests in flight to end (the default: each response is one
+    version's) or aborts the interruptible ones (partial rollout: their callers go on from the
+    tokens so far under the new weights). Requests that arrive during a load wait for it. vLLM
+    itself would apply a load between two decode steps of the requests running, unrecorded.
+    """
+
+    def __init__(self) -> None:
+        self._open = asyncio.Event()
+        self._open.set()
+        self._idle = asyncio.Event()
+        self._idle.set()
+        self._running: dict[str, bool] = {}  # request id: interruptible
+        self._lock = asyncio.Lock()
+
+    @asynccontextmanager
+    async def request(self, request_id: str, interruptible: bool) -> AsyncIterator[None]:
+        """A request runs inside: after any load in progress, and before any that starts meanwhile."""
+        await self._open.wait()
+        self._running[request_id] = interruptible
+        self._idle.clear()
+        try:
+            yield
+        finally:
+            del self._running[request_id]
+            if not self._running:
+                self._idle.set()
+
+    @asynccontextmanager
+    async def load(self, abort: Callable[[list[str]], Awaitable[None]] | None) -> AsyncIterator[None]:
+        """New weights load inside, once no request runs: with ``abort``, the interruptible ones are
+        aborted first (one not yet known to vLLM then runs to its end)."""
+        async with self._lock:
+            self._open.clear()
+            try:
+                if abort is not None and (interruptible := [rid for rid, cut in self._running.items() if cut]):
+                    await abort(interruptible)
+                await self._idle.wait()
+                yield
+            finally:
+                self._open.set()
+
+
 class VLLMServer:
     """One ``AsyncLLM`` with ``ranks_per_engine()`` workers (tensor x data x pipeline parallel), started by ``start()``."""
 
@@ -106,6 +153,7 @@ class VLLMServer:
         self._served_models: Any = None
         self._adapters = tempfile.TemporaryDirectory(prefix="trinity-vllm-lora-") if self.lora else None
         self._retired = RetiredAdapters()
+        self._gate = LoadGate()
         self.engine: Any = None
         self.api_url: str | None = None
         self._api_server: asyncio.Task | None = None
@@ -291,42 +339,59 @@ class VLLMServer:
 
     # -- requests -----------------------------------------------------------------------
 
-    async def generate(self, prompts: list[tuple[list[int], int | None]], args: SamplingArgs) -> list[list[Completion]]:
+    async def generate(
+        self, prompts: list[tuple[list[int], int | None]], args: SamplingArgs, partial: bool = False
+    ) -> list[list[Completion]]:
         """``args.n`` completions per ``(token ids, truncated_from)`` prompt; truncated ones (a
-        length in ``truncated_from``) get empty completions that carry it."""
-        return list(await asyncio.gather(*(self._sample(ids, cut, args) for ids, cut in prompts)))
+        length in ``truncated_from``) get empty completions that carry it. ``partial`` (partial
+        rollout): a weight load cuts the samples short and they go on under the new weights, each
+        token's version in ``token_versions``."""
+        return list(await asyncio.gather(*(self._sample(ids, cut, args, partial) for ids, cut in prompts)))
 
     async def logprobs(self, token_ids: list[list[int]]) -> list[list[float]]:
         return list(await asyncio.gather(*(self._prompt_logprobs(ids) for ids in token_ids)))
 
-    async def _sample(self, ids: list[int], truncated_from: int | None, args: SamplingArgs) -> list[Completion]:
-        version = self.version
+    async def _sample(
+        self, ids: list[int], truncated_from: int | None, args: SamplingArgs, partial: bool
+    ) -> list[Completion]:
         if truncated_from is not None:
+            versions = [] if partial else None
             return [
-                Completion(ids, [], [], "", "length", truncated_from=truncated_from, model_version=version)
+                Completion(ids, [], [], "", "length", truncated_from, self.version, token_versions=versions)
                 for _ in range(args.n)
             ]
-        output = await self._run(ids, self._params(args, len(ids)))
-        return [
-            Completion(
-                prompt_token_ids=ids,
-                response_token_ids=list(sample.token_ids),
-                response_logprobs=[
-                    step[token].logprob for step, token in zip(sample.logprobs or [], sample.token_ids, strict=False)
-                ],
-                text=sample.text,
-                finish_reason="length" if sample.finish_reason == "length" else "stop",
-                model_version=version,
-            )
-            for sample in output.outputs
-        ]
+        params = self._params(args, len(ids))
+        output, version = await self._run(ids, params, interruptible=partial)
+        if not partial:
+            return [_completion(ids, _Response(sample, version), None) for sample in output.outputs]
+        return list(
+            await asyncio.gather(*(self._resume(ids, _Response(sample, version), params) for sample in output.outputs))
+        )
+
+    async def _resume(self, ids: list[int], response: _Response, params: Any) -> Completion:
+        """A sample a weight load cut short (``finish_reason`` abort) goes on from its tokens so far,
+        prefilled again under the new weights, until it ends."""
+        while response.finish_reason == "abort":
+            if len(response.tokens) >= params.max_tokens:  # cut after its last token
+                response.finish_reason = "length"
+                break
+            rest = params.clone()
+            rest.n = 1
+            rest.max_tokens = params.max_tokens - len(response.tokens)
+            rest.min_tokens = max(params.min_tokens - len(response.tokens), 0)
+            if params.seed is not None:  # not the seed of the request's first sample for every one of its n
+                rest.seed = hash((params.seed, response.index, len(response.tokens))) % 2**31
+            output, version = await self._run(ids + response.tokens, rest, interruptible=True)
+            response.extend(output.outputs[0], version)
+        return _completion(ids, response, response.versions)
 
     async def _prompt_logprobs(self, ids: list[int]) -> list[float]:
         from vllm import SamplingParams
 
         if not ids:
             return []
-        output = await self._run(ids, SamplingParams(max_tokens=1, prompt_logprobs=0, detokenize=False))
+        params = SamplingParams(max_tokens=1, prompt_logprobs=0, detokenize=False)
+        output, _ = await self._run(ids, params, interruptible=False)
         return [0.0] + [step[token].logprob for step, token in zip(output.prompt_logprobs[1:], ids[1:], strict=True)]
 
     def _params(self, args: SamplingArgs, prompt_length: int) -> Any:
@@ -350,42 +415,59 @@ class VLLMServer:
             output_kind=RequestOutputKind.FINAL_ONLY,
         )
 
-    async def _run(self, ids: list[int], params: Any) -> Any:
-        """The final output of one request (``FINAL_ONLY`` or a prompt-logprobs request: one output)."""
-        ticket = self._retired.begin()
-        try:
-            outputs = [
-                out
-                async for out in self.engine.generate(
-                    {"prompt_token_ids": ids}, params, request_id=uuid.uuid4().hex, lora_request=self.adapter
-                )
-            ]
-        finally:
-            self._retired.end(ticket)
-        return outputs[-1]
+    async def _run(self, ids: list[int], params: Any, interruptible: bool) -> tuple[Any, int]:
+        """The final output of one request (``FINAL_ONLY`` or a prompt-logprobs request: one output),
+        and the version of the weights it ran with; ``interruptible``: a load aborts it (``LoadGate``)."""
+        request_id = uuid.uuid4().hex
+        async with self._gate.request(request_id, interruptible):
+            version, ticket = self.version, self._retired.begin()
+            try:
+                outputs = [
+                    out
+                    async for out in self.engine.generate(
+                        {"prompt_token_ids": ids}, params, request_id=request_id, lora_request=self.adapter
+                    )
+                ]
+            finally:
+                self._retired.end(ticket)
+        return outputs[-1], version
 
     # -- weights ------------------------------------------------------------------------
 
     async def update_weights(
-        self, state_dict: dict[str, torch.Tensor] | None, checkpoint_path: str | None, version: int
+        self,
+        state_dict: dict[str, torch.Tensor] | None,
+        checkpoint_path: str | None,
+        version: int,
+        partial: bool = False,
     ) -> int:
-        """Reload the weights in place from a state dict or a directory of ``*.safetensors``."""
+        """Reload the weights in place from a state dict or a directory of ``*.safetensors``;
+        ``partial``: cutting the samples in flight short (``generate``)."""
         if (state_dict is None) == (checkpoint_path is None):
             raise ValueError("update_weights needs exactly one of state_dict or checkpoint_path")
-        if self.lora is not None:
-            await self._load_adapter(state_dict, checkpoint_path, version)
-        elif checkpoint_path is not None:
-            await self.engine.collective_rpc("load_checkpoint", args=(checkpoint_path,))
-        else:
-            # vLLM's RPC to its workers cannot carry tensors: they go through a file (in memory
-            # where /dev/shm exists). NCCL sync avoids the copy on GPUs.
-            from safetensors.torch import save_file
+        async with self._loading(partial):
+            if self.lora is not None:
+                await self._load_adapter(state_dict, checkpoint_path, version)
+            elif checkpoint_path is not None:
+                await self.engine.collective_rpc("load_checkpoint", args=(checkpoint_path,))
+            else:
+                # vLLM's RPC to its workers cannot carry tensors: they go through a file (in memory
+                # where /dev/shm exists). NCCL sync avoids the copy on GPUs.
+                from safetensors.torch import save_file
 
-            shm = "/dev/shm" if os.path.isdir("/dev/shm") else None
-            with tempfile.TemporaryDirectory(prefix="trinity-vllm-", dir=shm) as folder:
-                save_file({k: v.contiguous() for k, v in state_dict.items()}, str(Path(folder) / "model.safetensors"))
-                await self.engine.collective_rpc("load_checkpoint", args=(folder,))
-        return await self._loaded(version)
+                shm = "/dev/shm" if os.path.isdir("/dev/shm") else None
+                with tempfile.TemporaryDirectory(prefix="trinity-vllm-", dir=shm) as folder:
+                    tensors = {k: v.contiguous() for k, v in state_dict.items()}
+                    save_file(tensors, str(Path(folder) / "model.safetensors"))
+                    await self.engine.collective_rpc("load_checkpoint", args=(folder,))
+            return await self._loaded(version)
+
+    def _loading(self, partial: bool) -> Any:
+        """Where a load runs: past the ``LoadGate``, except an adapter's without ``partial`` (each
+        request carries the adapter it started with to its end, so nothing needs to wait)."""
+        if self.lora is not None and not partial:
+            return nullcontext()
+        return self._gate.load(self.engine.abort if partial else None)
 
     async def _load_adapter(
         self, state_dict: dict[str, torch.Tensor] | None, checkpoint_path: str | None, version: int
@@ -434,10 +516,11 @@ class VLLMServer:
         """nccl sync: every worker joins the trainer's weight group (``WeightLoader.init_weight_group``)."""
         await self.engine.collective_rpc("init_weight_group", args=(address, rank_offset))
 
-    async def receive_weights(self, meta: list, version: int) -> int:
+    async def receive_weights(self, meta: list, version: int, partial: bool = False) -> int:
         """nccl sync: every worker receives the trainer's broadcast and loads it in place."""
-        await self.engine.collective_rpc("receive_weights", args=(meta,))
-        return await self._loaded(version)
+        async with self._loading(partial):
+            await self.engine.collective_rpc("receive_weights", args=(meta,))
+            return await self._loaded(version)
 
     async def _loaded(self, version: int) -> int:
         """After new weights: drop the prefix cache (its keys were computed with the old
@@ -454,3 +537,42 @@ class VLLMServer:
             self.engine = None
         if self._adapters is not None:
             self._adapters.cleanup()
+
+
+class _Response:
+    """One sample's response so far: its tokens, raw logprobs and text, and each token's version."""
+
+    def __init__(self, sample: Any, version: int) -> None:
+        self.index = sample.index
+        """Which of the request's ``n`` samples."""
+        self.version = version
+        """The weights' version of the first part (of the first token, when it has one)."""
+        self.tokens: list[int] = []
+        self.logprobs: list[float] = []
+        self.versions: list[int] = []
+        self.text = ""
+        self.finish_reason = ""
+        self.extend(sample, version)
+
+    def extend(self, sample: Any, version: int) -> None:
+        """The next part of the response, sampled by weights ``version``."""
+        tokens = list(sample.token_ids)
+        if not self.tokens:
+            self.version = version
+        self.tokens += tokens
+        self.logprobs += [step[token].logprob for step, token in zip(sample.logprobs or [], tokens, strict=False)]
+        self.versions += [version] * len(tokens)
+        self.text += sample.text
+        self.finish_reason = sample.finish_reason
+
+
+def _completion(prompt: list[int], response: _Response, token_versions: list[int] | None) -> Completion:
+    return Completion(
+        prompt_token_ids=prompt,
+        response_token_ids=response.tokens,
+        response_logprobs=response.logprobs,
+        text=response.text,
+        finish_reason="length" if response.finish_reason == "length" else "stop",
+        model_version=response.version,
+        token_versions=token_versions,
+    )

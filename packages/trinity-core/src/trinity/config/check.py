@@ -376,7 +376,7 @@ def _check_partial_rollout(config: Config, issues: IssueCollector) -> None:
         issues.add(
             "synchronizer.partial_rollout",
             f"explorer.rollout_model.engine_type {engine_type!r} cannot pause its generations for new weights: "
-            "use engine_type transformers, or leave partial_rollout off",
+            "use engine_type transformers or vllm (trinity-vllm), or leave partial_rollout off",
         )
 
 
