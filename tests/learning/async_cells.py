@@ -327,12 +327,28 @@ VLLM_ROLLOUT = async_cell(
     test_steps=VLLM_BUDGET,
     control_steps=VLLM_BUDGET,
 )
+VLLM_PARTIAL_ROLLOUT = async_cell(
+    "sync: fully_async + partial rollout, vllm engine",
+    "sync style",
+    lambda ws: [
+        *PARTIAL_ROLLOUT.overrides(ws),
+        "explorer.rollout_model.engine_type=vllm",
+        "explorer.rollout_model.enforce_eager=true",
+    ],
+    runner=in_engines_env,
+    test_steps=None,  # the engines suite tests the mechanism (tests/vllm_engine/test_vllm_partial_rollout.py)
+    note="A weight sync aborts the samples in flight in vLLM; each goes on from its tokens so far under the "
+    "new weights, every token's version recorded. 120 steps, seed 0 (2026-12-05): 0.211 -> 0.773 (+0.562, dip "
+    "0.025); 8.7% of rows spanned two versions (85% in one step), staleness at most 1.",
+)
 VERL_TRAINER = async_cell(
     "trainer: verl (FSDP2 on a CPU)",
     "trainer",
     lambda ws: ["trainer.trainer_type=verl"],
     runner=in_engines_env,
     control_steps=TEST_BUDGET,  # 40 steps (2026-12-03): 0.172 -> 0.469, its control 0.172 -> 0.228
+    note="Same curve as the torch trainer's grpo at every step (one seed, 2026-12-05): verl's actor computes the "
+    "same loss on the same rows (tests/verl_engine checks its logprobs and a GRPO update against the torch engine's).",
 )
 LORA_ENGINES = Cell(
     name="lora: verl trainer + vllm engine",
@@ -367,6 +383,7 @@ CELLS = [
     TWO_PROCESSES,
     SERVE,
     VLLM_ROLLOUT,
+    VLLM_PARTIAL_ROLLOUT,
     VERL_TRAINER,
     LORA_ENGINES,
 ]

@@ -172,7 +172,8 @@ SIMPLE = Cell(
     steps=120,
     margin=0.15,
     controls=NEGATED,
-    note="The taskset's prompt and reward function (math_reward) as they are.",
+    note="The taskset's prompt and reward function (math_reward) as they are: here the prompt math_workflow "
+    "sends and the same reward, hence grpo's curve at every step (one seed, 2026-12-05).",
 )
 
 MATH_EVAL = Cell(

@@ -422,7 +422,11 @@ the cells where a correction should matter, and rollout correction."""
 CELLS = [
     GRPO,
     ROUTER_REPLAY,
-    rl_cell("grpo_verl"),
+    rl_cell(
+        "grpo_verl",
+        note="Same curve as grpo at every step (one seed, 2026-12-05): its advantage differs from grpo's only for "
+        "a task sampled once, and every task here is sampled 8 times.",
+    ),
     rl_cell(
         "gspo",
         note=(
@@ -441,7 +445,11 @@ CELLS = [
     rl_cell(
         "cispo", note="Same curve as grpo (first 15 steps checked): on policy its clipped, stop-gradient ratio is 1."
     ),
-    rl_cell("m2po"),
+    rl_cell(
+        "m2po",
+        note="Same curve as grpo at every step (one seed, 2026-12-05): one on-policy update a batch keeps every "
+        "ratio at 1, so no token's (log r)^2 exceeds 0, the mask drops none and the loss's gradient is GRPO's.",
+    ),
     rl_cell(
         "raft",
         "data_processor.experience_pipeline.operators=[{name: reward_filter, args: {threshold: 1.0}}]",
@@ -451,7 +459,11 @@ CELLS = [
         margin=0.15 * 128,
     ),
     rl_cell("rec"),
-    rl_cell("sapo"),
+    rl_cell(
+        "sapo",
+        note="Same curve as grpo at every step (one seed, 2026-12-05): on policy the gate's gradient weight "
+        "4 sig(0) (1 - sig(0)) r is 1 at r = 1, PPO's, and the global token-mean aggregation applies (as for gspo).",
+    ),
     rl_cell("sppo"),
     rl_cell("topr"),
     rl_cell("mix", expert=True, negate=False, note=MIX_EXPERT),
