@@ -18,7 +18,7 @@ import tempfile
 import uuid
 from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager, nullcontext
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -462,12 +462,25 @@ class VLLMServer:
                     await self.engine.collective_rpc("load_checkpoint", args=(folder,))
             return await self._loaded(version)
 
-    def _loading(self, partial: bool) -> Any:
+    @asynccontextmanager
+    async def _loading(self, partial: bool) -> AsyncIterator[None]:
         """Where a load runs: past the ``LoadGate``, except an adapter's without ``partial`` (each
-        request carries the adapter it started with to its end, so nothing needs to wait)."""
+        request carries the adapter it started with to its end, so nothing needs to wait).
+        Without ``partial`` the endpoint's requests in flight end first too (vLLM's pause in
+        ``wait`` mode; those arriving meanwhile wait in vLLM's queue), so each of its responses is
+        one version's; with it they go on across the load."""
         if self.lora is not None and not partial:
-            return nullcontext()
-        return self._gate.load(self.engine.abort if partial else None)
+            yield
+            return
+        async with self._gate.load(self.engine.abort if partial else None):
+            if partial:
+                yield
+                return
+            await self.engine.pause_generation(mode="wait", clear_cache=False)
+            try:
+                yield
+            finally:
+                await self.engine.resume_generation()
 
     async def _load_adapter(
         self, state_dict: dict[str, torch.Tensor] | None, checkpoint_path: str | None, version: int
