@@ -125,12 +125,6 @@ def test_partial_rollout_marks_each_token_with_its_weights_version(tmp_path, tin
     metrics count its tokens by their own staleness (about 14 s in a warm Ray). Responses are long
     (384 tokens, about 1 s a batch) and steps small (4 rows): a step's train-and-sync, 0.1-0.3 s,
     lands inside the next batch's sampling even on a loaded machine."""
-    check_partial_rollout_run(tmp_path, tiny_model_dir, arithmetic_data)
-
-
-def check_partial_rollout_run(tmp_path: Path, tiny_model_dir: Path, arithmetic_data: Path, *overrides: str) -> None:
-    """A fully_async run with partial rollout (``overrides`` pick the engine): some response spans
-    two versions, every experience's token versions run in order from its ``model_version``."""
     config = write_experiment(
         tmp_path,
         tiny_model_dir,
@@ -146,7 +140,6 @@ def check_partial_rollout_run(tmp_path: Path, tiny_model_dir: Path, arithmetic_d
         "explorer.rollout_model.ignore_eos=true",
         "model.max_response_tokens=384",
         "trainer.save_interval=0",
-        *overrides,
     )
     assert_ok(trinity_run(config))
     experiences = written_experiences(tmp_path, 16, timeout=10)

@@ -14,7 +14,6 @@ from pathlib import Path
 
 import pytest
 from e2e_helpers import EXPLORE_ONLY, frozen_at, trinity_run, trinity_start, write_experiment
-from test_explore_pipeline import check_partial_rollout_run
 from test_run import JOB, assert_ok, job_log, metrics
 from test_tool_call_run import check_tool_call_run, tool_call_experiment
 
@@ -169,15 +168,6 @@ def _stopped(process) -> bool:
         return process.status() == psutil.STATUS_STOPPED
     except psutil.NoSuchProcess:
         return False
-
-
-def test_partial_rollout_on_the_vllm_engine_marks_each_token_with_its_weights_version(
-    tmp_path, tiny_model_dir, arithmetic_data
-):
-    """As on the transformers engine (test_explore_pipeline): a sync aborts the samples in flight in
-    vLLM, they go on from their tokens so far under the new weights, each token's version kept.
-    vLLM samples 384 tokens faster than the transformers engine: 1024 keep a sync inside a batch."""
-    check_partial_rollout_run(tmp_path, tiny_model_dir, arithmetic_data, *VLLM, "model.max_response_tokens=1024")
 
 
 @pytest.mark.slow
