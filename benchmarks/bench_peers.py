@@ -348,6 +348,7 @@ def trinity_configs(root: Path, model: Path, data: Path, steps: int, algorithm: 
     over it; no checkpoints but the last."""
 
     warmup = shipped_warmup()  # write_experiment leaves it out, as for a test's few steps
+    single = OmegaConf.load(QUICKSTART / "quickstart.yaml").cluster.single_process  # write_experiment pins Ray
 
     def config(name: str) -> Path:
         run = (
@@ -355,6 +356,7 @@ def trinity_configs(root: Path, model: Path, data: Path, steps: int, algorithm: 
             f"buffer.total_steps={steps}",
             f"algorithm.algorithm_type={algorithm}",
             f"algorithm.optimizer.lr_warmup_steps={warmup}",
+            f"cluster.single_process={single}",
         )
         return write_experiment(root / name, model, data, *run, "trainer.save_interval=0", *changes)
 

@@ -270,14 +270,16 @@ def test_a_trainer_whose_explorer_died_for_good_exits_non_zero_naming_it(
 LONG_RUN = 800
 
 
-@pytest.mark.parametrize("stop", ["SIGTERM", "Ctrl-C"])
-def test_a_stop_signal_saves_at_the_next_step_boundary_and_exits_0(tmp_path, tiny_model_dir, stop):
+@pytest.mark.parametrize(("stop", "single_process"), [("SIGTERM", False), ("Ctrl-C", False), ("Ctrl-C", True)])
+def test_a_stop_signal_saves_at_the_next_step_boundary_and_exits_0(tmp_path, tiny_model_dir, stop, single_process):
     """``trinity run`` in mode both with no checkpoint before the end: SIGTERM, or Ctrl-C (SIGINT
     to the whole foreground process group, as a terminal sends it), after the first step makes
-    the trainer save the step it is in, and the run exits 0 soon after, leaving no role behind."""
+    the trainer save the step it is in, and the run exits 0 soon after, leaving no role behind;
+    on Ray, and with both roles in the driver's process (``cluster.single_process``)."""
     config = write_experiment(tmp_path, tiny_model_dir, "both")
     # 100 epochs: on an idle machine the 8 steps of one would end within the driver's 1-s wait
     long_run = ["trainer.save_interval=1000", "buffer.total_epochs=100", f"buffer.total_steps={LONG_RUN}"]
+    long_run.append(f"cluster.single_process={single_process}")
     command = [sys.executable, "-m", "trinity.cli", "run", "--config", str(config), *long_run]
     env = {**os.environ, RUN_TAG: str(tmp_path)}
     run = subprocess.Popen(

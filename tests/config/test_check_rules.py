@@ -150,6 +150,8 @@ RULES = [
          "explorer.rollout_model.engine_num", "not enough GPUs"),
     Rule("colocate-on-two-gpus", ["cluster.gpu_per_node=2", "mode=colocate"], "error", "mode",
          "colocate shares one GPU"),
+    Rule("single-process-joining-a-cluster", ["cluster.single_process=true", "cluster.ray_address=10.0.0.1:6379"],
+         "error", "cluster.single_process", "joins no Ray cluster (cluster.ray_address is '10.0.0.1:6379'"),
     Rule("trainer-not-whole-nodes", ["cluster.node_num=2", "cluster.gpu_per_node=4", "explorer.rollout_model.engine_num=3"],
          "error", "cluster", "the trainer must get whole nodes"),
     # check_synchronizer
@@ -286,7 +288,7 @@ def test_vllm_serves_the_adapter_on_its_endpoint_only_with_runtime_lora_updating
 REPORTS = re.compile(r"issues\.(add|warn|refuse_at_run|no_effect)\(|\(over_the_limit or issues\.add\)\(")
 """A place in check.py that reports an issue."""
 
-CHECKER_REPORTS = 55
+CHECKER_REPORTS = 56
 """Places in check.py that report an issue when the cases above were written: each is caught by a
 case (a report disabled in memory, one at a time, fails at least one case)."""
 

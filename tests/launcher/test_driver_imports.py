@@ -1,6 +1,7 @@
 """``trinity run``'s driver checks the config and starts the roles without importing torch or
 transformers: they cost it about 1.4 s of CPU beside Ray's start-up, and only the actors
-compute (see ``trinity.common.lazy_import``)."""
+compute (see ``trinity.common.lazy_import``). A single-process run imports them in the driver
+anyway (its roles are threads there), so the quickstart is checked as a run on Ray."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from trinity.explorer.explorer import Explorer
 from trinity.plugins import Kind, resolve
 from trinity.trainer.trainer import Trainer
 
-stages = load_stage_configs(sys.argv[1], [])
+stages = load_stage_configs(sys.argv[1], ["cluster.single_process=false"])
 for config in stages:
     resolve(Kind.SYNC_METHOD, config.synchronizer.sync_method)
 checked = [(c.algorithm.algorithm_type, c.algorithm.policy_loss_fn_args) for c in stages]

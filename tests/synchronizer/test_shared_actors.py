@@ -113,3 +113,64 @@ def test_over_memory_sync_the_explorer_is_told_the_trainers_end_and_the_trainer_
         assert explorer.fetch(1, timeout=0).version == 1  # its last weights are still there
     finally:
         ray_session.kill(actor)
+
+
+WITHOUT_RAY = """
+import json, sys, threading, time
+import torch
+from trinity.config.schema import Config
+from trinity.synchronizer.methods import LocalActor, MemorySync, SyncTimeout, find_shared_actor
+
+config = Config()
+config.ray_namespace = "single"
+config.synchronizer.sync_method = "memory"
+(store,) = MemorySync.shared_actors(config)
+fetched = []
+explorer_side = threading.Thread(target=lambda: fetched.append(MemorySync(config).fetch(1, timeout=30)))
+explorer_side.start()  # before the store exists, as a role built first waits for it
+time.sleep(0.3)
+actor = store.start("single")
+trainer = MemorySync(config)
+weights = {"w": torch.full((2,), 3.0), "b": torch.ones(3).to(torch.bfloat16)}
+trainer.publish(weights, 1)
+weights["w"] += 1  # the trainer's next step moves its weights in place
+explorer_side.join(30)
+try:
+    MemorySync(config).fetch(2, timeout=0.2)
+    timed_out = False
+except SyncTimeout:
+    timed_out = True
+store.remove_leftover("single")  # the launcher's end of the run
+try:
+    find_shared_actor(MemorySync.ACTOR_NAME, "single", timeout=0.1)
+    removed = False
+except ValueError:
+    removed = True
+print(json.dumps({
+    "local": isinstance(trainer.store, LocalActor),
+    "version": fetched[0].version,
+    "w": fetched[0].state_dict["w"].tolist(),
+    "b": [str(fetched[0].state_dict["b"].dtype), fetched[0].state_dict["b"].float().tolist()],
+    "removed": removed,
+    "timed_out": timed_out,
+    "ray": "ray" in sys.modules,
+}))
+"""
+
+
+def test_without_ray_memory_sync_passes_a_copy_of_the_weights_in_the_process() -> None:
+    """A single-process run (``cluster.single_process``): the weight store is an object of the
+    process, found by a side built before it; the explorer gets the published values even after
+    the trainer's weights moved on, and a version not published times out as on Ray."""
+    import json
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", WITHOUT_RAY], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    assert report["local"] and not report["ray"]
+    assert report["version"] == 1
+    assert report["w"] == [3.0, 3.0]  # published before the in-place update
+    assert report["b"] == ["torch.bfloat16", [1.0, 1.0, 1.0]]
+    assert report["timed_out"] and report["removed"]

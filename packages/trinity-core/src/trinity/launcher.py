@@ -17,11 +17,14 @@ import socket
 import sys
 import time
 from collections.abc import Callable
+from concurrent import futures
+from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
 from omegaconf import OmegaConf
 
+from trinity.buffer.storage.memory import drop_local_queue
 from trinity.common.files import read_json, write_json
 from trinity.config import load_stage_configs
 from trinity.config.load import read_yaml
@@ -31,9 +34,10 @@ from trinity.monitor.learnable import nothing_learnable
 from trinity.placement import Placement, PlacementError, node_names, place_roles
 from trinity.plugins import Kind, resolve
 from trinity.progress import ProgressDisplay
-from trinity.report import JOB_FOLDER_LINE, read_records, record_config, record_summary
-from trinity.roles import ExplorerRole, TrainerRole, role_actor
+from trinity.report import JOB_FOLDER_LINE, import_plotting_ahead, read_records, record_config, record_summary
+from trinity.roles import ExplorerRole, LocalRole, RayRole, TrainerRole
 from trinity.runtime import WORKER_NICENESS, default_threads
+from trinity.synchronizer.methods import LocalActor
 
 logger = logging.getLogger(__name__)
 
@@ -106,12 +110,15 @@ def run(config_path: str, overrides: list[str] | None = None, verbose: bool = Fa
     every named actor of the run carries ``ray_namespace`` explicitly. Unless ``verbose``, the
     roles print only warnings and errors, and the driver shows their progress. ``cluster.node_num`` /
     ``gpu_per_node`` left at 0 are then read from the cluster (as Trinity-RFT does), and the
-    config is derived again with them when the cluster has GPUs.
+    config is derived again with them when the cluster has GPUs. A run whose stages all set
+    ``cluster.single_process`` starts no Ray (nor imports it): its roles are threads of this process.
     """
-    import ray
-
     _catch_stop_signals()  # a stop while Ray starts is a stop too, not a KeyboardInterrupt
     stages = load_stage_configs(config_path, overrides, run=True)
+    if all(stage.cluster.single_process for stage in stages):
+        return _run_stages(stages, verbose)
+    import ray
+
     raw = read_yaml(config_path, overrides)
     started_ray = not ray.is_initialized()
     if started_ray:
@@ -276,20 +283,17 @@ def _cluster_answers(address: str, timeout: float = 3.0) -> bool:
 def run_stage(config: Config, verbose: bool = True) -> dict[str, Any]:
     """One stage: the actors its mode needs, until they finish; with a progress display of
     them unless ``verbose`` (every role prints a line per step then)."""
-    import ray
-
     started = time.time()
     record_config(config)
     print(f"{JOB_FOLDER_LINE}{config.checkpoint_job_dir}", flush=True)
     if config.data_processor.task_pipeline is not None and config.mode in ("both", "explore", "colocate"):
         _run_task_pipeline(config)
-    start_shared = _shared_actors(config)
-    placement = _place(config)
+    start_shared, end_shared = _shared_actors(config)
+    placement = None if config.cluster.single_process else _place(config)
     roles = _start_roles(config, placement, verbose)
-    shared: list = []
     watch = _Watch(config, roles, verbose)
     try:
-        shared = start_shared()
+        start_shared()
         watch.until_done()
     except Stopped as stop:  # the stopped stage's summary too: what its roles returned, and why it ended
         stop.summaries = [{**_stage_summary(config, started, watch.results, watch.where), "stopped": str(stop)}]
@@ -299,9 +303,11 @@ def run_stage(config: Config, verbose: bool = True) -> dict[str, Any]:
         watch.close()
         if config.monitor.enable_ray_timeline:  # before the kill: the actors' last events; a failed run's too
             _write_timeline(config)
-        for actor in [*roles.values(), *shared]:
-            ray.kill(actor)
-        placement.remove()
+        for role in roles.values():
+            role.kill()
+        end_shared()
+        if placement:
+            placement.remove()
     summary = _stage_summary(config, started, watch.results, watch.where)
     record_summary(summary)
     return summary
@@ -315,18 +321,25 @@ def _place(config: Config) -> Placement:
         raise RunFailed(str(exc)) from None
 
 
-def _start_roles(config: Config, placement: Placement, verbose: bool) -> dict[str, Any]:
-    """``{role name: its actor}``, the explorer first (its start-up is the longer)."""
+def _start_roles(config: Config, placement: Placement | None, verbose: bool) -> dict[str, RayRole | LocalRole]:
+    """``{role name: its handle}``: Ray actors where ``placement`` put them, the explorer first
+    (its start-up is the longer); without one, threads of this process that build one after the
+    other, the trainer first (a resumed explorer's constructor waits for the trainer's weights)."""
     namespace = config.ray_namespace
     threads = default_threads(config, 2 if config.in_one_run else 1)
-    roles: dict[str, Any] = {}
+    wanted = []
     if config.mode != "train":
-        explorer = role_actor(ExplorerRole, config.explorer.name, namespace, placement)
-        roles[config.explorer.name] = explorer.remote(config, threads, verbose)
+        wanted.append((ExplorerRole, config.explorer.name, 1))
     if config.in_one_run or config.mode == "train":
-        trainer = role_actor(TrainerRole, config.trainer.name, namespace, placement, concurrency=2)  # stop() in a run
-        roles[config.trainer.name] = trainer.remote(config, threads, verbose)
-    return roles
+        wanted.append((TrainerRole, config.trainer.name, 2))  # concurrency 2: stop() in a run
+    roles: dict[str, RayRole | LocalRole] = {}
+    previous = None
+    for role, name, concurrency in wanted if placement else wanted[::-1]:
+        roles[name] = previous = (
+            RayRole(role, name, namespace, placement, concurrency) if placement else LocalRole(role, name, previous)
+        )
+        roles[name].start(config, threads, verbose)
+    return {name: roles[name] for _, name, _ in wanted}  # the explorer first on the display
 
 
 class _Watch:
@@ -345,28 +358,30 @@ class _Watch:
     def until_done(self) -> None:
         """Start each role's call and wait for all of them (back in Python each second, so that a
         stop signal is handled); a role's failure or a stop raises."""
-        import ray
-
         if self.config.mode == "serve":
             explorer = self.config.explorer
             print(f"serving on http://{explorer.listen_address}:{explorer.proxy_port}/v1", flush=True)
         if not self.verbose:
             self.display = ProgressDisplay(self.config, list(self.roles))
-            planned = {actor.planned_steps.remote(): name for name, actor in self.roles.items()}
+            planned = {role.planned_steps(): name for name, role in self.roles.items()}
             follows = _steps_followed(self.config)
-        places = {name: actor.where.remote() for name, actor in self.roles.items()}  # answered once it started
-        pending = {actor.call.remote(self.method): name for name, actor in self.roles.items()}
+        places = {name: role.where() for name, role in self.roles.items()}  # answered once it started
+        pending = {role.call(self.method): name for name, role in self.roles.items()}
+        plotting = False
         while pending:
-            ready, _ = ray.wait(list(pending), timeout=1.0)
+            ready, _ = futures.wait(list(pending), timeout=1.0, return_when=futures.FIRST_COMPLETED)
             self._check_stop(set(pending.values()))
+            if not plotting and all(place.done() for place in places.values()):  # the roles run
+                import_plotting_ahead()
+                plotting = True
             if self.display:
                 _take_planned_steps(planned, self.display, follows)
                 self.display.update()
             for ref in ready:
                 name = pending.pop(ref)
                 try:
-                    self.results[name] = ray.get(ref)
-                except ray.exceptions.RayError as exc:
+                    self.results[name] = ref.result()
+                except Exception as exc:
                     raise _role_failed(name, places[name], exc) from exc
         if _STOP_SIGNALS.received:  # the roles ended (the trainer saved) before the loop looked again
             raise Stopped(_STOP_SIGNALS.received)
@@ -380,7 +395,7 @@ class _Watch:
         training = self.config.trainer.name in running and self.method == "run"
         if self.stop_by is None and training:  # the trainer saves at its step's end, then returns
             self.stop_by = time.monotonic() + STOP_GRACE
-            self.roles[self.config.trainer.name].stop.remote()
+            self.roles[self.config.trainer.name].stop()
         if not training or time.monotonic() > self.stop_by or _STOP_SIGNALS.urgent:
             raise Stopped(_STOP_SIGNALS.received)
 
@@ -421,18 +436,14 @@ def _stalls(config: Config, roles: list[str]) -> dict[str, str]:
     return {role: stall for role, stall in stalls.items() if stall}
 
 
-def _take_planned_steps(planned: dict, display: ProgressDisplay, follows: dict[str, str]) -> None:
+def _take_planned_steps(planned: dict[Future, str], display: ProgressDisplay, follows: dict[str, str]) -> None:
     """Hand the display each role's planned steps as the role answers (after its start-up); a
     role of ``follows`` that does not know its own gets its leader's."""
-    import ray
-
-    ready, _ = ray.wait(list(planned), num_returns=len(planned), timeout=0)
-    for ref in ready:
-        name = planned.pop(ref)
-        try:
-            total = ray.get(ref)
-        except ray.exceptions.RayError:  # a role that did not start: its call reports why
+    for answer in [answer for answer in planned if answer.done()]:
+        name = planned.pop(answer)
+        if answer.exception():  # a role that did not start: its call reports why
             continue
+        total = answer.result()
         if total is None and name in follows:
             continue  # its leader's total comes with the leader's answer
         display.set_total(name, total)
@@ -485,15 +496,16 @@ def _run_task_pipeline(config: Config) -> None:
         raise RunFailed(f"task pipeline: {exc}") from exc
 
 
-def _shared_actors(config: Config) -> Callable[[], list]:
-    """Clears what explorer and trainer meet through and returns the call that starts it.
+def _shared_actors(config: Config) -> tuple[Callable[[], None], Callable[[], None]]:
+    """Clears what explorer and trainer meet through; returns the calls that start it and end it.
 
     The sync method's actors (memory: the weight store; nccl: its coordinator) and the
     in-memory experience queue (a queue with no path) are fresh for each run: leftovers of
     an earlier run are removed now, before the roles exist. The launcher starts them after
     the roles, which then take the two workers Ray prestarts (0.5 s sooner than a new
     worker); each role waits for them by name, and ``.remote()`` registers a name before it
-    returns. The launcher kills them at the end of the run.
+    returns. The launcher ends them at the end of the run. Without Ray they are objects of
+    this process (``LocalActor``, ``local_queue``).
     """
     namespace = config.ray_namespace
     actors = resolve(Kind.SYNC_METHOD, config.synchronizer.sync_method).shared_actors(config)
@@ -501,21 +513,36 @@ def _shared_actors(config: Config) -> Callable[[], list]:
         actor.remove_leftover(namespace)
     experience = config.buffer.trainer_input.experience_buffer
     queue = config.in_one_run and experience.storage_type == "queue" and not experience.path
-    if queue:
-        from trinity.buffer.storage.ray_queue import get_or_create_queue_actor, kill_queue_actor
+    ray = sys.modules.get("ray")
+    on_ray = ray is not None and ray.is_initialized()
+    if queue and on_ray:
+        from trinity.buffer.storage.ray_queue import kill_queue_actor
 
         try:
             kill_queue_actor(experience, namespace)
         except ValueError:
             pass
+    elif queue:
+        drop_local_queue(experience)
 
-    def start() -> list:
-        handles = [actor.start(namespace) for actor in actors]
-        if queue:  # the roles create it themselves if they come first: it is get-or-create on both sides
+    def start() -> None:
+        handles.extend(actor.start(namespace) for actor in actors)
+        if queue and on_ray:  # the roles create it themselves if they come first: it is get-or-create on both sides
+            from trinity.buffer.storage.ray_queue import get_or_create_queue_actor
+
             handles.append(get_or_create_queue_actor(experience, namespace).actor)
-        return handles
 
-    return start
+    def end() -> None:
+        for handle in handles:
+            if isinstance(handle, LocalActor):
+                handle.stop()
+            else:
+                ray.kill(handle)
+        if queue and not on_ray:
+            drop_local_queue(experience)
+
+    handles: list = []
+    return start, end
 
 
 NODE_DEATH_WAIT_S = 30.0
@@ -527,17 +554,12 @@ def _lost_node(place: Any, exc: Exception) -> str | None:
     """The name (else id) of the node ``place`` (the role's ``where()`` reference) says the
     role ran on, when ``exc`` is its actor becoming unreachable or dying and Ray marks that
     node dead within ``NODE_DEATH_WAIT_S``; None otherwise."""
-    import ray
-
-    if not isinstance(exc, ray.exceptions.ActorDiedError | ray.exceptions.ActorUnavailableError):
+    ray = sys.modules.get("ray")  # a role of a single-process run has no node to lose
+    if ray is None or not isinstance(exc, ray.exceptions.ActorDiedError | ray.exceptions.ActorUnavailableError):
         return None
-    ready, _ = ray.wait([place], timeout=0)
-    if not ready:
+    if not place.done() or place.exception():
         return None  # the role died before it started: where is unknown, its error says why
-    try:
-        node_id = ray.get(place)["node_id"]
-    except ray.exceptions.RayError:
-        return None
+    node_id = place.result()["node_id"]
     # An actor that died on a live node (its own crash) is reported at once: only an actor
     # that became unreachable, as its node's connection dropped, waits for Ray's verdict.
     patience = NODE_DEATH_WAIT_S if isinstance(exc, ray.exceptions.ActorUnavailableError) else 0.0
@@ -551,15 +573,13 @@ def _lost_node(place: Any, exc: Exception) -> str | None:
         time.sleep(0.5)
 
 
-def _where(places: dict[str, Any]) -> dict[str, dict[str, Any]]:
+def _where(places: dict[str, Future]) -> dict[str, dict[str, Any]]:
     """``{role: its node's name and id, Ray GPU ids, CUDA_VISIBLE_DEVICES}`` from each role's
-    ``where()`` reference, for the summary."""
-    import ray
-
-    names = node_names()
-    found = dict(zip(places, ray.get(list(places.values())), strict=True))
+    ``where()`` answer, for the summary (a role of a single-process run names its own node)."""
+    found = {role: place.result() for role, place in places.items()}
+    names = node_names() if any(place["node_id"] for place in found.values()) else {}
     for role, place in found.items():
-        place["node"] = names.get(place["node_id"], "")
+        place.setdefault("node", names.get(place["node_id"], ""))
         logger.info("%s ran on node %s (GPUs %s)", role, place["node"] or place["node_id"], place["gpu_ids"] or "none")
     return found
 

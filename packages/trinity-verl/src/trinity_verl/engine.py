@@ -38,6 +38,7 @@ class VerlTrainingEngine(TrainingEngine):
     With ``model.lora_configs`` verl wraps the actor with a peft adapter, which alone trains and syncs."""
 
     takes_lora = True
+    in_trainer_process = False  # untried without Ray: its ranks beyond the first are Ray actors
 
     @classmethod
     def process_gpus(cls, config: Config) -> int:

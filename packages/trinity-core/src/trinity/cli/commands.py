@@ -197,7 +197,7 @@ def run(config_file: str, overrides: tuple[str, ...], verbose: bool) -> None:
         sys.exit(2)
     except RunFailed as exc:
         click.echo(f"error: {exc}", err=True)
-        sys.exit(1)
+        _exit(1)
     except Stopped as stop:
         click.echo(f"stopped ({stop}): what was committed to the buffer and checkpointed stays", err=True)
         summaries = stop.summaries
@@ -212,6 +212,22 @@ def run(config_file: str, overrides: tuple[str, ...], verbose: bool) -> None:
     # are moved out of the collector's reach: the exit takes 0.03-0.04 s (peers.startup.exit_s in
     # benchmarks/results/peers.jsonl).
     gc.freeze()
+    _exit(0)
+
+
+def _exit(code: int) -> None:
+    """Exit ``trinity run``; at once after a single-process run, as its roles' actors end on Ray
+    (killed, their atexit hooks unrun). A role may still be in its thread (a stopped explorer, a
+    trainer whose explorer failed), and the interpreter's finalisation beside a thread inside torch
+    aborts the process (SIGABRT); the finalisation of a process holding torch and transformers
+    also takes 0.2 s."""
+    from trinity.roles import roles_ran_here
+
+    if roles_ran_here():
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    sys.exit(code)
 
 
 @main.command()

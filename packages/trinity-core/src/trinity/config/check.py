@@ -330,6 +330,8 @@ def check_runtime_lora(config: Config, issues: IssueCollector) -> None:
 def check_cluster(config: Config, issues: IssueCollector) -> None:
     """The GPU split of Trinity-RFT: explorer engines first, the rest (whole nodes) to the trainer."""
     cluster = config.cluster
+    if cluster.single_process:
+        _check_single_process(config, issues)
     if config.model.tinker.enable or not cluster.node_num * cluster.gpu_per_node:  # no local GPU to split
         return
     problem = explorer_gpu_problem(config)
@@ -340,6 +342,32 @@ def check_cluster(config: Config, issues: IssueCollector) -> None:
             "cluster",
             f"the trainer must get whole nodes: {gpu_arithmetic(config)} leaves {cluster.trainer_gpu_num}, "
             f"not a multiple of gpu_per_node {cluster.gpu_per_node}",
+        )
+
+
+def _check_single_process(config: Config, issues: IssueCollector) -> None:
+    """A single-process run has no Ray: one machine's CPU, and roles whose engines compute in the role's own process."""
+    cluster, why = config.cluster, []
+    if cluster.ray_address != "auto":
+        why.append(f"it joins no Ray cluster (cluster.ray_address is {cluster.ray_address!r}: leave it at auto)")
+    if cluster.node_num > 1 or cluster.gpu_per_node:
+        why.append("it runs on this machine's CPU (set cluster.node_num 1 and gpu_per_node 0)")
+    if config.mode not in ("both", "train", "explore"):
+        why.append(f"it runs modes both, train and explore, not {config.mode!r}")
+    if config.monitor.enable_ray_timeline:
+        why.append("it has no Ray timeline (monitor.enable_ray_timeline)")
+    if explorer_runs(config):
+        for path, model in config.explorer.inference_models():
+            engine = registered(Kind.ROLLOUT_ENGINE, model.engine_type)
+            if engine is not None and not engine.in_explorer_process:
+                why.append(f"{path}.engine_type {model.engine_type!r} starts Ray actors of its own (use transformers)")
+    trainer = registered(Kind.TRAINER_ENGINE, config.trainer.trainer_type) if trainer_runs(config) else None
+    if trainer is not None and not trainer.in_trainer_process:
+        why.append(f"trainer.trainer_type {config.trainer.trainer_type!r} starts Ray actors of its own (use torch)")
+    if why:
+        issues.add(
+            "cluster.single_process",
+            "a single-process run has no Ray, so " + "; ".join(why) + "; or set single_process false",
         )
 
 

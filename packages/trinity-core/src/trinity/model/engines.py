@@ -228,6 +228,9 @@ class TrainingEngine(ABC):
     takes_lora: ClassVar[bool] = False
     """Whether the engine trains the LoRA adapter of ``model.lora_configs`` (only the adapter's
     tensors then go to ``weights_for_sync``)."""
+    in_trainer_process: ClassVar[bool] = True
+    """Whether the engine computes in the trainer's own process; False for one whose ranks are
+    Ray actors (verl), which a single-process run (``cluster.single_process``) cannot start."""
 
     @classmethod
     def process_gpus(cls, config: Config) -> int:

@@ -13,8 +13,11 @@ the newest version at least ``min_version`` (waiting up to a timeout, or not at 
 from __future__ import annotations
 
 import asyncio
+import inspect
 import os
 import shutil
+import sys
+import threading
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
@@ -135,15 +138,13 @@ class CheckpointSync(SyncMethod):
 
 
 class MemorySync(SyncMethod):
-    """Weights through Ray's object store, announced by a named actor of the namespace."""
+    """Weights through Ray's object store, announced by a named actor of the namespace; in a
+    single-process run (``cluster.single_process``), through that process's memory."""
 
     ACTOR_NAME = "trinity_weight_store"
 
     def __init__(self, config: Config):
         super().__init__(config)
-        import ray
-
-        self._ray = ray
         self.store = find_shared_actor(self.ACTOR_NAME, config.ray_namespace)
 
     @classmethod
@@ -151,20 +152,32 @@ class MemorySync(SyncMethod):
         return [SharedActor(WeightStore, cls.ACTOR_NAME)]
 
     def publish(self, state_dict: dict[str, torch.Tensor], version: int, fence: Fence = nullcontext) -> None:
-        ref = self._ray.put(_as_arrays(state_dict))
-        self._ray.get(self.store.publish.remote(version, [ref]))
+        arrays = _as_arrays(state_dict)
+        if isinstance(self.store, LocalActor):  # the arrays view the trainer's weights: a copy is published
+            self.store.call("publish", version, [{name: (a.copy(), dtype) for name, (a, dtype) in arrays.items()}])
+            return
+        import ray
+
+        ray.get(self.store.publish.remote(version, [ray.put(arrays)]))
 
     def fetch(self, min_version: int, timeout: float) -> WeightUpdate | None:
-        try:
-            found = self._ray.get(self.store.wait_for.remote(min_version, timeout))
-        except self._ray.exceptions.RayTaskError as exc:
-            raise exc.cause from None
+        if isinstance(self.store, LocalActor):
+            found = self.store.call("wait_for", min_version, timeout)
+        else:
+            import ray
+
+            try:
+                found = ray.get(self.store.wait_for.remote(min_version, timeout))
+            except ray.exceptions.RayTaskError as exc:
+                raise exc.cause from None
+            if found is not None:
+                found = found[0], [ray.get(found[1][0])]
         if found is None:
             if timeout > 0:
                 raise SyncTimeout(f"no weights of version >= {min_version} published after {timeout:.0f} s")
             return None
-        version, (ref,) = found
-        return WeightUpdate(version, state_dict=_as_tensors(self._ray.get(ref)))
+        version, (arrays,) = found
+        return WeightUpdate(version, state_dict=_as_tensors(arrays))
 
 
 def _as_arrays(state_dict: dict[str, torch.Tensor]) -> dict[str, tuple[Any, str]]:
@@ -204,7 +217,8 @@ class SharedActor:
 
     The launcher removes a leftover of an earlier run before explorer and trainer start,
     creates it right after them (so the roles, not it, take the workers Ray prestarts) and
-    kills it at the end of the run; each side finds it with ``find_shared_actor``.
+    kills it at the end of the run; each side finds it with ``find_shared_actor``. Without
+    Ray (a single-process run) it is a ``LocalActor`` of the process.
     """
 
     cls: type
@@ -212,6 +226,11 @@ class SharedActor:
     args: tuple[Any, ...] = ()
 
     def remove_leftover(self, namespace: str) -> None:
+        if not _ray_running():
+            leftover = _LOCAL_ACTORS.get((namespace, self.name))
+            if leftover:
+                leftover.stop()
+            return
         import ray
 
         try:
@@ -220,26 +239,67 @@ class SharedActor:
             pass
 
     def start(self, namespace: str):
+        if not _ray_running():
+            return LocalActor(self.cls(*self.args), namespace, self.name)
         import ray
 
         return ray.remote(num_cpus=0)(self.cls).options(name=self.name, namespace=namespace).remote(*self.args)
 
 
-def find_shared_actor(name: str, namespace: str, timeout: float = SHARED_ACTOR_WAIT):
-    """The actor ``name`` of ``namespace``, waiting for the launcher to create it."""
-    import ray
+class LocalActor:
+    """A shared actor in this process (a run without Ray): its methods, ``async`` ones included,
+    run one at a time on its own event loop, as a Ray actor's would; ``call`` waits for the result."""
 
+    def __init__(self, instance: Any, namespace: str, name: str) -> None:
+        self.instance, self.key = instance, (namespace, name)
+        self.loop = asyncio.new_event_loop()
+        threading.Thread(target=self.loop.run_forever, name=f"actor-{name}", daemon=True).start()
+        _LOCAL_ACTORS[self.key] = self
+
+    def call(self, method: str, *args: Any) -> Any:
+        async def run() -> Any:
+            result = getattr(self.instance, method)(*args)
+            return await result if inspect.isawaitable(result) else result
+
+        return asyncio.run_coroutine_threadsafe(run(), self.loop).result()
+
+    def stop(self) -> None:
+        """Remove it (the launcher, at the end of the run): later callers no longer find it."""
+        if _LOCAL_ACTORS.get(self.key) is self:
+            del _LOCAL_ACTORS[self.key]
+        self.loop.call_soon_threadsafe(self.loop.stop)
+
+
+_LOCAL_ACTORS: dict[tuple[str, str], LocalActor] = {}
+
+
+def _ray_running() -> bool:
+    ray = sys.modules.get("ray")
+    return ray is not None and ray.is_initialized()
+
+
+def find_shared_actor(name: str, namespace: str, timeout: float = SHARED_ACTOR_WAIT):
+    """The actor ``name`` of ``namespace``, waiting for the launcher to create it: a Ray actor
+    handle, or without Ray the process's ``LocalActor``."""
     deadline = time.monotonic() + timeout
     while True:
-        try:
-            return ray.get_actor(name, namespace=namespace)
-        except ValueError:
-            if time.monotonic() > deadline:
-                raise ValueError(
-                    f"no actor {name!r} in Ray namespace {namespace!r} after {timeout:.0f} s: "
-                    "`trinity run` creates it for the run's explorer and trainer"
-                ) from None
-            time.sleep(0.02)
+        if not _ray_running():
+            found = _LOCAL_ACTORS.get((namespace, name))
+            if found:
+                return found
+        else:
+            import ray
+
+            try:
+                return ray.get_actor(name, namespace=namespace)
+            except ValueError:
+                pass
+        if time.monotonic() > deadline:
+            raise ValueError(
+                f"no actor {name!r} in Ray namespace {namespace!r} after {timeout:.0f} s: "
+                "`trinity run` creates it for the run's explorer and trainer"
+            ) from None
+        time.sleep(0.02)
 
 
 class WeightStore:

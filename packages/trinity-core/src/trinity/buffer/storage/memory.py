@@ -159,3 +159,9 @@ def local_queue(storage: ExperienceBufferConfig) -> MemoryQueue:
         if storage.name not in _LOCAL:
             _LOCAL[storage.name] = MemoryQueue(storage)
         return _LOCAL[storage.name]
+
+
+def drop_local_queue(storage: ExperienceBufferConfig) -> None:
+    """Forget the process-wide queue of ``storage.name``: the next run in this process starts empty."""
+    with _LOCAL_LOCK:
+        _LOCAL.pop(storage.name, None)
