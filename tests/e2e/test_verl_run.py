@@ -30,6 +30,7 @@ def test_sft_then_grpo_train_through_verl(tmp_path, tiny_model_dir, arithmetic_d
         tiny_model_dir,
         arithmetic_data,
         "trainer.trainer_type=verl",
+        "cluster.single_process=false",  # verl's ranks are Ray actors
         "stages.0.buffer.total_epochs=10",
         "buffer.total_steps=3",  # the GRPO stage's (it gives no buffer section: the global one is its)
         stages=True,
