@@ -1,5 +1,6 @@
 """``cluster.single_process``: explorer and trainer as threads of ``trinity run``'s own process,
-without Ray (the shipped quickstart's setting). The stop signals' case is in tests/chaos."""
+without Ray (the shipped quickstart's setting). The stop signals' case is in tests/chaos; the
+refusal of an engine that needs Ray, in tests/e2e/test_vllm_run.py (vLLM installed)."""
 
 from __future__ import annotations
 
@@ -81,21 +82,3 @@ def test_a_role_that_fails_ends_the_process_with_its_error(tmp_path, tiny_model_
     assert done.returncode == 1, done.stderr[-3000:]
     assert "error: explorer failed: EngineStartError: explorer.auxiliary_models[0]" in done.stderr, done.stderr[-3000:]
     assert str(missing) in done.stderr
-
-
-def test_a_setting_that_needs_ray_is_refused_naming_the_key(tmp_path, tiny_model_dir, arithmetic_data, monkeypatch):
-    """An engine that starts Ray actors of its own (vLLM) cannot run in one process: the check
-    says so before anything starts, naming the engine's key and what to use instead."""
-    from trinity.config import ConfigError, load_stage_configs
-    from trinity.rollout.transformers_rollout import TransformersRolloutEngine
-
-    monkeypatch.setattr(TransformersRolloutEngine, "in_explorer_process", False)  # as vLLM's engine says
-    config = write_experiment(tmp_path, tiny_model_dir, arithmetic_data, "cluster.single_process=true")
-    try:
-        load_stage_configs(str(config), [], run=True)
-    except ConfigError as exc:
-        message = str(exc)
-    else:
-        raise AssertionError("a single-process run of an engine with Ray actors was accepted")
-    assert "cluster.single_process" in message
-    assert "explorer.rollout_model.engine_type 'transformers' starts Ray actors of its own" in message

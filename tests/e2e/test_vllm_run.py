@@ -29,6 +29,16 @@ SMALL = ("buffer.batch_size=4", "algorithm.repeat_times=4")
 VERDICT = "Score: 7"
 
 
+def test_a_single_process_run_refuses_the_vllm_engine_naming_its_key(tmp_path, tiny_model_dir, arithmetic_data):
+    """vLLM's engines are Ray actors of their own: ``cluster.single_process`` is refused before
+    anything starts, naming the engine's key and what to use instead."""
+    config = write_experiment(tmp_path, tiny_model_dir, arithmetic_data, *VLLM, "cluster.single_process=true")
+    result = trinity_run(config, timeout=120)
+    assert result.returncode == 2, result.stderr[-3000:]
+    assert "cluster.single_process: a single-process run has no Ray, so" in result.stderr
+    assert "explorer.rollout_model.engine_type 'vllm' starts Ray actors of its own (use transformers)" in result.stderr
+
+
 def train_judge(model_dir: Path, out: Path) -> Path:
     """A copy of the tiny model taught to answer any judge prompt with ``VERDICT``: a random
     model gives no score, and a judge reward of 0.7 can only come from this model."""

@@ -26,6 +26,7 @@ from omegaconf import OmegaConf
 
 from trinity.buffer.storage.memory import drop_local_queue
 from trinity.common.files import read_json, write_json
+from trinity.common.lazy_import import ray_running
 from trinity.config import load_stage_configs
 from trinity.config.load import read_yaml
 from trinity.config.schema import Config
@@ -513,8 +514,7 @@ def _shared_actors(config: Config) -> tuple[Callable[[], None], Callable[[], Non
         actor.remove_leftover(namespace)
     experience = config.buffer.trainer_input.experience_buffer
     queue = config.in_one_run and experience.storage_type == "queue" and not experience.path
-    ray = sys.modules.get("ray")
-    on_ray = ray is not None and ray.is_initialized()
+    on_ray = ray_running()
     if queue and on_ray:
         from trinity.buffer.storage.ray_queue import kill_queue_actor
 
@@ -537,6 +537,8 @@ def _shared_actors(config: Config) -> tuple[Callable[[], None], Callable[[], Non
             if isinstance(handle, LocalActor):
                 handle.stop()
             else:
+                import ray  # already loaded: the handle is a Ray actor's
+
                 ray.kill(handle)
         if queue and not on_ray:
             drop_local_queue(experience)

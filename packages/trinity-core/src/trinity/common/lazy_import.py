@@ -76,3 +76,10 @@ def _find_spec(name: str, locations: Any) -> ModuleSpec | None:
         if spec is not None:
             return spec
     return None
+
+
+def ray_running() -> bool:
+    """Whether this process has joined Ray, importing nothing: a run that never imported Ray
+    (``cluster.single_process``) has not; its shared queue and weight store are then local."""
+    ray = sys.modules.get("ray")
+    return ray is not None and ray.is_initialized()

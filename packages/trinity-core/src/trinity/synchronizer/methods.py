@@ -16,7 +16,6 @@ import asyncio
 import inspect
 import os
 import shutil
-import sys
 import threading
 import time
 from abc import ABC, abstractmethod
@@ -27,6 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from trinity.common.files import read_json, write_json
+from trinity.common.lazy_import import ray_running
 from trinity.config.schema import Config
 
 if TYPE_CHECKING:
@@ -226,7 +226,7 @@ class SharedActor:
     args: tuple[Any, ...] = ()
 
     def remove_leftover(self, namespace: str) -> None:
-        if not _ray_running():
+        if not ray_running():
             leftover = _LOCAL_ACTORS.get((namespace, self.name))
             if leftover:
                 leftover.stop()
@@ -239,7 +239,7 @@ class SharedActor:
             pass
 
     def start(self, namespace: str):
-        if not _ray_running():
+        if not ray_running():
             return LocalActor(self.cls(*self.args), namespace, self.name)
         import ray
 
@@ -273,17 +273,12 @@ class LocalActor:
 _LOCAL_ACTORS: dict[tuple[str, str], LocalActor] = {}
 
 
-def _ray_running() -> bool:
-    ray = sys.modules.get("ray")
-    return ray is not None and ray.is_initialized()
-
-
 def find_shared_actor(name: str, namespace: str, timeout: float = SHARED_ACTOR_WAIT):
     """The actor ``name`` of ``namespace``, waiting for the launcher to create it: a Ray actor
     handle, or without Ray the process's ``LocalActor``."""
     deadline = time.monotonic() + timeout
     while True:
-        if not _ray_running():
+        if not ray_running():
             found = _LOCAL_ACTORS.get((namespace, name))
             if found:
                 return found

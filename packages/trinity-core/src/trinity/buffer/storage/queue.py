@@ -8,18 +8,13 @@ in memory (``memory``) or in replay tables beside the log (``replay``). See ``do
 
 from __future__ import annotations
 
-import sys
 from typing import Any
 
 from trinity.buffer.storage.base import ExperienceReader, ExperienceWriter, LogStorage
 from trinity.buffer.storage.file import FileStorage
 from trinity.buffer.storage.memory import MemoryReader, MemoryWriter, local_queue
+from trinity.common.lazy_import import ray_running
 from trinity.config.schema import ExperienceBufferConfig
-
-
-def _ray_running() -> bool:
-    ray = sys.modules.get("ray")
-    return ray is not None and ray.is_initialized()
 
 
 class QueueStorage:
@@ -40,7 +35,7 @@ class QueueStorage:
             if not storage.replay_buffer.enable:  # replay never holds writers back: it drops
                 self.durable.capacity = storage.capacity
             return
-        if use_ray if use_ray is not None else _ray_running():
+        if use_ray if use_ray is not None else ray_running():
             from trinity.buffer.storage.ray_queue import get_or_create_queue_actor
 
             self.queue: Any = get_or_create_queue_actor(storage, namespace)
