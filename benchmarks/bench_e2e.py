@@ -41,7 +41,8 @@ interleaved, and printed as median (min-max).
   at each of ``PARTIAL_SHAPES`` (sync_offset 1 with two batches in flight, sync_offset 2 with
   three), on a step whose responses differ in length: one task
   in eight samples ``SKEWED_LENGTHS``' long budget, the rest its short one (EOS ignored, so the
-  lengths are exact), and the mean reward of each, interleaved runs.
+  lengths are exact), and the mean reward of each, interleaved runs; each run also prints the
+  cores each process took over its measured steps (who competes for a small machine's cores).
 - startup: seconds from ``trinity run`` to the first rollout (the timestamp of the first
   explorer step's metrics minus that step's own duration), with ``trinity run`` starting
   Ray, and joining a local cluster that ``ray start --head`` started before; each over its
@@ -63,7 +64,9 @@ import re
 import subprocess
 import sys
 import tempfile
+import threading
 import time
+from collections import Counter
 from pathlib import Path
 
 from figures import spread  # benchmarks/, the running script's folder
@@ -398,6 +401,47 @@ def skewed(root: Path, model: Path, data: Path) -> None:
     skewed_partial(root, model, data)
 
 
+class CpuShares:
+    """Every process's CPU seconds, sampled every ``interval`` s while a run goes on (``with``), so
+    that a window of the run (its measured steps) splits into cores taken by each process name."""
+
+    def __init__(self, interval: float = 0.25):
+        self.interval = interval
+        self.samples: list[tuple[float, dict[int, tuple[str, float]]]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+
+    def __enter__(self) -> CpuShares:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _sample(self) -> None:
+        import psutil
+
+        while not self._stop.wait(self.interval):
+            seconds: dict[int, tuple[str, float]] = {}
+            stamp = time.time()
+            for process in psutil.process_iter(["name", "cpu_times"]):
+                times = process.info["cpu_times"]
+                if times is not None:  # None: a process that ended meanwhile
+                    seconds[process.pid] = (process.info["name"], times.user + times.system)
+            self.samples.append(((stamp + time.time()) / 2, seconds))
+
+    def cores(self, start: float, end: float) -> Counter:
+        """Cores each process took between the samples nearest after ``start`` and before ``end``, by
+        its name at the end (Ray renames an actor's process by the method it runs)."""
+        inside = [(stamp, seconds) for stamp, seconds in self.samples if start <= stamp <= end]
+        (first, before), (last, after) = inside[0], inside[-1]
+        shares: Counter = Counter()
+        for pid, (name, total) in after.items():
+            shares[name.split(".")[0]] += (total - before.get(pid, (name, 0.0))[1]) / (last - first)
+        return shares
+
+
 PARTIAL_SHAPES = ((1, 2), (2, 3))
 """The partial-rollout bench's (sync_offset, max_inflight_batches): the staleness each run allows."""
 
@@ -423,17 +467,20 @@ def skewed_partial(root: Path, model: Path, data: Path) -> None:
             seconds = {}
             for variant, on in (("fully_async", "false"), ("partial", "true")):
                 name = f"lengths_{offset}_{variant}{repeat}"
-                seconds[variant] = trinity_step_seconds(
-                    root,
-                    model,
-                    data,
-                    name,
-                    *common,
-                    f"synchronizer.sync_offset={offset}",
-                    f"explorer.max_inflight_batches={inflight}",
-                    f"synchronizer.partial_rollout={on}",
-                )
-                trainer = metrics(root, name, "trainer")[WARMUP:]
+                with CpuShares() as cpu:
+                    seconds[variant] = trinity_step_seconds(
+                        root,
+                        model,
+                        data,
+                        name,
+                        *common,
+                        f"synchronizer.sync_offset={offset}",
+                        f"explorer.max_inflight_batches={inflight}",
+                        f"synchronizer.partial_rollout={on}",
+                    )
+                records = metrics(root, name, "trainer")
+                cores = cpu.cores(records[WARMUP - 1]["timestamp"], records[-1]["timestamp"])  # the measured steps
+                trainer = records[WARMUP:]
                 reward = sum(r["critic/score/mean"] for r in trainer) / len(trainer)
                 split = sum(r.get("partial_rollout_fraction", 0.0) for r in trainer) / len(trainer)
                 staleness = max(r["staleness_max"] for r in trainer)
@@ -443,6 +490,8 @@ def skewed_partial(root: Path, model: Path, data: Path) -> None:
                     f"train {train:.2f} s), reward {reward:.3f}, rows spanning versions {split:.2f}, "
                     f"staleness at most {staleness:.0f}"
                 )
+                busiest = ", ".join(f"{process} {share:.2f}" for process, share in cores.most_common(5))
+                print(f"skewed lengths, {shape}: {name}: cores in use {sum(cores.values()):.2f}: {busiest}")
             ratios.append(seconds["partial"] / seconds["fully_async"])
             print(f"skewed lengths, {shape}: partial rollout's step time / fully_async's {ratios[-1]:.3f}")
         print(
