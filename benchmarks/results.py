@@ -88,7 +88,8 @@ def render(template: str, rows: list[dict]) -> str:
     for number, line in enumerate(template.splitlines(), 1):
         where = f"{TEMPLATE.name}:{number}"
         if line.startswith("{{history "):
-            lines.append(_history(line.strip().removeprefix("{{history ").removesuffix("}}"), by_figure, where))
+            arguments = line.strip().removeprefix("{{history ").removesuffix("}}")
+            lines.append(_history(arguments, by_figure, rows, where))
         else:
             lines.append(PLACEHOLDER.sub(functools.partial(_fill, by_figure=by_figure, where=where), line))
     return "\n".join(lines) + "\n"
@@ -112,17 +113,19 @@ def _fill(placeholder: re.Match, by_figure: dict[str, list[dict]], where: str) -
         raise ResultError(f"{where}: {{{{{figure}:{spec}}}}}: {exc}") from None
 
 
-def _history(arguments: str, by_figure: dict[str, list[dict]], where: str) -> str:
-    """A Markdown table of every measurement of the named figures, one row per occasion, newest first.
+def _history(arguments: str, by_figure: dict[str, list[dict]], rows: list[dict], where: str) -> str:
+    """A Markdown table of every measurement of the named figures, one row per occasion, newest first
+    (by date, then by place in ``rows``, where a day's later lines come after its earlier ones).
 
     An occasion is a date, machine, commit and note: the figures measured together share them.
     """
     columns = dict(argument.partition("=")[::2] for argument in shlex.split(arguments))
     if not all(columns.values()):
         raise ResultError(f'{where}: a history names its columns: {{{{history figure="column" ...}}}}')
+    place = {id(row): index for index, row in enumerate(rows)}  # a day's rows as the files hold them
     measured = sorted(
         (row for figure in columns for row in _measurements(figure, by_figure, where)),
-        key=lambda row: row["date"] or "",
+        key=lambda row: (row["date"] or "", place[id(row)]),  # undated: the oldest
     )
     occasions: dict[tuple, dict[str, dict]] = {}
     for row in measured:
