@@ -114,19 +114,18 @@ def _fill(placeholder: re.Match, by_figure: dict[str, list[dict]], where: str) -
 
 
 def _history(arguments: str, by_figure: dict[str, list[dict]], rows: list[dict], where: str) -> str:
-    """A Markdown table of every measurement of the named figures, one row per occasion, newest first
-    (by date, then by place in ``rows``, where a day's later lines come after its earlier ones).
+    """A Markdown table of every measurement of the named figures (of ``rows``), one row per occasion,
+    newest first: by date, and within a day by place in the results files.
 
     An occasion is a date, machine, commit and note: the figures measured together share them.
     """
     columns = dict(argument.partition("=")[::2] for argument in shlex.split(arguments))
     if not all(columns.values()):
         raise ResultError(f'{where}: a history names its columns: {{{{history figure="column" ...}}}}')
-    place = {id(row): index for index, row in enumerate(rows)}  # a day's rows as the files hold them
-    measured = sorted(
-        (row for figure in columns for row in _measurements(figure, by_figure, where)),
-        key=lambda row: (row["date"] or "", place[id(row)]),  # undated: the oldest
-    )
+    for figure in columns:
+        _measurements(figure, by_figure, where)  # names a figure that has no measurement: an error
+    # a stable sort: a day's rows stay as the files hold them; undated ones are the oldest
+    measured = sorted((row for row in rows if row["figure"] in columns), key=lambda row: row["date"] or "")
     occasions: dict[tuple, dict[str, dict]] = {}
     for row in measured:
         occasions.setdefault((row["date"], row["commit"], row["machine"], row["note"]), {})[row["figure"]] = row
